@@ -1,0 +1,58 @@
+# tollgate — `make run` (demo stack in the foreground) and `make test` (everything)
+# work on a fresh machine: `make tools` installs what they need into .tools/.
+
+SHELL := /bin/bash
+TOOLS := $(CURDIR)/.tools
+WASM := target/wasm32-wasip1/release/tollgate.wasm
+export TOLLGATE_ENVOY ?= $(TOOLS)/bin/envoy
+export TOLLGATE_VALKEY ?= $(TOOLS)/bin/valkey-server
+export TOLLGATE_WASM := $(CURDIR)/$(WASM)
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-test-runner
+export WASM_BINDGEN_TEST_TIMEOUT := 120
+ENVOY_CONFIGS := $(wildcard envoy/*.yaml)
+
+.PHONY: all tools build run demo test unit lint wasm-test validate integration clean
+
+all: build
+
+tools:
+	@scripts/install-tools.sh
+
+# The release module, size-optimized (opt-level z, LTO, panic=abort).
+build: tools
+	cargo build --release --target wasm32-wasip1 --lib
+	@ls -l $(WASM) | awk '{print "built $(WASM): " $$5 " bytes"}'
+
+run: build
+	@scripts/run.sh
+
+demo: build
+	cargo run --quiet --example demo
+
+test: tools lint unit wasm-test build validate integration
+	@echo "make test: all suites passed"
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+	cargo clippy --target wasm32-wasip1 --lib -- -D warnings
+
+unit:
+	cargo test --lib
+	cargo test --doc
+
+# The pure modules' unit tests again, compiled to wasm32 and run under node.
+wasm-test:
+	cargo test --target wasm32-unknown-unknown --lib
+
+validate: build
+	@for f in $(ENVOY_CONFIGS); do \
+	  $(TOLLGATE_ENVOY) --mode validate -c $$f --log-level error >/dev/null || { echo "INVALID: $$f"; exit 1; }; \
+	  echo "envoy --mode validate: $$f OK"; \
+	done
+
+integration: build
+	cargo test --test '*' -- --test-threads 2
+
+clean:
+	cargo clean

@@ -1,0 +1,354 @@
+//! Stage 2: from the raw JSON shape to the validated types.
+//!
+//! Checks run in document order and the first failure is returned. Every
+//! message produced here is listed in the table in the module documentation
+//! of [`config`](super).
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use serde_json::{Number, Value};
+
+use super::duration::{self, DurationError};
+use super::error::ConfigError;
+use super::raw::{Obj, RawConfig, RawKeyPart, RawLimit, RawMatch, RawRule, RawTesting, RawValkey};
+use super::{
+    Config, FailureMode, KeyPart, Limit, Match, Period, Rule, Testing, ValkeyConfig,
+    DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT_MS, MAX_CLUSTER_BYTES, MAX_KEY_PARTS, MAX_LIMIT,
+    MAX_NAME_CHARS, MAX_PERIOD_MS, MAX_TIMEOUT_MS, MAX_WINDOWS,
+};
+
+/// Spelling of [`MAX_TIMEOUT_MS`] in messages.
+const MAX_TIMEOUT_LABEL: &str = "60s";
+/// Spelling of [`MAX_PERIOD_MS`] in messages.
+const MAX_PERIOD_LABEL: &str = "366d";
+
+const NAME_CHARS: &str = "allowed are A-Z, a-z, 0-9, '.', '_', ':' and '-'";
+const DURATION_SYNTAX: &str =
+    "expected <digits><unit> with unit ms, s, m, h or d, or an integer number of seconds";
+const HEADER_SYNTAX: &str =
+    "expected an HTTP token (letters, digits and !#$%&'*+-.^_`|~), optionally after a leading ':'";
+
+fn fail<T>(path: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError::new(path, message))
+}
+
+pub(crate) fn config(raw: RawConfig) -> Result<Config, ConfigError> {
+    let Obj(valkey_raw) = raw.valkey;
+    Ok(Config {
+        valkey: valkey(valkey_raw)?,
+        failure_mode: failure_mode(raw.failure_mode)?,
+        rules: rules(raw.rules)?,
+        testing: testing(raw.testing)?,
+    })
+}
+
+fn valkey(raw: RawValkey) -> Result<ValkeyConfig, ConfigError> {
+    let cluster = cluster_name(raw.cluster)?;
+    let timeout_ms = match raw.timeout {
+        None => DEFAULT_TIMEOUT_MS,
+        Some(value) => {
+            let (ms, _label) =
+                duration(&value, "valkey.timeout", MAX_TIMEOUT_MS, MAX_TIMEOUT_LABEL)?;
+            ms.get()
+        }
+    };
+    let key_prefix = match raw.key_prefix {
+        None => DEFAULT_KEY_PREFIX.to_owned(),
+        Some(prefix) => name_like("valkey.key_prefix", prefix)?,
+    };
+    Ok(ValkeyConfig {
+        cluster,
+        timeout: Duration::from_millis(timeout_ms),
+        key_prefix,
+    })
+}
+
+fn cluster_name(cluster: String) -> Result<String, ConfigError> {
+    const PATH: &str = "valkey.cluster";
+    if cluster.is_empty() {
+        return fail(PATH, "must not be empty");
+    }
+    if let Some(c) = cluster
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control())
+    {
+        return fail(
+            PATH,
+            format!(
+                "invalid character {c:?} in {cluster:?}: whitespace and control characters are not allowed"
+            ),
+        );
+    }
+    if cluster.len() > MAX_CLUSTER_BYTES {
+        return fail(
+            PATH,
+            format!(
+                "must be at most {MAX_CLUSTER_BYTES} bytes (got {})",
+                cluster.len()
+            ),
+        );
+    }
+    Ok(cluster)
+}
+
+/// Rule names and the key prefix: 1..=64 characters from `[A-Za-z0-9._:-]`.
+fn name_like(path: &str, value: String) -> Result<String, ConfigError> {
+    if value.is_empty() {
+        return fail(path, "must not be empty");
+    }
+    if let Some(c) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+    {
+        return fail(
+            path,
+            format!("invalid character {c:?} in {value:?}: {NAME_CHARS}"),
+        );
+    }
+    // Only ASCII is left, so bytes are characters.
+    if value.len() > MAX_NAME_CHARS {
+        return fail(
+            path,
+            format!(
+                "must be at most {MAX_NAME_CHARS} characters (got {})",
+                value.len()
+            ),
+        );
+    }
+    Ok(value)
+}
+
+fn failure_mode(raw: Option<String>) -> Result<FailureMode, ConfigError> {
+    match raw.as_deref() {
+        None | Some("allow") => Ok(FailureMode::Allow),
+        Some("deny") => Ok(FailureMode::Deny),
+        Some(other) => fail(
+            "failure_mode",
+            format!("unknown value {other:?}, expected one of allow, deny"),
+        ),
+    }
+}
+
+fn rules(raw: Vec<Obj<RawRule>>) -> Result<Vec<Rule>, ConfigError> {
+    if raw.is_empty() {
+        return fail("rules", "must not be empty");
+    }
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, Obj(rule_raw)) in raw.into_iter().enumerate() {
+        let path = format!("rules[{i}].name");
+        let name = name_like(&path, rule_raw.name)?;
+        if let Some(first) = seen.get(&name) {
+            return fail(
+                path,
+                format!("duplicate rule name {name:?} (also rules[{first}].name)"),
+            );
+        }
+        seen.insert(name.clone(), i);
+        out.push(Rule {
+            name,
+            matcher: matcher(i, rule_raw.matcher)?,
+            key: key(i, rule_raw.key)?,
+            limits: limits(i, rule_raw.limits)?,
+        });
+    }
+    Ok(out)
+}
+
+fn matcher(i: usize, raw: Option<Obj<RawMatch>>) -> Result<Match, ConfigError> {
+    let Some(Obj(raw)) = raw else {
+        return Ok(Match::default());
+    };
+    if let Some(prefix) = &raw.path_prefix {
+        if !prefix.starts_with('/') {
+            return fail(
+                format!("rules[{i}].match.path_prefix"),
+                "must start with '/'",
+            );
+        }
+    }
+    let mut methods: Vec<String> = Vec::new();
+    if let Some(list) = raw.methods {
+        if list.is_empty() {
+            return fail(format!("rules[{i}].match.methods"), "must not be empty");
+        }
+        for (j, method) in list.into_iter().enumerate() {
+            let path = format!("rules[{i}].match.methods[{j}]");
+            if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+                return fail(
+                    path,
+                    format!("invalid HTTP method {method:?}: expected letters only"),
+                );
+            }
+            let upper = method.to_ascii_uppercase();
+            if let Some(first) = methods.iter().position(|m| *m == upper) {
+                return fail(
+                    path,
+                    format!("duplicate method {upper:?} (also rules[{i}].match.methods[{first}])"),
+                );
+            }
+            methods.push(upper);
+        }
+    }
+    Ok(Match {
+        path_prefix: raw.path_prefix,
+        methods,
+    })
+}
+
+fn key(i: usize, raw: Option<Vec<Obj<RawKeyPart>>>) -> Result<Vec<KeyPart>, ConfigError> {
+    let parts = raw.unwrap_or_default();
+    if parts.len() > MAX_KEY_PARTS {
+        return fail(
+            format!("rules[{i}].key"),
+            format!(
+                "must have at most {MAX_KEY_PARTS} parts (got {})",
+                parts.len()
+            ),
+        );
+    }
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(j, Obj(part))| {
+            header_name(&format!("rules[{i}].key[{j}].header"), &part.header).map(KeyPart::Header)
+        })
+        .collect()
+}
+
+fn limits(i: usize, raw: Vec<Obj<RawLimit>>) -> Result<Vec<Limit>, ConfigError> {
+    let path = format!("rules[{i}].limits");
+    if raw.is_empty() {
+        return fail(path, "must not be empty");
+    }
+    if raw.len() > MAX_WINDOWS {
+        return fail(
+            path,
+            format!(
+                "must have at most {MAX_WINDOWS} windows (got {})",
+                raw.len()
+            ),
+        );
+    }
+    let mut out: Vec<Limit> = Vec::with_capacity(raw.len());
+    for (j, Obj(window)) in raw.into_iter().enumerate() {
+        let limit = limit_count(&format!("{path}[{j}].limit"), &window.limit)?;
+        let period_path = format!("{path}[{j}].period");
+        let (ms, label) = duration(
+            &window.period,
+            &period_path,
+            MAX_PERIOD_MS,
+            MAX_PERIOD_LABEL,
+        )?;
+        if let Some((k, earlier)) = out
+            .iter()
+            .enumerate()
+            .find(|(_, earlier)| earlier.period.ms == ms)
+        {
+            let shown = if earlier.period.label == label {
+                label
+            } else {
+                format!("{label} = {}", earlier.period.label)
+            };
+            return fail(
+                period_path,
+                format!("same period as {path}[{k}].period ({shown})"),
+            );
+        }
+        out.push(Limit {
+            limit,
+            period: Period { ms, label },
+        });
+    }
+    Ok(out)
+}
+
+fn limit_count(path: &str, number: &Number) -> Result<NonZeroU64, ConfigError> {
+    if let Some(n) = number.as_u64() {
+        return match NonZeroU64::new(n) {
+            None => fail(path, "must be > 0"),
+            Some(_) if n > MAX_LIMIT => fail(path, format!("must be <= {MAX_LIMIT}")),
+            Some(n) => Ok(n),
+        };
+    }
+    // Negative integers and every float (serde_json reads integers too large
+    // for a u64 as floats).
+    match number.as_f64() {
+        Some(f) if f <= 0.0 => fail(path, "must be > 0"),
+        Some(f) if f > MAX_LIMIT as f64 => fail(path, format!("must be <= {MAX_LIMIT}")),
+        _ => fail(path, "must be an integer"),
+    }
+}
+
+/// A duration in `(0, max_ms]` and its label (the string as written, or
+/// `"<N>s"` for an integer).
+fn duration(
+    value: &Value,
+    path: &str,
+    max_ms: u64,
+    max_label: &str,
+) -> Result<(NonZeroU64, String), ConfigError> {
+    let (parsed, label) = match value {
+        Value::String(text) => (duration::parse_str(text), text.clone()),
+        Value::Number(n) => match n.as_u64() {
+            Some(seconds) => (duration::from_seconds(seconds), format!("{seconds}s")),
+            None => return invalid_duration(path, &n.to_string()),
+        },
+        Value::Null => return invalid_duration(path, "null"),
+        Value::Bool(b) => return invalid_duration(path, &b.to_string()),
+        Value::Array(_) => return invalid_duration(path, "[...]"),
+        Value::Object(_) => return invalid_duration(path, "{...}"),
+    };
+    let ms = match parsed {
+        Ok(ms) => ms,
+        Err(DurationError::Syntax) => return invalid_duration(path, &format!("{label:?}")),
+        Err(DurationError::Overflow) => return fail(path, format!("must be <= {max_label}")),
+    };
+    match NonZeroU64::new(ms) {
+        None => fail(path, "must be > 0"),
+        Some(_) if ms > max_ms => fail(path, format!("must be <= {max_label}")),
+        Some(ms) => Ok((ms, label)),
+    }
+}
+
+fn invalid_duration<T>(path: &str, shown: &str) -> Result<T, ConfigError> {
+    fail(path, format!("invalid duration {shown}: {DURATION_SYNTAX}"))
+}
+
+/// An HTTP field name (RFC 9110 token), or a pseudo-header (`:` + token);
+/// returned lowercased.
+fn header_name(path: &str, name: &str) -> Result<String, ConfigError> {
+    let body = name.strip_prefix(':').unwrap_or(name);
+    let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if body.is_empty() || !body.bytes().all(is_tchar) {
+        return fail(
+            path,
+            format!("invalid header name {name:?}: {HEADER_SYNTAX}"),
+        );
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+fn testing(raw: Option<Obj<RawTesting>>) -> Result<Testing, ConfigError> {
+    let Some(Obj(raw)) = raw else {
+        return Ok(Testing::default());
+    };
+    let now_header = match raw.now_header {
+        None => None,
+        Some(name) => Some(header_name("testing.now_header", &name)?),
+    };
+    Ok(Testing { now_header })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn max_labels_match_the_constants() {
+        assert_eq!(duration::parse_str(MAX_TIMEOUT_LABEL), Ok(MAX_TIMEOUT_MS));
+        assert_eq!(duration::parse_str(MAX_PERIOD_LABEL), Ok(MAX_PERIOD_MS));
+    }
+}

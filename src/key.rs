@@ -1,0 +1,273 @@
+//! The Valkey key of a rate-limit bucket.
+//!
+//! A bucket is one rule applied to one client, identified by the values the
+//! rule's key parts took for the request (a header, an address...). Its key is
+//! `<prefix>:{<rule>:<part1>:<part2>...}:<suffix>`, or `<prefix>:{<rule>}:<suffix>`
+//! for a rule without parts. The `{...}` is the Redis Cluster hash tag, so every
+//! key of one bucket (whatever the suffix) lands in the same slot and one Lua
+//! script may touch them all.
+//!
+//! Part values come from requests and are untrusted, so each is encoded: bytes
+//! in `[A-Za-z0-9._~-]` stay, every other byte becomes `%XX` (uppercase hex).
+//! An encoded part therefore never contains `:`, `{`, `}`, `#`, whitespace,
+//! control characters or non-ASCII, and the parts of a key can be split back
+//! apart at `:` — distinct part lists give distinct keys. An encoded part
+//! longer than [`MAX_PART_LEN`] bytes is replaced by `#` and the hex SHA-1 of
+//! the raw value, which bounds the key's size (and stays unambiguous, since `#`
+//! never appears in an encoded part). An empty value is an empty part.
+//!
+//! ```
+//! use tollgate::key::bucket_key;
+//!
+//! assert_eq!(
+//!     bucket_key("tollgate", "auth.createToken", &[b"alice"], "log"),
+//!     "tollgate:{auth.createToken:alice}:log"
+//! );
+//! assert_eq!(
+//!     bucket_key("tollgate", "api", &[b"10.0.0.1", b"a b:{c}"], "log"),
+//!     "tollgate:{api:10.0.0.1:a%20b%3A%7Bc%7D}:log"
+//! );
+//! assert_eq!(bucket_key("tollgate", "global", &[], "log"), "tollgate:{global}:log");
+//! // Huge values are hashed: the key stays small.
+//! let key = bucket_key("tollgate", "api", &[&[b'x'; 65_536]], "log");
+//! assert_eq!(key.len(), "tollgate:{api:#}:log".len() + 40);
+//! ```
+
+/// Longest encoded part kept as is; longer ones are replaced by `#<sha1 hex>`.
+pub const MAX_PART_LEN: usize = 64;
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// Builds the key `<prefix>:{<rule>:<part>...}:<suffix>` of a bucket.
+///
+/// `prefix`, `rule` and `suffix` are trusted (validated by the configuration);
+/// `rule` is nevertheless encoded like a part (a no-op for valid rule names),
+/// so that no rule name can ever forge another rule's parts or close the hash
+/// tag. Every part is encoded as described in the [module docs](self).
+pub fn bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], suffix: &str) -> String {
+    let parts_len: usize = parts
+        .iter()
+        .map(|p| part_len(p).saturating_add(1))
+        .fold(0, usize::saturating_add);
+    let mut key = String::with_capacity(
+        prefix
+            .len()
+            .saturating_add(encoded_len(rule.as_bytes()))
+            .saturating_add(parts_len)
+            .saturating_add(suffix.len())
+            .saturating_add(4),
+    );
+    key.push_str(prefix);
+    key.push_str(":{");
+    push_encoded(&mut key, rule.as_bytes());
+    for part in parts {
+        key.push(':');
+        push_part(&mut key, part);
+    }
+    key.push_str("}:");
+    key.push_str(suffix);
+    key
+}
+
+/// Length of `#<sha1 hex>`.
+const HASHED_LEN: usize = 41;
+
+/// Length of the key part that [`push_part`] appends.
+fn part_len(part: &[u8]) -> usize {
+    match encoded_len(part) {
+        n if n > MAX_PART_LEN => HASHED_LEN,
+        n => n,
+    }
+}
+
+/// Appends one part: percent-encoded, or `#<sha1 hex>` when that is too long.
+fn push_part(key: &mut String, part: &[u8]) {
+    if encoded_len(part) > MAX_PART_LEN {
+        key.push('#');
+        key.push_str(&sha1_smol::Sha1::from(part).digest().to_string());
+    } else {
+        push_encoded(key, part);
+    }
+}
+
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-')
+}
+
+/// Length of the percent-encoded form of `bytes`.
+fn encoded_len(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .map(|&b| if is_unreserved(b) { 1 } else { 3 })
+        .fold(0, usize::saturating_add)
+}
+
+/// Appends `bytes` percent-encoded: unreserved bytes as is, others as `%XX`.
+fn push_encoded(key: &mut String, bytes: &[u8]) {
+    for &b in bytes {
+        if is_unreserved(b) {
+            key.push(char::from(b));
+        } else {
+            key.push('%');
+            for nibble in [b >> 4, b & 0x0f] {
+                if let Some(&digit) = HEX.get(usize::from(nibble)) {
+                    key.push(char::from(digit));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    fn key(parts: &[&[u8]]) -> String {
+        bucket_key("tollgate", "rule", parts, "log")
+    }
+
+    /// The encoded parts of a key built by [`key`].
+    fn parts_of(key: &str) -> Vec<&str> {
+        let inner = key
+            .strip_prefix("tollgate:{rule")
+            .and_then(|k| k.strip_suffix("}:log"))
+            .unwrap();
+        inner.split(':').skip(1).collect()
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn seed_example() {
+        assert_eq!(
+            bucket_key("tollgate", "auth.createToken", &[b"alice"], "log"),
+            "tollgate:{auth.createToken:alice}:log"
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn no_parts_and_empty_parts() {
+        assert_eq!(key(&[]), "tollgate:{rule}:log");
+        assert_eq!(key(&[b""]), "tollgate:{rule:}:log");
+        assert_eq!(key(&[b"", b""]), "tollgate:{rule::}:log");
+        assert_eq!(key(&[b"a", b""]), "tollgate:{rule:a:}:log");
+        assert_eq!(
+            bucket_key("tg:prod", "r-1_x.y", &[b"v"], "state"),
+            "tg:prod:{r-1_x.y:v}:state"
+        );
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn unreserved_bytes_stay_everything_else_is_escaped() {
+        assert_eq!(key(&[b"AZaz09._~-"]), "tollgate:{rule:AZaz09._~-}:log");
+        assert_eq!(
+            key(&[b"a:b{c}d e%f#g/h+i"]),
+            "tollgate:{rule:a%3Ab%7Bc%7Dd%20e%25f%23g%2Fh%2Bi}:log"
+        );
+        assert_eq!(
+            key(&[b"\r\n\t\0\x7f"]),
+            "tollgate:{rule:%0D%0A%09%00%7F}:log"
+        );
+        assert_eq!(key(&[b"\xff\xc3\xa9"]), "tollgate:{rule:%FF%C3%A9}:log");
+        assert_eq!(key(&["é".as_bytes()]), "tollgate:{rule:%C3%A9}:log");
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn every_byte_encodes_to_safe_ascii() {
+        for b in 0..=255u8 {
+            let k = key(&[&[b]]);
+            let part = parts_of(&k);
+            assert_eq!(part.len(), 1, "{b:#x}: {k}");
+            let part = part[0];
+            assert!(part.len() == 1 || part.len() == 3, "{b:#x}: {part}");
+            assert!(part.bytes().all(|c| c.is_ascii_graphic()), "{b:#x}: {part}");
+            assert!(!part.contains([':', '{', '}', '#']), "{b:#x}: {part}");
+            // The hash tag is exactly the braces of the key.
+            assert_eq!(k.matches('{').count(), 1);
+            assert_eq!(k.matches('}').count(), 1);
+        }
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn injective() {
+        let cases: &[&[&[u8]]] = &[
+            &[],
+            &[b""],
+            &[b"", b""],
+            &[b"a:b"],
+            &[b"a", b"b"],
+            &[b"a", b""],
+            &[b"", b"a"],
+            &[b"%3A"],
+            &[b":"],
+            &[b"%"],
+            &[b"%25"],
+            &[b"a%3Ab"],
+            &[b"}"],
+            &[b"}:{"],
+            &[b"a b"],
+            &[b"a%20b"],
+            &[b"A"],
+            &[b"a"],
+            &[b"\xff"],
+            &[b"%FF"],
+            &[b"%ff"],
+            &[b"#"],
+        ];
+        let mut seen = HashSet::new();
+        for parts in cases {
+            assert!(seen.insert(key(parts)), "collision for {parts:?}");
+        }
+        assert_ne!(key(&[b"a:b"]), key(&[b"a", b"b"]));
+        assert_ne!(key(&[b"%3A"]), key(&[b":"]));
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn rule_names_cannot_forge_parts() {
+        assert_ne!(
+            bucket_key("p", "a:b", &[], "s"),
+            bucket_key("p", "a", &[b"b"], "s")
+        );
+        assert_eq!(bucket_key("p", "a}b", &[], "s"), "p:{a%7Db}:s");
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn long_parts_are_hashed() {
+        // 64 encoded bytes stay; 65 are hashed.
+        let exact = [b'x'; 64];
+        assert_eq!(
+            key(&[&exact]),
+            format!("tollgate:{{rule:{}}}:log", "x".repeat(64))
+        );
+        let over = [b'x'; 65];
+        let hashed = format!("#{}", sha1_smol::Sha1::from(&over[..]).digest());
+        assert_eq!(key(&[&over]), format!("tollgate:{{rule:{hashed}}}:log"));
+        // 21 escaped bytes are 63 encoded bytes; 22 are 66.
+        assert_eq!(parts_of(&key(&[&[b' '; 21]]))[0].len(), 63);
+        assert!(parts_of(&key(&[&[b' '; 22]]))[0].starts_with('#'));
+
+        let huge = vec![b'{'; 64 * 1024];
+        let k = key(&[&huge, b"ok", &huge]);
+        assert!(k.len() < 128, "{k}");
+        let parts = parts_of(&k);
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts[0].len(), 41);
+        assert!(parts[0].starts_with('#'));
+        assert!(parts[0][1..].bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(parts[0], parts[2]);
+        assert_eq!(parts[1], "ok");
+        // Distinct huge values still give distinct keys.
+        let mut other = huge.clone();
+        other[1000] = b'}';
+        assert_ne!(key(&[&huge]), key(&[&other]));
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn key_size_is_bounded() {
+        let values: Vec<Vec<u8>> = (0..4).map(|i| vec![i; 10_000]).collect();
+        let parts: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        let k = key(&parts);
+        let bound = "tollgate:{rule}:log".len() + parts.len() * (1 + MAX_PART_LEN);
+        assert!(k.len() <= bound, "{} > {bound}", k.len());
+    }
+}

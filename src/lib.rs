@@ -1,0 +1,75 @@
+//! # tollgate
+//!
+//! Transactional, multi-window rate limiting for Envoy, compiled to a proxy-wasm
+//! filter, with its state in Valkey (or Redis).
+//!
+//! A request may match several rules, and every rule may have several windows
+//! (for example *20 per 60 s* **and** *5 per 3 s*). One atomic Lua script decides
+//! for every window of every matching rule at once: the request is admitted only
+//! if all of them have room, and a rejected request consumes nothing anywhere.
+//!
+//! The crate is a *pure core with thin glue*: only [`filter`] (and the wasm entry
+//! point below) touches `proxy_wasm`. Everything else — configuration, rule
+//! matching, key building, the RESP codec, the script contract and the header
+//! formatting — is plain Rust that runs and is tested on the host with time
+//! passed in.
+//!
+//! ```
+//! use tollgate::config::Config;
+//! use tollgate::plan::{plan, RequestView};
+//!
+//! let config = Config::from_json(br#"{
+//!   "valkey": { "cluster": "tollgate_valkey" },
+//!   "rules": [{
+//!     "name": "auth.createToken",
+//!     "match": { "path_prefix": "/auth/token", "methods": ["POST"] },
+//!     "key": [ { "header": "x-user-id" } ],
+//!     "limits": [ { "limit": 20, "period": "60s" }, { "limit": 5, "period": "3s" } ]
+//!   }]
+//! }"#).unwrap();
+//!
+//! struct Req;
+//! impl RequestView for Req {
+//!     fn method(&self) -> Option<Vec<u8>> { Some(b"POST".to_vec()) }
+//!     fn path(&self) -> Option<Vec<u8>> { Some(b"/auth/token".to_vec()) }
+//!     fn header(&self, name: &str) -> Option<Vec<u8>> {
+//!         (name == "x-user-id").then(|| b"alice".to_vec())
+//!     }
+//! }
+//!
+//! let checks = plan(&config, &Req);
+//! assert_eq!(checks.len(), 1);
+//! assert_eq!(checks[0].key, "tollgate:{auth.createToken:alice}:log");
+//! assert_eq!(checks[0].windows.len(), 2);
+//! ```
+#![cfg_attr(
+    test,
+    allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+pub mod config;
+pub mod headers;
+pub mod key;
+pub mod limiter;
+pub mod plan;
+pub mod resp;
+pub mod response;
+pub mod store;
+
+#[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
+pub mod filter;
+
+/// The module's entry point: Envoy calls `_initialize`, which registers the
+/// root context factory. The macro's generated code needs `unsafe`.
+#[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
+#[allow(unsafe_code)]
+mod entry {
+    proxy_wasm::main! {{
+        super::filter::register();
+    }}
+}

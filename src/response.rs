@@ -1,0 +1,181 @@
+//! What the filter sends: headers for admitted requests and the local reply
+//! for denied ones, built from a [`Decision`]. Pure; the filter only copies
+//! the result into Envoy.
+
+use crate::config::Config;
+use crate::headers::{
+    problem_json, ratelimit, ratelimit_policy, retry_after_secs, PolicyStat, PROBLEM_CONTENT_TYPE,
+};
+use crate::limiter::{Check, Decision};
+
+/// A response the filter answers itself instead of forwarding the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalReply {
+    pub status: u32,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Policy names (`"<rule>/<period>"`), one per window of the decision.
+pub fn policy_names(config: &Config, checks: &[Check], decision: &Decision) -> Vec<String> {
+    decision
+        .windows
+        .iter()
+        .map(|w| {
+            let rule = checks.get(w.check).and_then(|c| config.rules.get(c.rule));
+            match rule.and_then(|r| r.limits.get(w.window).map(|l| (r, l))) {
+                Some((rule, limit)) => format!("{}/{}", rule.name, limit.period.label()),
+                None => format!("rule{}/window{}", w.check, w.window),
+            }
+        })
+        .collect()
+}
+
+fn stats<'a>(names: &'a [String], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
+    names
+        .iter()
+        .zip(&decision.windows)
+        .map(|(name, outcome)| PolicyStat { name, outcome })
+        .collect()
+}
+
+/// `RateLimit-Policy` and `RateLimit` for every window of the decision.
+pub fn ratelimit_headers(
+    config: &Config,
+    checks: &[Check],
+    decision: &Decision,
+) -> Vec<(String, String)> {
+    let names = policy_names(config, checks, decision);
+    let all = stats(&names, decision);
+    if all.is_empty() {
+        return Vec::new();
+    }
+    vec![
+        ("ratelimit-policy".to_string(), ratelimit_policy(&all)),
+        ("ratelimit".to_string(), ratelimit(&all)),
+    ]
+}
+
+/// The 429 for a denied request: rate-limit headers, `Retry-After` and a
+/// problem+json body naming the violated policies.
+pub fn denied(config: &Config, checks: &[Check], decision: &Decision) -> LocalReply {
+    let names = policy_names(config, checks, decision);
+    let all = stats(&names, decision);
+    let violated: Vec<PolicyStat<'_>> =
+        all.iter().filter(|s| s.outcome.denied()).cloned().collect();
+    let retry_ms = decision.retry_after_ms();
+    let mut headers = ratelimit_headers(config, checks, decision);
+    headers.push((
+        "retry-after".to_string(),
+        retry_after_secs(retry_ms).to_string(),
+    ));
+    headers.push(("content-type".to_string(), PROBLEM_CONTENT_TYPE.to_string()));
+    LocalReply {
+        status: 429,
+        headers,
+        body: problem_json(&violated, retry_ms).into_bytes(),
+    }
+}
+
+/// The 503 of `failure_mode: deny` when the store cannot answer.
+pub fn store_unavailable() -> LocalReply {
+    LocalReply {
+        status: 503,
+        headers: vec![
+            ("retry-after".to_string(), "1".to_string()),
+            ("content-type".to_string(), "text/plain".to_string()),
+        ],
+        body: b"rate limit store unavailable\n".to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{Window, WindowOutcome};
+    use std::num::NonZeroU64;
+
+    fn setup() -> (Config, Vec<Check>) {
+        let config = Config::from_json(
+            br#"{"valkey":{"cluster":"c"},"rules":[{"name":"auth.createToken",
+                "limits":[{"limit":20,"period":"60s"},{"limit":5,"period":"3s"}]}]}"#,
+        )
+        .unwrap();
+        let nz = |n| NonZeroU64::new(n).unwrap();
+        let checks = vec![Check {
+            rule: 0,
+            key: "k".into(),
+            windows: vec![
+                Window {
+                    limit: nz(20),
+                    period_ms: nz(60_000),
+                },
+                Window {
+                    limit: nz(5),
+                    period_ms: nz(3_000),
+                },
+            ],
+            cost: nz(1),
+        }];
+        (config, checks)
+    }
+
+    fn decision(retry_3s: u64) -> Decision {
+        let w = |window, limit, period_ms, remaining, reset_ms, retry_ms| WindowOutcome {
+            check: 0,
+            window,
+            limit,
+            period_ms,
+            remaining,
+            reset_ms,
+            retry_ms,
+        };
+        Decision {
+            allowed: retry_3s == 0,
+            now_ms: 0,
+            windows: vec![
+                w(0, 20, 60_000, 15, 59_500, 0),
+                w(1, 5, 3_000, 0, 2_500, retry_3s),
+            ],
+        }
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn denial_names_the_violated_window_and_rounds_retry_up() {
+        let (config, checks) = setup();
+        let reply = denied(&config, &checks, &decision(2_100));
+        assert_eq!(reply.status, 429);
+        let header = |n: &str| {
+            reply
+                .headers
+                .iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(header("retry-after").as_deref(), Some("3"));
+        assert_eq!(
+            header("ratelimit-policy").as_deref(),
+            Some(r#""auth.createToken/60s";q=20;w=60, "auth.createToken/3s";q=5;w=3"#)
+        );
+        assert_eq!(
+            header("ratelimit").as_deref(),
+            Some(r#""auth.createToken/60s";r=15;t=60, "auth.createToken/3s";r=0;t=3"#)
+        );
+        let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(body["status"], 429);
+        assert_eq!(body["retry_after"], 3);
+        assert_eq!(body["violated_policies"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            body["violated_policies"][0]["policy"],
+            "auth.createToken/3s"
+        );
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn admitted_requests_get_both_headers() {
+        let (config, checks) = setup();
+        let headers = ratelimit_headers(&config, &checks, &decision(0));
+        let names: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, vec!["ratelimit-policy", "ratelimit"]);
+    }
+}

@@ -1,0 +1,184 @@
+//! The one seam between the filter and the store: building the RESP pipeline
+//! of a store call and interpreting the tunnel's reply.
+//!
+//! A store call is an HTTP POST through Envoy whose body is a RESP pipeline;
+//! the internal tunnel listener forwards it to Valkey as raw TCP and the reply
+//! body is Valkey's raw RESP reply. Everything here is pure: the filter only
+//! moves bytes. Later pipelines (AUTH, batches of many requests' checks) are
+//! built and split here too, so the filter stays unchanged.
+
+use crate::limiter::reply::{self, ReplyError};
+use crate::limiter::script::{encode_call, Invocation, Script};
+use crate::limiter::{Check, Decision};
+use crate::resp::{decode_all, DecodeError, Limits, Value};
+use std::fmt;
+
+/// What the filter does with a store call's reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The store decided.
+    Decided(Decision),
+    /// The script is not cached (first call, restart, `SCRIPT FLUSH`):
+    /// send the same checks again with [`Invocation::Eval`].
+    NoScript,
+    /// The store could not decide; `failure_mode` applies.
+    Failed(Failure),
+}
+
+/// Why a store call gave no decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The tunnel call failed or answered a non-200 status (Valkey unreachable).
+    Unavailable(String),
+    /// The body is not a complete RESP reply (e.g. an Envoy error page).
+    NotResp(DecodeError),
+    /// Valkey answered an error reply, e.g. `READONLY`, `OOM`, `WRONGTYPE`.
+    ErrorReply { kind: String, message: String },
+    /// The script's reply does not have the contract's shape.
+    BadReply(ReplyError),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unavailable(why) => write!(f, "store unavailable: {why}"),
+            Self::NotResp(e) => write!(f, "store reply is not RESP: {e}"),
+            Self::ErrorReply { message, .. } => write!(f, "store error reply: {message}"),
+            Self::BadReply(e) => write!(f, "store reply malformed: {e}"),
+        }
+    }
+}
+
+/// The body of the store call deciding `checks` atomically.
+pub fn pipeline(
+    script: &Script,
+    how: Invocation,
+    checks: &[Check],
+    now_ms: Option<u64>,
+) -> Vec<u8> {
+    let mut body = Vec::with_capacity(256);
+    encode_call(&mut body, script, how, checks, now_ms);
+    body
+}
+
+/// Interprets a tunnel call's reply: `status` is the HTTP `:status` (`None`
+/// when the call produced no response), `body` the raw reply bytes.
+pub fn interpret(status: Option<&str>, body: &[u8], checks: &[Check]) -> Outcome {
+    match status {
+        Some("200") => {}
+        Some(other) => {
+            return Outcome::Failed(Failure::Unavailable(format!("tunnel status {other}")))
+        }
+        None => return Outcome::Failed(Failure::Unavailable("no response".into())),
+    }
+    let replies = match decode_all(body, &Limits::default()) {
+        Ok(replies) => replies,
+        Err(e) => return Outcome::Failed(Failure::NotResp(e)),
+    };
+    let [reply] = replies.as_slice() else {
+        return Outcome::Failed(Failure::Unavailable(format!(
+            "expected 1 reply, got {}",
+            replies.len()
+        )));
+    };
+    interpret_reply(reply, checks)
+}
+
+/// Interprets one script reply.
+pub fn interpret_reply(reply: &Value, checks: &[Check]) -> Outcome {
+    if reply.is_error() {
+        let kind = reply.error_kind().unwrap_or_default();
+        if kind == "NOSCRIPT" {
+            return Outcome::NoScript;
+        }
+        let message = reply
+            .as_error()
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default();
+        return Outcome::Failed(Failure::ErrorReply {
+            kind: kind.to_string(),
+            message: message.into_owned(),
+        });
+    }
+    match reply::parse(reply, checks) {
+        Ok(decision) => Outcome::Decided(decision),
+        Err(e) => Outcome::Failed(Failure::BadReply(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::Window;
+    use std::num::NonZeroU64;
+
+    fn checks() -> Vec<Check> {
+        let nz = |n| NonZeroU64::new(n).unwrap();
+        vec![Check {
+            rule: 0,
+            key: "k".into(),
+            windows: vec![Window {
+                limit: nz(2),
+                period_ms: nz(1_000),
+            }],
+            cost: nz(1),
+        }]
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn decides_on_a_well_formed_reply() {
+        let out = interpret(
+            Some("200"),
+            b"*5\r\n:1\r\n:42\r\n:1\r\n:1000\r\n:0\r\n",
+            &checks(),
+        );
+        let Outcome::Decided(d) = out else {
+            panic!("{out:?}")
+        };
+        assert!(d.allowed);
+        assert_eq!((d.now_ms, d.windows[0].remaining), (42, 1));
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn noscript_asks_for_eval() {
+        let out = interpret(Some("200"), b"-NOSCRIPT No matching script.\r\n", &checks());
+        assert_eq!(out, Outcome::NoScript);
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn failures_are_classified_not_panicked() {
+        let c = checks();
+        assert!(matches!(
+            interpret(Some("503"), b"upstream connect error", &c),
+            Outcome::Failed(Failure::Unavailable(_))
+        ));
+        assert!(matches!(
+            interpret(None, b"", &c),
+            Outcome::Failed(Failure::Unavailable(_))
+        ));
+        assert!(matches!(
+            interpret(Some("200"), b"upstream connect error", &c),
+            Outcome::Failed(Failure::NotResp(_))
+        ));
+        assert!(matches!(
+            interpret(Some("200"), b"*5\r\n:1\r\n", &c),
+            Outcome::Failed(Failure::NotResp(_))
+        ));
+        assert!(matches!(
+            interpret(Some("200"), b"", &c),
+            Outcome::Failed(Failure::Unavailable(_))
+        ));
+        let Outcome::Failed(Failure::ErrorReply { kind, .. }) = interpret(
+            Some("200"),
+            b"-READONLY You can't write against a read only replica.\r\n",
+            &c,
+        ) else {
+            panic!("not an error reply")
+        };
+        assert_eq!(kind, "READONLY");
+        assert!(matches!(
+            interpret(Some("200"), b":1\r\n", &c),
+            Outcome::Failed(Failure::BadReply(_))
+        ));
+    }
+}
