@@ -193,7 +193,12 @@ fn keys_expire_after_their_longest_period() {
     let valkey = Valkey::start();
     let c = check(0, "t:{ttl}:log", &[(5, 3_000), (20, 60_000)], 1);
     // With the server's clock (no injected now) the TTL is the longest period.
-    let body = store::pipeline(sliding_log(), Invocation::Eval, std::slice::from_ref(&c), None);
+    let body = store::pipeline(
+        sliding_log(),
+        Invocation::Eval,
+        std::slice::from_ref(&c),
+        None,
+    );
     let reply = raw_call(valkey.port, &body);
     assert!(matches!(store::interpret_reply(&reply, &[c]), Outcome::Decided(d) if d.allowed));
     let ttl = valkey.int(&["PTTL", "t:{ttl}:log"]);
