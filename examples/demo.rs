@@ -1,12 +1,7 @@
 //! `make demo`: starts Valkey and Envoy with `envoy/envoy.yaml` (on free
 //! ports), runs the seed article's scenario — eight `auth.createToken` calls
 //! for one user against 20/60s + 5/3s — prints the seed's table, and stops.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -15,10 +10,7 @@ use support::{demo_plugin_config, Envoy, EnvoyOptions, Response, Valkey};
 
 fn remaining(resp: &Response, policy: &str) -> String {
     resp.header("ratelimit")
-        .and_then(|h| {
-            h.split(", ")
-                .find(|item| item.starts_with(&format!("\"{policy}\"")))
-        })
+        .and_then(|h| h.split(", ").find(|item| item.starts_with(&format!("\"{policy}\""))))
         .and_then(|item| item.split(';').find_map(|p| p.strip_prefix("r=")))
         .unwrap_or("-")
         .to_string()
@@ -31,29 +23,16 @@ fn denied_by(resp: &Response) -> String {
     let body: serde_json::Value = serde_json::from_slice(&resp.body).unwrap_or_default();
     body["violated_policies"]
         .as_array()
-        .map(|v| {
-            v.iter()
-                .filter_map(|p| p["policy"].as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
+        .map(|v| v.iter().filter_map(|p| p["policy"].as_str()).collect::<Vec<_>>().join(", "))
         .unwrap_or_default()
 }
 
 fn main() {
     let valkey = Valkey::start();
-    let envoy = Envoy::start(&EnvoyOptions {
-        plugin_config: demo_plugin_config(),
-        valkey_port: valkey.port,
-        concurrency: 1,
-    });
-    println!(
-        "POST /auth/token as x-user-id: alice — rule auth.createToken: 20 per 60s AND 5 per 3s\n"
-    );
-    println!(
-        "{:>4} | {:>6} | {:>15} | {:>14} | denied by",
-        "call", "status", "remaining (60s)", "remaining (3s)"
-    );
+    let envoy =
+        Envoy::start(&EnvoyOptions { plugin_config: demo_plugin_config(), valkey_port: valkey.port, concurrency: 1 });
+    println!("POST /auth/token as x-user-id: alice — rule auth.createToken: 20 per 60s AND 5 per 3s\n");
+    println!("{:>4} | {:>6} | {:>15} | {:>14} | denied by", "call", "status", "remaining (60s)", "remaining (3s)");
     println!("{}", "-".repeat(70));
     for call in 1..=8 {
         let resp = envoy.request("POST", "/auth/token", &[("x-user-id", "alice")]);

@@ -185,42 +185,19 @@ mod tests {
     use super::*;
     use wasm_bindgen_test::wasm_bindgen_test;
 
-    fn outcome(
-        limit: u64,
-        period_ms: u64,
-        remaining: u64,
-        reset_ms: u64,
-        retry_ms: u64,
-    ) -> WindowOutcome {
-        WindowOutcome {
-            check: 0,
-            window: 0,
-            limit,
-            period_ms,
-            remaining,
-            reset_ms,
-            retry_ms,
-        }
+    fn outcome(limit: u64, period_ms: u64, remaining: u64, reset_ms: u64, retry_ms: u64) -> WindowOutcome {
+        WindowOutcome { check: 0, window: 0, limit, period_ms, remaining, reset_ms, retry_ms }
     }
 
     /// The seed scenario: 20 per 60 s and 5 per 3 s, the 3 s window denying.
     fn seed() -> [WindowOutcome; 2] {
-        [
-            outcome(20, 60_000, 15, 56_001, 0),
-            outcome(5, 3_000, 0, 1_234, 1_234),
-        ]
+        [outcome(20, 60_000, 15, 56_001, 0), outcome(5, 3_000, 0, 1_234, 1_234)]
     }
 
     fn stats(outcomes: &[WindowOutcome; 2]) -> [PolicyStat<'_>; 2] {
         [
-            PolicyStat {
-                name: "auth.createToken/60s",
-                outcome: &outcomes[0],
-            },
-            PolicyStat {
-                name: "auth.createToken/3s",
-                outcome: &outcomes[1],
-            },
+            PolicyStat { name: "auth.createToken/60s", outcome: &outcomes[0] },
+            PolicyStat { name: "auth.createToken/3s", outcome: &outcomes[1] },
         ]
     }
 
@@ -233,14 +210,8 @@ mod tests {
     fn seed_scenario_headers() {
         let outcomes = seed();
         let stats = stats(&outcomes);
-        assert_eq!(
-            ratelimit_policy(&stats),
-            r#""auth.createToken/60s";q=20;w=60, "auth.createToken/3s";q=5;w=3"#
-        );
-        assert_eq!(
-            ratelimit(&stats),
-            r#""auth.createToken/60s";r=15;t=57, "auth.createToken/3s";r=0;t=2"#
-        );
+        assert_eq!(ratelimit_policy(&stats), r#""auth.createToken/60s";q=20;w=60, "auth.createToken/3s";q=5;w=3"#);
+        assert_eq!(ratelimit(&stats), r#""auth.createToken/60s";r=15;t=57, "auth.createToken/3s";r=0;t=2"#);
         assert_eq!(ratelimit_policy(&[]), "");
         assert_eq!(ratelimit(&[]), "");
     }
@@ -261,10 +232,7 @@ mod tests {
         let outcomes = seed();
         let stats = stats(&outcomes);
         let body: serde_json::Value = serde_json::from_str(&problem_json(&stats, 56_001)).unwrap();
-        assert_eq!(
-            body["detail"],
-            "rate limit exceeded: auth.createToken/60s, auth.createToken/3s"
-        );
+        assert_eq!(body["detail"], "rate limit exceeded: auth.createToken/60s, auth.createToken/3s");
         assert_eq!(body["violated_policies"].as_array().unwrap().len(), 2);
         assert_eq!(body["violated_policies"][0]["window_ms"], 60_000);
         assert_eq!(body["retry_after"], 57);
@@ -291,43 +259,19 @@ mod tests {
 
     #[wasm_bindgen_test(unsupported = test)]
     fn window_rounds_up_to_at_least_one_second() {
-        for (period_ms, w) in [
-            (250, 1),
-            (1, 1),
-            (0, 1),
-            (999, 1),
-            (1_000, 1),
-            (1_001, 2),
-            (1_500, 2),
-            (60_000, 60),
-            (86_400_000, 86_400),
-        ] {
+        for (period_ms, w) in
+            [(250, 1), (1, 1), (0, 1), (999, 1), (1_000, 1), (1_001, 2), (1_500, 2), (60_000, 60), (86_400_000, 86_400)]
+        {
             let o = outcome(7, period_ms, 0, 0, 0);
-            assert_eq!(
-                single("p", &o).0,
-                format!("\"p\";q=7;w={w}"),
-                "period {period_ms}"
-            );
+            assert_eq!(single("p", &o).0, format!("\"p\";q=7;w={w}"), "period {period_ms}");
         }
     }
 
     #[wasm_bindgen_test(unsupported = test)]
     fn reset_rounds_up_and_zero_stays_zero() {
-        for (reset_ms, t) in [
-            (0, 0),
-            (1, 1),
-            (999, 1),
-            (1_000, 1),
-            (1_001, 2),
-            (2_000, 2),
-            (56_001, 57),
-        ] {
+        for (reset_ms, t) in [(0, 0), (1, 1), (999, 1), (1_000, 1), (1_001, 2), (2_000, 2), (56_001, 57)] {
             let o = outcome(7, 60_000, 3, reset_ms, 0);
-            assert_eq!(
-                single("p", &o).1,
-                format!("\"p\";r=3;t={t}"),
-                "reset {reset_ms}"
-            );
+            assert_eq!(single("p", &o).1, format!("\"p\";r=3;t={t}"), "reset {reset_ms}");
         }
     }
 

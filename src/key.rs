@@ -45,10 +45,7 @@ const HEX: &[u8; 16] = b"0123456789ABCDEF";
 /// so that no rule name can ever forge another rule's parts or close the hash
 /// tag. Every part is encoded as described in the [module docs](self).
 pub fn bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], suffix: &str) -> String {
-    let parts_len: usize = parts
-        .iter()
-        .map(|p| part_len(p).saturating_add(1))
-        .fold(0, usize::saturating_add);
+    let parts_len: usize = parts.iter().map(|p| part_len(p).saturating_add(1)).fold(0, usize::saturating_add);
     let mut key = String::with_capacity(
         prefix
             .len()
@@ -96,10 +93,7 @@ fn is_unreserved(b: u8) -> bool {
 
 /// Length of the percent-encoded form of `bytes`.
 fn encoded_len(bytes: &[u8]) -> usize {
-    bytes
-        .iter()
-        .map(|&b| if is_unreserved(b) { 1 } else { 3 })
-        .fold(0, usize::saturating_add)
+    bytes.iter().map(|&b| if is_unreserved(b) { 1 } else { 3 }).fold(0, usize::saturating_add)
 }
 
 /// Appends `bytes` percent-encoded: unreserved bytes as is, others as `%XX`.
@@ -130,10 +124,7 @@ mod tests {
 
     /// The encoded parts of a key built by [`key`].
     fn parts_of(key: &str) -> Vec<&str> {
-        let inner = key
-            .strip_prefix("tollgate:{rule")
-            .and_then(|k| k.strip_suffix("}:log"))
-            .unwrap();
+        let inner = key.strip_prefix("tollgate:{rule").and_then(|k| k.strip_suffix("}:log")).unwrap();
         inner.split(':').skip(1).collect()
     }
 
@@ -151,23 +142,14 @@ mod tests {
         assert_eq!(key(&[b""]), "tollgate:{rule:}:log");
         assert_eq!(key(&[b"", b""]), "tollgate:{rule::}:log");
         assert_eq!(key(&[b"a", b""]), "tollgate:{rule:a:}:log");
-        assert_eq!(
-            bucket_key("tg:prod", "r-1_x.y", &[b"v"], "state"),
-            "tg:prod:{r-1_x.y:v}:state"
-        );
+        assert_eq!(bucket_key("tg:prod", "r-1_x.y", &[b"v"], "state"), "tg:prod:{r-1_x.y:v}:state");
     }
 
     #[wasm_bindgen_test(unsupported = test)]
     fn unreserved_bytes_stay_everything_else_is_escaped() {
         assert_eq!(key(&[b"AZaz09._~-"]), "tollgate:{rule:AZaz09._~-}:log");
-        assert_eq!(
-            key(&[b"a:b{c}d e%f#g/h+i"]),
-            "tollgate:{rule:a%3Ab%7Bc%7Dd%20e%25f%23g%2Fh%2Bi}:log"
-        );
-        assert_eq!(
-            key(&[b"\r\n\t\0\x7f"]),
-            "tollgate:{rule:%0D%0A%09%00%7F}:log"
-        );
+        assert_eq!(key(&[b"a:b{c}d e%f#g/h+i"]), "tollgate:{rule:a%3Ab%7Bc%7Dd%20e%25f%23g%2Fh%2Bi}:log");
+        assert_eq!(key(&[b"\r\n\t\0\x7f"]), "tollgate:{rule:%0D%0A%09%00%7F}:log");
         assert_eq!(key(&[b"\xff\xc3\xa9"]), "tollgate:{rule:%FF%C3%A9}:log");
         assert_eq!(key(&["é".as_bytes()]), "tollgate:{rule:%C3%A9}:log");
     }
@@ -224,10 +206,7 @@ mod tests {
 
     #[wasm_bindgen_test(unsupported = test)]
     fn rule_names_cannot_forge_parts() {
-        assert_ne!(
-            bucket_key("p", "a:b", &[], "s"),
-            bucket_key("p", "a", &[b"b"], "s")
-        );
+        assert_ne!(bucket_key("p", "a:b", &[], "s"), bucket_key("p", "a", &[b"b"], "s"));
         assert_eq!(bucket_key("p", "a}b", &[], "s"), "p:{a%7Db}:s");
     }
 
@@ -235,10 +214,7 @@ mod tests {
     fn long_parts_are_hashed() {
         // 64 encoded bytes stay; 65 are hashed.
         let exact = [b'x'; 64];
-        assert_eq!(
-            key(&[&exact]),
-            format!("tollgate:{{rule:{}}}:log", "x".repeat(64))
-        );
+        assert_eq!(key(&[&exact]), format!("tollgate:{{rule:{}}}:log", "x".repeat(64)));
         let over = [b'x'; 65];
         let hashed = format!("#{}", sha1_smol::Sha1::from(&over[..]).digest());
         assert_eq!(key(&[&over]), format!("tollgate:{{rule:{hashed}}}:log"));

@@ -42,15 +42,7 @@
 //! assert_eq!(checks[0].key, "tollgate:{auth.createToken:alice}:log");
 //! assert_eq!(checks[0].windows.len(), 2);
 //! ```
-#![cfg_attr(
-    test,
-    allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
 
 pub mod config;
 pub mod headers;

@@ -38,11 +38,7 @@ fn matches(m: &Match, request: &dyn RequestView) -> bool {
         let Some(method) = request.method() else {
             return false;
         };
-        if !m
-            .methods
-            .iter()
-            .any(|allowed| allowed.as_bytes() == method.as_slice())
-        {
+        if !m.methods.iter().any(|allowed| allowed.as_bytes() == method.as_slice()) {
             return false;
         }
     }
@@ -59,19 +55,11 @@ fn matches(m: &Match, request: &dyn RequestView) -> bool {
 
 /// The path without its query string or fragment.
 fn path_only(path: &[u8]) -> &[u8] {
-    let end = path
-        .iter()
-        .position(|&b| b == b'?' || b == b'#')
-        .unwrap_or(path.len());
+    let end = path.iter().position(|&b| b == b'?' || b == b'#').unwrap_or(path.len());
     path.get(..end).unwrap_or(path)
 }
 
-fn check_for(
-    config: &Config,
-    index: usize,
-    rule: &Rule,
-    request: &dyn RequestView,
-) -> Option<Check> {
+fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestView) -> Option<Check> {
     let mut values: Vec<Vec<u8>> = Vec::with_capacity(rule.key.len());
     for part in &rule.key {
         match part {
@@ -82,20 +70,8 @@ fn check_for(
     let parts: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
     Some(Check {
         rule: index,
-        key: bucket_key(
-            &config.valkey.key_prefix,
-            &rule.name,
-            &parts,
-            SLIDING_LOG_SUFFIX,
-        ),
-        windows: rule
-            .limits
-            .iter()
-            .map(|l| Window {
-                limit: l.limit,
-                period_ms: l.period.ms(),
-            })
-            .collect(),
+        key: bucket_key(&config.valkey.key_prefix, &rule.name, &parts, SLIDING_LOG_SUFFIX),
+        windows: rule.limits.iter().map(|l| Window { limit: l.limit, period_ms: l.period.ms() }).collect(),
         cost: NonZeroU64::MIN,
     })
 }
@@ -128,11 +104,7 @@ mod tests {
         if let Some(u) = user {
             headers.insert("x-user-id", u);
         }
-        Req {
-            method,
-            path,
-            headers,
-        }
+        Req { method, path, headers }
     }
 
     fn config() -> Config {
@@ -157,11 +129,7 @@ mod tests {
         assert_eq!(checks.len(), 2);
         assert_eq!(checks[0].rule, 0);
         assert_eq!(checks[0].key, "tollgate:{auth.createToken:alice}:log");
-        let windows: Vec<(u64, u64)> = checks[0]
-            .windows
-            .iter()
-            .map(|w| (w.limit.get(), w.period_ms.get()))
-            .collect();
+        let windows: Vec<(u64, u64)> = checks[0].windows.iter().map(|w| (w.limit.get(), w.period_ms.get())).collect();
         assert_eq!(windows, vec![(20, 60_000), (5, 3_000)]);
         assert_eq!(checks[1].key, "tollgate:{global}:log");
     }

@@ -3,9 +3,7 @@
 //! the result into Envoy.
 
 use crate::config::Config;
-use crate::headers::{
-    problem_json, ratelimit, ratelimit_policy, retry_after_secs, PolicyStat, PROBLEM_CONTENT_TYPE,
-};
+use crate::headers::{problem_json, ratelimit, ratelimit_policy, retry_after_secs, PolicyStat, PROBLEM_CONTENT_TYPE};
 use crate::limiter::{Check, Decision};
 
 /// A response the filter answers itself instead of forwarding the request.
@@ -32,28 +30,17 @@ pub fn policy_names(config: &Config, checks: &[Check], decision: &Decision) -> V
 }
 
 fn stats<'a>(names: &'a [String], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
-    names
-        .iter()
-        .zip(&decision.windows)
-        .map(|(name, outcome)| PolicyStat { name, outcome })
-        .collect()
+    names.iter().zip(&decision.windows).map(|(name, outcome)| PolicyStat { name, outcome }).collect()
 }
 
 /// `RateLimit-Policy` and `RateLimit` for every window of the decision.
-pub fn ratelimit_headers(
-    config: &Config,
-    checks: &[Check],
-    decision: &Decision,
-) -> Vec<(String, String)> {
+pub fn ratelimit_headers(config: &Config, checks: &[Check], decision: &Decision) -> Vec<(String, String)> {
     let names = policy_names(config, checks, decision);
     let all = stats(&names, decision);
     if all.is_empty() {
         return Vec::new();
     }
-    vec![
-        ("ratelimit-policy".to_string(), ratelimit_policy(&all)),
-        ("ratelimit".to_string(), ratelimit(&all)),
-    ]
+    vec![("ratelimit-policy".to_string(), ratelimit_policy(&all)), ("ratelimit".to_string(), ratelimit(&all))]
 }
 
 /// The 429 for a denied request: rate-limit headers, `Retry-After` and a
@@ -61,20 +48,12 @@ pub fn ratelimit_headers(
 pub fn denied(config: &Config, checks: &[Check], decision: &Decision) -> LocalReply {
     let names = policy_names(config, checks, decision);
     let all = stats(&names, decision);
-    let violated: Vec<PolicyStat<'_>> =
-        all.iter().filter(|s| s.outcome.denied()).cloned().collect();
+    let violated: Vec<PolicyStat<'_>> = all.iter().filter(|s| s.outcome.denied()).cloned().collect();
     let retry_ms = decision.retry_after_ms();
     let mut headers = ratelimit_headers(config, checks, decision);
-    headers.push((
-        "retry-after".to_string(),
-        retry_after_secs(retry_ms).to_string(),
-    ));
+    headers.push(("retry-after".to_string(), retry_after_secs(retry_ms).to_string()));
     headers.push(("content-type".to_string(), PROBLEM_CONTENT_TYPE.to_string()));
-    LocalReply {
-        status: 429,
-        headers,
-        body: problem_json(&violated, retry_ms).into_bytes(),
-    }
+    LocalReply { status: 429, headers, body: problem_json(&violated, retry_ms).into_bytes() }
 }
 
 /// The 503 of `failure_mode: deny` when the store cannot answer.
@@ -106,14 +85,8 @@ mod tests {
             rule: 0,
             key: "k".into(),
             windows: vec![
-                Window {
-                    limit: nz(20),
-                    period_ms: nz(60_000),
-                },
-                Window {
-                    limit: nz(5),
-                    period_ms: nz(3_000),
-                },
+                Window { limit: nz(20), period_ms: nz(60_000) },
+                Window { limit: nz(5), period_ms: nz(3_000) },
             ],
             cost: nz(1),
         }];
@@ -133,10 +106,7 @@ mod tests {
         Decision {
             allowed: retry_3s == 0,
             now_ms: 0,
-            windows: vec![
-                w(0, 20, 60_000, 15, 59_500, 0),
-                w(1, 5, 3_000, 0, 2_500, retry_3s),
-            ],
+            windows: vec![w(0, 20, 60_000, 15, 59_500, 0), w(1, 5, 3_000, 0, 2_500, retry_3s)],
         }
     }
 
@@ -145,13 +115,7 @@ mod tests {
         let (config, checks) = setup();
         let reply = denied(&config, &checks, &decision(2_100));
         assert_eq!(reply.status, 429);
-        let header = |n: &str| {
-            reply
-                .headers
-                .iter()
-                .find(|(k, _)| k == n)
-                .map(|(_, v)| v.clone())
-        };
+        let header = |n: &str| reply.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
         assert_eq!(header("retry-after").as_deref(), Some("3"));
         assert_eq!(
             header("ratelimit-policy").as_deref(),
@@ -165,10 +129,7 @@ mod tests {
         assert_eq!(body["status"], 429);
         assert_eq!(body["retry_after"], 3);
         assert_eq!(body["violated_policies"].as_array().unwrap().len(), 1);
-        assert_eq!(
-            body["violated_policies"][0]["policy"],
-            "auth.createToken/3s"
-        );
+        assert_eq!(body["violated_policies"][0]["policy"], "auth.createToken/3s");
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

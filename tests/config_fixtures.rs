@@ -8,12 +8,7 @@
 //!
 //! These read files, so they run on the host only.
 #![cfg(not(target_arch = "wasm32"))]
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::fs;
 use std::num::NonZeroU64;
@@ -23,9 +18,7 @@ use std::time::Duration;
 use tollgate::config::{Config, FailureMode, KeyPart};
 
 fn fixture_dir(kind: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/config")
-        .join(kind)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config").join(kind)
 }
 
 /// Every `*.json` in a fixture directory, sorted; panics if there are none.
@@ -56,17 +49,9 @@ fn invalid_fixtures_fail_with_the_expected_message() {
     let files = json_files("invalid");
     for json in &files {
         let expected_path = json.with_extension("expected");
-        let expected = fs::read_to_string(&expected_path).unwrap_or_else(|err| {
-            panic!(
-                "{} has no {}: {err}",
-                json.display(),
-                expected_path.display()
-            )
-        });
-        let expected = expected
-            .strip_suffix('\n')
-            .map(|e| e.strip_suffix('\r').unwrap_or(e))
-            .unwrap_or(&expected);
+        let expected = fs::read_to_string(&expected_path)
+            .unwrap_or_else(|err| panic!("{} has no {}: {err}", json.display(), expected_path.display()));
+        let expected = expected.strip_suffix('\n').map(|e| e.strip_suffix('\r').unwrap_or(e)).unwrap_or(&expected);
         match parse_file(json) {
             Ok(_) => failures.push(format!("{}: parsed, expected {expected:?}", json.display())),
             Err(err) if err.to_string() == expected => {}
@@ -94,11 +79,7 @@ fn every_expected_file_has_its_json() {
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
         match ext {
             "json" => {}
-            "expected" => assert!(
-                path.with_extension("json").is_file(),
-                "{} has no .json",
-                path.display()
-            ),
+            "expected" => assert!(path.with_extension("json").is_file(), "{} has no .json", path.display()),
             _ => panic!("unexpected file {}", path.display()),
         }
     }
@@ -126,16 +107,10 @@ fn example_fixture_values() {
     assert_eq!(rule.matcher.path_prefix.as_deref(), Some("/auth/token"));
     assert_eq!(rule.matcher.methods, ["POST"]);
     assert_eq!(rule.key, [KeyPart::Header("x-user-id".into())]);
-    let windows: Vec<(u64, u64, &str)> = rule
-        .limits
-        .iter()
-        .map(|l| (l.limit.get(), l.period.ms().get(), l.period.label()))
-        .collect();
+    let windows: Vec<(u64, u64, &str)> =
+        rule.limits.iter().map(|l| (l.limit.get(), l.period.ms().get(), l.period.label())).collect();
     assert_eq!(windows, [(20, 60_000, "60s"), (5, 3_000, "3s")]);
-    assert_eq!(
-        config.testing.now_header.as_deref(),
-        Some("x-tollgate-test-now-ms")
-    );
+    assert_eq!(config.testing.now_header.as_deref(), Some("x-tollgate-test-now-ms"));
 }
 
 #[test]
@@ -163,20 +138,9 @@ fn integer_periods_fixture_values() {
     assert_eq!(config.valkey.timeout, Duration::from_secs(2));
     assert_eq!(config.failure_mode, FailureMode::Deny);
     let periods = |i: usize| -> Vec<(u64, String)> {
-        config.rules[i]
-            .limits
-            .iter()
-            .map(|l| (l.period.ms().get(), l.period.label().to_owned()))
-            .collect()
+        config.rules[i].limits.iter().map(|l| (l.period.ms().get(), l.period.label().to_owned())).collect()
     };
-    assert_eq!(
-        periods(0),
-        [
-            (1_000, "1s".to_owned()),
-            (60_000, "60s".to_owned()),
-            (86_400_000, "86400s".to_owned())
-        ]
-    );
+    assert_eq!(periods(0), [(1_000, "1s".to_owned()), (60_000, "60s".to_owned()), (86_400_000, "86400s".to_owned())]);
     assert_eq!(
         periods(1),
         [
@@ -188,11 +152,5 @@ fn integer_periods_fixture_values() {
     );
     let rule = &config.rules[1];
     assert_eq!(rule.matcher.methods, ["GET", "HEAD"]);
-    assert_eq!(
-        rule.key,
-        [
-            KeyPart::Header(":authority".into()),
-            KeyPart::Header("x-api-key".into())
-        ]
-    );
+    assert_eq!(rule.key, [KeyPart::Header(":authority".into()), KeyPart::Header("x-api-key".into())]);
 }

@@ -1,12 +1,7 @@
 //! Differential tests: one behaviour suite run against the pure reference
 //! model (`limiter::model`) and against `sliding_log.lua` in a real Valkey,
 //! with injected time. Every decision, remaining, reset and retry must agree.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 mod support;
 
@@ -34,8 +29,7 @@ fn store_decide(valkey: &Valkey, checks: &[Check], now_ms: u64) -> Decision {
 
 fn raw_call(port: u16, body: &[u8]) -> Value {
     // Re-split the encoded command into arguments for the test client.
-    let (Value::Array(items), _) = tollgate::resp::decode(body, &Default::default()).unwrap()
-    else {
+    let (Value::Array(items), _) = tollgate::resp::decode(body, &Default::default()).unwrap() else {
         panic!("pipeline is not one command")
     };
     let args: Vec<&[u8]> = items.iter().map(|v| v.as_bytes().unwrap()).collect();
@@ -50,13 +44,7 @@ fn check(rule: usize, key: &str, windows: &[(u64, u64)], cost: u64) -> Check {
     Check {
         rule,
         key: key.to_string(),
-        windows: windows
-            .iter()
-            .map(|&(l, p)| Window {
-                limit: nz(l),
-                period_ms: nz(p),
-            })
-            .collect(),
+        windows: windows.iter().map(|&(l, p)| Window { limit: nz(l), period_ms: nz(p) }).collect(),
         cost: nz(cost),
     }
 }
@@ -67,18 +55,10 @@ fn assert_same(valkey: &Valkey, steps: &[(u64, Vec<Check>)]) {
     for (i, (now, checks)) in steps.iter().enumerate() {
         let expected = model.decide(checks, *now);
         let got = store_decide(valkey, checks, *now);
-        assert_eq!(
-            got, expected,
-            "step {i} at {now} ms: store and model disagree"
-        );
+        assert_eq!(got, expected, "step {i} at {now} ms: store and model disagree");
         for c in checks {
             let zcard = valkey.int(&["ZCARD", &c.key]);
-            assert_eq!(
-                zcard as usize,
-                model.entries(&c.key),
-                "step {i}: entries of {}",
-                c.key
-            );
+            assert_eq!(zcard as usize, model.entries(&c.key), "step {i}: entries of {}", c.key);
         }
     }
 }
@@ -155,11 +135,7 @@ fn random_traces_agree() {
         let mut steps = Vec::new();
         for _ in 0..150 {
             now += [0, 1, 7, 120, 900, 2_500, 70_000][rng.below(7) as usize];
-            let chosen: Vec<Check> = rules
-                .iter()
-                .filter(|_| rng.below(2) == 0)
-                .cloned()
-                .collect();
+            let chosen: Vec<Check> = rules.iter().filter(|_| rng.below(2) == 0).cloned().collect();
             if !chosen.is_empty() {
                 steps.push((now, chosen));
             }
@@ -181,10 +157,7 @@ fn rejected_requests_change_nothing_in_any_key() {
         assert!(!d.allowed);
         assert_eq!(d.denied_by().map(|w| w.check).collect::<Vec<_>>(), vec![1]);
     }
-    assert_eq!(
-        valkey.cmd(&["ZRANGE", "t:{open}:log", "0", "-1", "WITHSCORES"]),
-        before
-    );
+    assert_eq!(valkey.cmd(&["ZRANGE", "t:{open}:log", "0", "-1", "WITHSCORES"]), before);
     assert_eq!(valkey.int(&["ZCARD", "t:{full}:log"]), 1);
 }
 
@@ -193,12 +166,7 @@ fn keys_expire_after_their_longest_period() {
     let valkey = Valkey::start();
     let c = check(0, "t:{ttl}:log", &[(5, 3_000), (20, 60_000)], 1);
     // With the server's clock (no injected now) the TTL is the longest period.
-    let body = store::pipeline(
-        sliding_log(),
-        Invocation::Eval,
-        std::slice::from_ref(&c),
-        None,
-    );
+    let body = store::pipeline(sliding_log(), Invocation::Eval, std::slice::from_ref(&c), None);
     let reply = raw_call(valkey.port, &body);
     assert!(matches!(store::interpret_reply(&reply, &[c]), Outcome::Decided(d) if d.allowed));
     let ttl = valkey.int(&["PTTL", "t:{ttl}:log"]);

@@ -1,11 +1,6 @@
 //! End to end: a real Envoy running the built `tollgate.wasm` against a real
 //! Valkey, through the internal-listener tunnel of `envoy/envoy.yaml`.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 mod support;
 
@@ -34,11 +29,7 @@ fn seed_config(failure_mode: &str) -> String {
 }
 
 fn start(valkey: &Valkey, config: String, concurrency: u32) -> Envoy {
-    Envoy::start(&EnvoyOptions {
-        plugin_config: config,
-        valkey_port: valkey.port,
-        concurrency,
-    })
+    Envoy::start(&EnvoyOptions { plugin_config: config, valkey_port: valkey.port, concurrency })
 }
 
 fn token(envoy: &Envoy, user: &str, now_ms: u64) -> Response {
@@ -48,19 +39,13 @@ fn token(envoy: &Envoy, user: &str, now_ms: u64) -> Response {
 
 /// `"name";r=R;t=T` items of a RateLimit header, as (name, r).
 fn remaining(resp: &Response) -> Vec<(String, u64)> {
-    let header = resp
-        .header("ratelimit")
-        .unwrap_or_else(|| panic!("no RateLimit header: {resp:?}"));
+    let header = resp.header("ratelimit").unwrap_or_else(|| panic!("no RateLimit header: {resp:?}"));
     header
         .split(", ")
         .map(|item| {
             let mut parts = item.split(';');
             let name = parts.next().unwrap().trim_matches('"').to_string();
-            let r = parts
-                .find_map(|p| p.strip_prefix("r="))
-                .unwrap()
-                .parse()
-                .unwrap();
+            let r = parts.find_map(|p| p.strip_prefix("r=")).unwrap().parse().unwrap();
             (name, r)
         })
         .collect()
@@ -92,23 +77,13 @@ fn seed_table_through_envoy() {
             assert_eq!(resp.status, 429, "call {call}");
             assert_eq!((r[0].1, r[1].1), (15, 0), "call {call}");
             assert_eq!(resp.header("retry-after"), Some("3"));
-            assert_eq!(
-                resp.header("content-type"),
-                Some("application/problem+json")
-            );
+            assert_eq!(resp.header("content-type"), Some("application/problem+json"));
             let body: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();
-            assert_eq!(
-                body["violated_policies"][0]["policy"],
-                "auth.createToken/3s"
-            );
+            assert_eq!(body["violated_policies"][0]["policy"], "auth.createToken/3s");
             assert_eq!(body["violated_policies"].as_array().unwrap().len(), 1);
         }
     }
-    assert_eq!(
-        valkey.int(&["ZCARD", KEY_ALICE]),
-        5,
-        "denied calls consumed nothing"
-    );
+    assert_eq!(valkey.int(&["ZCARD", KEY_ALICE]), 5, "denied calls consumed nothing");
 
     // 3 s later (the entries at t0 leave the 3s window at t0 + 3000) calls pass again.
     let resp = token(&envoy, "alice", t0 + 3_000);
@@ -135,15 +110,8 @@ fn seed_table_through_envoy() {
         }
     }
     assert_eq!(passed, 20, "exactly 20 calls pass within the minute");
-    assert!(
-        denied_by_minute > 0,
-        "once 20 passed, the 60s window denies"
-    );
-    assert_eq!(
-        valkey.int(&["ZCARD", KEY_ALICE]),
-        20,
-        "rejections consumed nothing"
-    );
+    assert!(denied_by_minute > 0, "once 20 passed, the 60s window denies");
+    assert_eq!(valkey.int(&["ZCARD", KEY_ALICE]), 20, "rejections consumed nothing");
 
     // A minute after the first calls, their five entries have left.
     let resp = token(&envoy, "alice", t0 + 60_000);
@@ -170,17 +138,9 @@ fn users_are_independent_and_unmatched_requests_pass_untouched() {
     ] {
         let resp = envoy.request(method, path, &headers);
         assert_eq!(resp.status, 200, "{method} {path} {headers:?}");
-        assert_eq!(
-            resp.header("ratelimit"),
-            None,
-            "untouched: no rate-limit headers"
-        );
+        assert_eq!(resp.header("ratelimit"), None, "untouched: no rate-limit headers");
     }
-    assert_eq!(
-        valkey.int(&["DBSIZE"]),
-        2,
-        "only alice's and bob's buckets exist"
-    );
+    assert_eq!(valkey.int(&["DBSIZE"]), 2, "only alice's and bob's buckets exist");
 }
 
 /// Two Envoys with two workers each, 200 concurrent requests for one key:
@@ -194,19 +154,12 @@ fn concurrent_requests_through_two_envoys_admit_exactly_the_limit() {
       "rules": [ { "name": "burst", "key": [ { "header": "x-user-id" } ],
                    "limits": [ { "limit": 50, "period": "60s" } ] } ]
     }"#;
-    let envoys = [
-        start(&valkey, config.into(), 2),
-        start(&valkey, config.into(), 2),
-    ];
+    let envoys = [start(&valkey, config.into(), 2), start(&valkey, config.into(), 2)];
     let ports: Vec<u16> = envoys.iter().map(|e| e.port).collect();
     let handles: Vec<_> = (0..200)
         .map(|i| {
             let port = ports[i % 2];
-            std::thread::spawn(move || {
-                support::http(port, "GET", "/", &[("x-user-id", "shared")])
-                    .unwrap()
-                    .status
-            })
+            std::thread::spawn(move || support::http(port, "GET", "/", &[("x-user-id", "shared")]).unwrap().status)
         })
         .collect();
     let statuses: Vec<u16> = handles.into_iter().map(|h| h.join().unwrap()).collect();
@@ -257,11 +210,7 @@ fn store_down_with_allow_passes_and_recovers() {
     for _ in 0..5 {
         assert_eq!(token(&envoy, "alice", t0).status, 200);
     }
-    assert_eq!(
-        token(&envoy, "alice", t0).status,
-        429,
-        "limiting resumed on the new state"
-    );
+    assert_eq!(token(&envoy, "alice", t0).status, 429, "limiting resumed on the new state");
 }
 
 #[test]
@@ -294,35 +243,18 @@ fn store_not_answering_is_bounded_by_the_timeout() {
         }
         conns.len()
     });
-    let envoy = Envoy::start(&EnvoyOptions {
-        plugin_config: seed_config("allow"),
-        valkey_port: port,
-        concurrency: 1,
-    });
+    let envoy = Envoy::start(&EnvoyOptions { plugin_config: seed_config("allow"), valkey_port: port, concurrency: 1 });
     let (resp, took) = timed(|| token(&envoy, "alice", 1_800_000_000_000));
     assert_eq!(resp.status, 200, "allow: the request passes");
-    assert!(
-        took >= Duration::from_millis(95) && took < Duration::from_millis(150),
-        "took {took:?}"
-    );
+    assert!(took >= Duration::from_millis(95) && took < Duration::from_millis(150), "took {took:?}");
 
-    let deny = Envoy::start(&EnvoyOptions {
-        plugin_config: seed_config("deny"),
-        valkey_port: port,
-        concurrency: 1,
-    });
+    let deny = Envoy::start(&EnvoyOptions { plugin_config: seed_config("deny"), valkey_port: port, concurrency: 1 });
     let (resp, took) = timed(|| token(&deny, "alice", 1_800_000_000_000));
     assert_eq!(resp.status, 503, "deny: 503");
-    assert!(
-        took >= Duration::from_millis(95) && took < Duration::from_millis(150),
-        "took {took:?}"
-    );
+    assert!(took >= Duration::from_millis(95) && took < Duration::from_millis(150), "took {took:?}");
     // Unblock the accept loop so the thread ends.
     let _ = std::net::TcpStream::connect(("127.0.0.1", port));
-    assert!(
-        held.join().unwrap() >= 2,
-        "both Envoys reached the blackhole"
-    );
+    assert!(held.join().unwrap() >= 2, "both Envoys reached the blackhole");
 }
 
 /// A static bootstrap with an invalid plugin configuration: Envoy logs the
@@ -332,18 +264,10 @@ fn store_not_answering_is_bounded_by_the_timeout() {
 fn invalid_static_config_is_refused_with_the_field_path() {
     let valkey = Valkey::start();
     let bad = seed_config("allow").replace(r#""limit": 5,"#, r#""limit": 0,"#);
-    let outcome = Envoy::try_start(&EnvoyOptions {
-        plugin_config: bad,
-        valkey_port: valkey.port,
-        concurrency: 1,
-    });
-    let Err(log) = outcome else {
-        panic!("Envoy accepted an invalid plugin configuration")
-    };
+    let outcome = Envoy::try_start(&EnvoyOptions { plugin_config: bad, valkey_port: valkey.port, concurrency: 1 });
+    let Err(log) = outcome else { panic!("Envoy accepted an invalid plugin configuration") };
     assert!(
-        log.contains(
-            "tollgate: invalid plugin configuration: rules[0].limits[1].limit: must be > 0"
-        ),
+        log.contains("tollgate: invalid plugin configuration: rules[0].limits[1].limit: must be > 0"),
         "log:\n{log}"
     );
 }
@@ -364,26 +288,15 @@ fn invalid_dynamic_config_is_rejected_and_the_previous_one_keeps_working() {
     }
     assert_eq!(token(&envoy, "alice", t0).status, 429);
 
-    let rejected_before = envoy
-        .stat("listener_manager.lds.update_rejected")
-        .unwrap_or(0);
+    let rejected_before = envoy.stat("listener_manager.lds.update_rejected").unwrap_or(0);
     envoy.reload(&seed_config("allow").replace(r#""period": "3s""#, r#""period": "0s""#));
-    support::wait_until(
-        "the LDS update to be rejected",
-        Duration::from_secs(20),
-        || {
-            envoy
-                .stat("listener_manager.lds.update_rejected")
-                .unwrap_or(0)
-                > rejected_before
-        },
-    );
+    support::wait_until("the LDS update to be rejected", Duration::from_secs(20), || {
+        envoy.stat("listener_manager.lds.update_rejected").unwrap_or(0) > rejected_before
+    });
     assert!(envoy.is_running());
     let log = envoy.log_text();
     assert!(
-        log.contains(
-            "tollgate: invalid plugin configuration: rules[0].limits[1].period: must be > 0"
-        ),
+        log.contains("tollgate: invalid plugin configuration: rules[0].limits[1].period: must be > 0"),
         "log:\n{log}"
     );
     let resp = token(&envoy, "alice", t0);
@@ -393,18 +306,9 @@ fn invalid_dynamic_config_is_rejected_and_the_previous_one_keeps_working() {
     // A valid new configuration (10 per 3s) applies to new requests, no restart.
     envoy.reload(&seed_config("allow").replace(r#""limit": 5,"#, r#""limit": 10,"#));
     support::wait_until("the new limits to apply", Duration::from_secs(20), || {
-        token(&envoy, "carol", t0)
-            .header("ratelimit-policy")
-            .is_some_and(|p| p.contains("q=10;w=3"))
+        token(&envoy, "carol", t0).header("ratelimit-policy").is_some_and(|p| p.contains("q=10;w=3"))
     });
     let resp = token(&envoy, "alice", t0);
-    assert_eq!(
-        resp.status, 200,
-        "alice has room under the new 10/3s window"
-    );
-    assert_eq!(
-        remaining(&resp)[1].1,
-        4,
-        "the same bucket: 5 used + 1 now, of 10"
-    );
+    assert_eq!(resp.status, 200, "alice has room under the new 10/3s window");
+    assert_eq!(remaining(&resp)[1].1, 4, "the same bucket: 5 used + 1 now, of 10");
 }

@@ -5,13 +5,7 @@
 
 /// Milliseconds per unit, longest suffix first so that `ms` is tried before
 /// `s` and `m`.
-const UNITS: [(&str, u64); 5] = [
-    ("ms", 1),
-    ("s", 1_000),
-    ("m", 60_000),
-    ("h", 3_600_000),
-    ("d", 86_400_000),
-];
+const UNITS: [(&str, u64); 5] = [("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)];
 
 /// Why a duration could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,18 +20,12 @@ pub(crate) enum DurationError {
 /// only, no sign, no fraction, no spaces) into milliseconds. Zero is returned
 /// as zero: rejecting it is the caller's business.
 pub(crate) fn parse_str(text: &str) -> Result<u64, DurationError> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or(DurationError::Syntax)?;
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or(DurationError::Syntax)?;
     let (digits, unit) = text.split_at_checked(split).ok_or(DurationError::Syntax)?;
     if digits.is_empty() {
         return Err(DurationError::Syntax);
     }
-    let scale = UNITS
-        .iter()
-        .find(|(name, _)| *name == unit)
-        .map(|(_, scale)| *scale)
-        .ok_or(DurationError::Syntax)?;
+    let scale = UNITS.iter().find(|(name, _)| *name == unit).map(|(_, scale)| *scale).ok_or(DurationError::Syntax)?;
     // Only ASCII digits remain, so the sole possible failure is overflow.
     let count: u64 = digits.parse().map_err(|_| DurationError::Overflow)?;
     count.checked_mul(scale).ok_or(DurationError::Overflow)
@@ -51,12 +39,7 @@ pub(crate) fn from_seconds(seconds: u64) -> Result<u64, DurationError> {
 /// The shortest exact spelling of `ms` milliseconds: the largest unit that
 /// divides it (`"1d"`, `"90m"`, `"3s"`, `"250ms"`).
 pub(crate) fn canonical_label(ms: u64) -> String {
-    let (name, scale) = UNITS
-        .iter()
-        .rev()
-        .find(|(_, scale)| ms.is_multiple_of(*scale))
-        .copied()
-        .unwrap_or(("ms", 1));
+    let (name, scale) = UNITS.iter().rev().find(|(_, scale)| ms.is_multiple_of(*scale)).copied().unwrap_or(("ms", 1));
     format!("{}{}", ms / scale, name)
 }
 
@@ -84,8 +67,8 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn malformed() {
         for text in [
-            "", "3", "s", "ms", "3S", "3MS", "3 s", " 3s", "3s ", "-1s", "+1s", "1.5s", "1e3s",
-            "3sec", "3ss", "3us", "3w", "3y", "s3", "1h30m", "\u{661}s", "３s",
+            "", "3", "s", "ms", "3S", "3MS", "3 s", " 3s", "3s ", "-1s", "+1s", "1.5s", "1e3s", "3sec", "3ss", "3us",
+            "3w", "3y", "s3", "1h30m", "\u{661}s", "３s",
         ] {
             assert_eq!(parse_str(text), Err(DurationError::Syntax), "{text:?}");
         }
@@ -94,18 +77,9 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn overflow_is_an_error() {
         assert_eq!(parse_str("18446744073709551615ms"), Ok(u64::MAX));
-        assert_eq!(
-            parse_str("18446744073709551616ms"),
-            Err(DurationError::Overflow)
-        );
-        assert_eq!(
-            parse_str("99999999999999999999999999d"),
-            Err(DurationError::Overflow)
-        );
-        assert_eq!(
-            parse_str("18446744073709552s"),
-            Err(DurationError::Overflow)
-        );
+        assert_eq!(parse_str("18446744073709551616ms"), Err(DurationError::Overflow));
+        assert_eq!(parse_str("99999999999999999999999999d"), Err(DurationError::Overflow));
+        assert_eq!(parse_str("18446744073709552s"), Err(DurationError::Overflow));
         assert_eq!(parse_str("213503982335d"), Err(DurationError::Overflow));
     }
 
@@ -114,10 +88,7 @@ mod tests {
         assert_eq!(from_seconds(0), Ok(0));
         assert_eq!(from_seconds(3), Ok(3_000));
         assert_eq!(from_seconds(u64::MAX / 1_000), Ok(u64::MAX / 1_000 * 1_000));
-        assert_eq!(
-            from_seconds(u64::MAX / 1_000 + 1),
-            Err(DurationError::Overflow)
-        );
+        assert_eq!(from_seconds(u64::MAX / 1_000 + 1), Err(DurationError::Overflow));
         assert_eq!(from_seconds(u64::MAX), Err(DurationError::Overflow));
     }
 

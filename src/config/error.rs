@@ -21,10 +21,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
+        Self { path: path.into(), message: message.into() }
     }
 
     /// Where the error is: `valkey.timeout`, `rules[2].name`,
@@ -60,10 +57,7 @@ fn render(segs: &[Seg]) -> String {
     for seg in segs {
         match seg {
             Seg::Index(index) => out.push_str(&format!("[{index}]")),
-            Seg::Key(key)
-                if !key.is_empty()
-                    && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
-            {
+            Seg::Key(key) if !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => {
                 if !out.is_empty() {
                     out.push('.');
                 }
@@ -96,12 +90,7 @@ fn bare_message(err: &serde_json::Error) -> String {
 pub(crate) fn from_json_syntax(err: &serde_json::Error) -> ConfigError {
     ConfigError::new(
         ROOT,
-        format!(
-            "invalid JSON at line {} column {}: {}",
-            err.line(),
-            err.column(),
-            bare_message(err)
-        ),
+        format!("invalid JSON at line {} column {}: {}", err.line(), err.column(), bare_message(err)),
     )
 }
 
@@ -113,8 +102,9 @@ pub(crate) fn from_serde(err: serde_path_to_error::Error<serde_json::Error>) -> 
         .iter()
         .map(|seg| match seg {
             serde_path_to_error::Segment::Seq { index } => Seg::Index(*index),
-            serde_path_to_error::Segment::Map { key }
-            | serde_path_to_error::Segment::Enum { variant: key } => Seg::Key(key.clone()),
+            serde_path_to_error::Segment::Map { key } | serde_path_to_error::Segment::Enum { variant: key } => {
+                Seg::Key(key.clone())
+            }
             serde_path_to_error::Segment::Unknown => Seg::Key("?".to_owned()),
         })
         .collect();
@@ -131,9 +121,8 @@ pub(crate) fn from_serde(err: serde_path_to_error::Error<serde_json::Error>) -> 
 /// Rewrites serde's data-error messages into this module's wording, adding
 /// the field concerned to `segs` where serde's path stops at its parent.
 fn data_message(segs: &mut Vec<Seg>, text: &str) -> String {
-    if let Some((field, expected)) = text
-        .strip_prefix("unknown field `")
-        .and_then(|rest| rest.rsplit_once("`, expected "))
+    if let Some((field, expected)) =
+        text.strip_prefix("unknown field `").and_then(|rest| rest.rsplit_once("`, expected "))
     {
         point_at(segs, field);
         let names: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
@@ -143,28 +132,20 @@ fn data_message(segs: &mut Vec<Seg>, text: &str) -> String {
             many => format!("unknown field, expected one of {}", many.join(", ")),
         };
     }
-    if let Some(field) = text
-        .strip_prefix("unknown field `")
-        .and_then(|rest| rest.strip_suffix("`, there are no fields"))
+    if let Some(field) =
+        text.strip_prefix("unknown field `").and_then(|rest| rest.strip_suffix("`, there are no fields"))
     {
         point_at(segs, field);
         return "unknown field, expected no fields".to_owned();
     }
-    for (prefix, message) in [
-        ("missing field `", "missing field"),
-        ("duplicate field `", "duplicate field"),
-    ] {
-        if let Some(field) = text
-            .strip_prefix(prefix)
-            .and_then(|rest| rest.strip_suffix('`'))
-        {
+    for (prefix, message) in [("missing field `", "missing field"), ("duplicate field `", "duplicate field")] {
+        if let Some(field) = text.strip_prefix(prefix).and_then(|rest| rest.strip_suffix('`')) {
             point_at(segs, field);
             return message.to_owned();
         }
     }
-    if let Some((found, expected)) = text
-        .strip_prefix("invalid type: ")
-        .and_then(|rest| rest.rsplit_once(", expected "))
+    if let Some((found, expected)) =
+        text.strip_prefix("invalid type: ").and_then(|rest| rest.rsplit_once(", expected "))
     {
         let found = match found {
             "sequence" => "array",
@@ -224,17 +205,11 @@ mod tests {
         );
         assert_eq!(render(&segs), "a.x");
         let mut segs = vec![];
-        assert_eq!(
-            data_message(&mut segs, "unknown field `x`, expected `y`"),
-            "unknown field, expected y"
-        );
+        assert_eq!(data_message(&mut segs, "unknown field `x`, expected `y`"), "unknown field, expected y");
         assert_eq!(render(&segs), "x");
         let mut segs = vec![Seg::Key("x`, expected `y".into())];
         assert_eq!(
-            data_message(
-                &mut segs,
-                "unknown field `x`, expected `y`, expected `a` or `b`"
-            ),
+            data_message(&mut segs, "unknown field `x`, expected `y`, expected `a` or `b`"),
             "unknown field, expected one of a, b"
         );
         assert_eq!(render(&segs), "[\"x`, expected `y\"]");

@@ -160,9 +160,7 @@ impl Config {
         let mut deserializer = serde_json::Deserializer::from_slice(bytes);
         let raw::Obj(document): raw::Obj<raw::RawConfig> =
             serde_path_to_error::deserialize(&mut deserializer).map_err(error::from_serde)?;
-        deserializer
-            .end()
-            .map_err(|err| error::from_json_syntax(&err))?;
+        deserializer.end().map_err(|err| error::from_json_syntax(&err))?;
         validate::config(document)
     }
 }
@@ -241,10 +239,7 @@ impl Period {
     /// (`"3s"`, `"1m"`, `"250ms"`, `"1d"`). Meant for building configurations
     /// in code and tests; it does not apply the 366-day maximum.
     pub fn from_millis(ms: NonZeroU64) -> Period {
-        Period {
-            ms,
-            label: duration::canonical_label(ms.get()),
-        }
+        Period { ms, label: duration::canonical_label(ms.get()) }
     }
 
     /// Length in milliseconds.

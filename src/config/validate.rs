@@ -14,9 +14,9 @@ use super::duration::{self, DurationError};
 use super::error::ConfigError;
 use super::raw::{Obj, RawConfig, RawKeyPart, RawLimit, RawMatch, RawRule, RawTesting, RawValkey};
 use super::{
-    Config, FailureMode, KeyPart, Limit, Match, Period, Rule, Testing, ValkeyConfig,
-    DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT_MS, MAX_CLUSTER_BYTES, MAX_KEY_PARTS, MAX_LIMIT,
-    MAX_NAME_CHARS, MAX_PERIOD_MS, MAX_TIMEOUT_MS, MAX_WINDOWS,
+    Config, FailureMode, KeyPart, Limit, Match, Period, Rule, Testing, ValkeyConfig, DEFAULT_KEY_PREFIX,
+    DEFAULT_TIMEOUT_MS, MAX_CLUSTER_BYTES, MAX_KEY_PARTS, MAX_LIMIT, MAX_NAME_CHARS, MAX_PERIOD_MS, MAX_TIMEOUT_MS,
+    MAX_WINDOWS,
 };
 
 /// Spelling of [`MAX_TIMEOUT_MS`] in messages.
@@ -25,8 +25,7 @@ const MAX_TIMEOUT_LABEL: &str = "60s";
 const MAX_PERIOD_LABEL: &str = "366d";
 
 const NAME_CHARS: &str = "allowed are A-Z, a-z, 0-9, '.', '_', ':' and '-'";
-const DURATION_SYNTAX: &str =
-    "expected <digits><unit> with unit ms, s, m, h or d, or an integer number of seconds";
+const DURATION_SYNTAX: &str = "expected <digits><unit> with unit ms, s, m, h or d, or an integer number of seconds";
 const HEADER_SYNTAX: &str =
     "expected an HTTP token (letters, digits and !#$%&'*+-.^_`|~), optionally after a leading ':'";
 
@@ -49,8 +48,7 @@ fn valkey(raw: RawValkey) -> Result<ValkeyConfig, ConfigError> {
     let timeout_ms = match raw.timeout {
         None => DEFAULT_TIMEOUT_MS,
         Some(value) => {
-            let (ms, _label) =
-                duration(&value, "valkey.timeout", MAX_TIMEOUT_MS, MAX_TIMEOUT_LABEL)?;
+            let (ms, _label) = duration(&value, "valkey.timeout", MAX_TIMEOUT_MS, MAX_TIMEOUT_LABEL)?;
             ms.get()
         }
     };
@@ -58,11 +56,7 @@ fn valkey(raw: RawValkey) -> Result<ValkeyConfig, ConfigError> {
         None => DEFAULT_KEY_PREFIX.to_owned(),
         Some(prefix) => name_like("valkey.key_prefix", prefix)?,
     };
-    Ok(ValkeyConfig {
-        cluster,
-        timeout: Duration::from_millis(timeout_ms),
-        key_prefix,
-    })
+    Ok(ValkeyConfig { cluster, timeout: Duration::from_millis(timeout_ms), key_prefix })
 }
 
 fn cluster_name(cluster: String) -> Result<String, ConfigError> {
@@ -70,25 +64,14 @@ fn cluster_name(cluster: String) -> Result<String, ConfigError> {
     if cluster.is_empty() {
         return fail(PATH, "must not be empty");
     }
-    if let Some(c) = cluster
-        .chars()
-        .find(|c| c.is_whitespace() || c.is_control())
-    {
+    if let Some(c) = cluster.chars().find(|c| c.is_whitespace() || c.is_control()) {
         return fail(
             PATH,
-            format!(
-                "invalid character {c:?} in {cluster:?}: whitespace and control characters are not allowed"
-            ),
+            format!("invalid character {c:?} in {cluster:?}: whitespace and control characters are not allowed"),
         );
     }
     if cluster.len() > MAX_CLUSTER_BYTES {
-        return fail(
-            PATH,
-            format!(
-                "must be at most {MAX_CLUSTER_BYTES} bytes (got {})",
-                cluster.len()
-            ),
-        );
+        return fail(PATH, format!("must be at most {MAX_CLUSTER_BYTES} bytes (got {})", cluster.len()));
     }
     Ok(cluster)
 }
@@ -98,24 +81,12 @@ fn name_like(path: &str, value: String) -> Result<String, ConfigError> {
     if value.is_empty() {
         return fail(path, "must not be empty");
     }
-    if let Some(c) = value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
-    {
-        return fail(
-            path,
-            format!("invalid character {c:?} in {value:?}: {NAME_CHARS}"),
-        );
+    if let Some(c) = value.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))) {
+        return fail(path, format!("invalid character {c:?} in {value:?}: {NAME_CHARS}"));
     }
     // Only ASCII is left, so bytes are characters.
     if value.len() > MAX_NAME_CHARS {
-        return fail(
-            path,
-            format!(
-                "must be at most {MAX_NAME_CHARS} characters (got {})",
-                value.len()
-            ),
-        );
+        return fail(path, format!("must be at most {MAX_NAME_CHARS} characters (got {})", value.len()));
     }
     Ok(value)
 }
@@ -124,10 +95,7 @@ fn failure_mode(raw: Option<String>) -> Result<FailureMode, ConfigError> {
     match raw.as_deref() {
         None | Some("allow") => Ok(FailureMode::Allow),
         Some("deny") => Ok(FailureMode::Deny),
-        Some(other) => fail(
-            "failure_mode",
-            format!("unknown value {other:?}, expected one of allow, deny"),
-        ),
+        Some(other) => fail("failure_mode", format!("unknown value {other:?}, expected one of allow, deny")),
     }
 }
 
@@ -141,10 +109,7 @@ fn rules(raw: Vec<Obj<RawRule>>) -> Result<Vec<Rule>, ConfigError> {
         let path = format!("rules[{i}].name");
         let name = name_like(&path, rule_raw.name)?;
         if let Some(first) = seen.get(&name) {
-            return fail(
-                path,
-                format!("duplicate rule name {name:?} (also rules[{first}].name)"),
-            );
+            return fail(path, format!("duplicate rule name {name:?} (also rules[{first}].name)"));
         }
         seen.insert(name.clone(), i);
         out.push(Rule {
@@ -163,10 +128,7 @@ fn matcher(i: usize, raw: Option<Obj<RawMatch>>) -> Result<Match, ConfigError> {
     };
     if let Some(prefix) = &raw.path_prefix {
         if !prefix.starts_with('/') {
-            return fail(
-                format!("rules[{i}].match.path_prefix"),
-                "must start with '/'",
-            );
+            return fail(format!("rules[{i}].match.path_prefix"), "must start with '/'");
         }
     }
     let mut methods: Vec<String> = Vec::new();
@@ -177,25 +139,16 @@ fn matcher(i: usize, raw: Option<Obj<RawMatch>>) -> Result<Match, ConfigError> {
         for (j, method) in list.into_iter().enumerate() {
             let path = format!("rules[{i}].match.methods[{j}]");
             if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
-                return fail(
-                    path,
-                    format!("invalid HTTP method {method:?}: expected letters only"),
-                );
+                return fail(path, format!("invalid HTTP method {method:?}: expected letters only"));
             }
             let upper = method.to_ascii_uppercase();
             if let Some(first) = methods.iter().position(|m| *m == upper) {
-                return fail(
-                    path,
-                    format!("duplicate method {upper:?} (also rules[{i}].match.methods[{first}])"),
-                );
+                return fail(path, format!("duplicate method {upper:?} (also rules[{i}].match.methods[{first}])"));
             }
             methods.push(upper);
         }
     }
-    Ok(Match {
-        path_prefix: raw.path_prefix,
-        methods,
-    })
+    Ok(Match { path_prefix: raw.path_prefix, methods })
 }
 
 fn key(i: usize, raw: Option<Vec<Obj<RawKeyPart>>>) -> Result<Vec<KeyPart>, ConfigError> {
@@ -203,18 +156,13 @@ fn key(i: usize, raw: Option<Vec<Obj<RawKeyPart>>>) -> Result<Vec<KeyPart>, Conf
     if parts.len() > MAX_KEY_PARTS {
         return fail(
             format!("rules[{i}].key"),
-            format!(
-                "must have at most {MAX_KEY_PARTS} parts (got {})",
-                parts.len()
-            ),
+            format!("must have at most {MAX_KEY_PARTS} parts (got {})", parts.len()),
         );
     }
     parts
         .into_iter()
         .enumerate()
-        .map(|(j, Obj(part))| {
-            header_name(&format!("rules[{i}].key[{j}].header"), &part.header).map(KeyPart::Header)
-        })
+        .map(|(j, Obj(part))| header_name(&format!("rules[{i}].key[{j}].header"), &part.header).map(KeyPart::Header))
         .collect()
 }
 
@@ -224,43 +172,19 @@ fn limits(i: usize, raw: Vec<Obj<RawLimit>>) -> Result<Vec<Limit>, ConfigError> 
         return fail(path, "must not be empty");
     }
     if raw.len() > MAX_WINDOWS {
-        return fail(
-            path,
-            format!(
-                "must have at most {MAX_WINDOWS} windows (got {})",
-                raw.len()
-            ),
-        );
+        return fail(path, format!("must have at most {MAX_WINDOWS} windows (got {})", raw.len()));
     }
     let mut out: Vec<Limit> = Vec::with_capacity(raw.len());
     for (j, Obj(window)) in raw.into_iter().enumerate() {
         let limit = limit_count(&format!("{path}[{j}].limit"), &window.limit)?;
         let period_path = format!("{path}[{j}].period");
-        let (ms, label) = duration(
-            &window.period,
-            &period_path,
-            MAX_PERIOD_MS,
-            MAX_PERIOD_LABEL,
-        )?;
-        if let Some((k, earlier)) = out
-            .iter()
-            .enumerate()
-            .find(|(_, earlier)| earlier.period.ms == ms)
-        {
-            let shown = if earlier.period.label == label {
-                label
-            } else {
-                format!("{label} = {}", earlier.period.label)
-            };
-            return fail(
-                period_path,
-                format!("same period as {path}[{k}].period ({shown})"),
-            );
+        let (ms, label) = duration(&window.period, &period_path, MAX_PERIOD_MS, MAX_PERIOD_LABEL)?;
+        if let Some((k, earlier)) = out.iter().enumerate().find(|(_, earlier)| earlier.period.ms == ms) {
+            let shown =
+                if earlier.period.label == label { label } else { format!("{label} = {}", earlier.period.label) };
+            return fail(period_path, format!("same period as {path}[{k}].period ({shown})"));
         }
-        out.push(Limit {
-            limit,
-            period: Period { ms, label },
-        });
+        out.push(Limit { limit, period: Period { ms, label } });
     }
     Ok(out)
 }
@@ -284,12 +208,7 @@ fn limit_count(path: &str, number: &Number) -> Result<NonZeroU64, ConfigError> {
 
 /// A duration in `(0, max_ms]` and its label (the string as written, or
 /// `"<N>s"` for an integer).
-fn duration(
-    value: &Value,
-    path: &str,
-    max_ms: u64,
-    max_label: &str,
-) -> Result<(NonZeroU64, String), ConfigError> {
+fn duration(value: &Value, path: &str, max_ms: u64, max_label: &str) -> Result<(NonZeroU64, String), ConfigError> {
     let (parsed, label) = match value {
         Value::String(text) => (duration::parse_str(text), text.clone()),
         Value::Number(n) => match n.as_u64() {
@@ -323,10 +242,7 @@ fn header_name(path: &str, name: &str) -> Result<String, ConfigError> {
     let body = name.strip_prefix(':').unwrap_or(name);
     let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     if body.is_empty() || !body.bytes().all(is_tchar) {
-        return fail(
-            path,
-            format!("invalid header name {name:?}: {HEADER_SYNTAX}"),
-        );
+        return fail(path, format!("invalid header name {name:?}: {HEADER_SYNTAX}"));
     }
     Ok(name.to_ascii_lowercase())
 }

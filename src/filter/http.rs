@@ -27,13 +27,7 @@ pub struct Http {
 
 impl Http {
     pub fn new(shared: Option<Rc<Shared>>) -> Self {
-        Self {
-            shared,
-            checks: Vec::new(),
-            now_ms: None,
-            in_flight: None,
-            response_headers: Vec::new(),
-        }
+        Self { shared, checks: Vec::new(), now_ms: None, in_flight: None, response_headers: Vec::new() }
     }
 
     /// Sends the store call; `Pause` while it is in flight.
@@ -46,22 +40,14 @@ impl Http {
             (":authority", "tollgate-store"),
             ("content-type", "application/octet-stream"),
         ];
-        match hostcalls::dispatch_http_call(
-            &valkey.cluster,
-            headers,
-            Some(&body),
-            vec![],
-            valkey.timeout,
-        ) {
+        match hostcalls::dispatch_http_call(&valkey.cluster, headers, Some(&body), vec![], valkey.timeout) {
             Ok(_token) => {
                 self.in_flight = Some(how);
                 Action::Pause
             }
             Err(status) => {
-                let failure = Failure::Unavailable(format!(
-                    "dispatch to cluster {} failed: {status:?}",
-                    valkey.cluster
-                ));
+                let failure =
+                    Failure::Unavailable(format!("dispatch to cluster {} failed: {status:?}", valkey.cluster));
                 self.fail(shared, &failure)
             }
         }
@@ -83,29 +69,20 @@ impl Http {
         // A timed-out or failed call has no response at all: the host then has
         // no header map and no body, and proxy-wasm's accessors would panic.
         let status = (num_headers > 0)
-            .then(|| {
-                hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
-                    .ok()
-                    .flatten()
-            })
+            .then(|| hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status").ok().flatten())
             .flatten()
             .map(|s| String::from_utf8_lossy(&s).into_owned());
         let body = (body_size > 0)
             .then(|| {
-                hostcalls::get_buffer(
-                    BufferType::HttpCallResponseBody,
-                    0,
-                    body_size.min(MAX_REPLY_BYTES),
-                )
-                .ok()
-                .flatten()
+                hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size.min(MAX_REPLY_BYTES))
+                    .ok()
+                    .flatten()
             })
             .flatten()
             .unwrap_or_default();
         match store::interpret(status.as_deref(), &body, &self.checks) {
             Outcome::Decided(decision) if decision.allowed => {
-                self.response_headers =
-                    response::ratelimit_headers(&shared.config, &self.checks, &decision);
+                self.response_headers = response::ratelimit_headers(&shared.config, &self.checks, &decision);
                 Action::Continue
             }
             Outcome::Decided(decision) => {
@@ -115,20 +92,14 @@ impl Http {
             Outcome::NoScript if self.in_flight == Some(Invocation::EvalSha) => {
                 self.call_store(shared, Invocation::Eval)
             }
-            Outcome::NoScript => {
-                self.fail(shared, &Failure::Unavailable("NOSCRIPT after EVAL".into()))
-            }
+            Outcome::NoScript => self.fail(shared, &Failure::Unavailable("NOSCRIPT after EVAL".into())),
             Outcome::Failed(failure) => self.fail(shared, &failure),
         }
     }
 }
 
 fn send(reply: &LocalReply) {
-    let headers: Vec<(&str, &str)> = reply
-        .headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
+    let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     if let Err(status) = hostcalls::send_http_response(reply.status, headers, Some(&reply.body)) {
         log::warn!("tollgate: could not send local reply: {status:?}");
     }
@@ -145,20 +116,12 @@ impl RequestView for EnvoyRequest {
         self.header(":path")
     }
     fn header(&self, name: &str) -> Option<Vec<u8>> {
-        hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
-            .ok()
-            .flatten()
+        hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name).ok().flatten()
     }
 }
 
 impl Context for Http {
-    fn on_http_call_response(
-        &mut self,
-        _token: u32,
-        num_headers: usize,
-        body_size: usize,
-        _trailers: usize,
-    ) {
+    fn on_http_call_response(&mut self, _token: u32, num_headers: usize, body_size: usize, _trailers: usize) {
         let Some(shared) = self.shared.clone() else {
             return;
         };
@@ -192,9 +155,7 @@ impl HttpContext for Http {
 
     fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
         for (name, value) in std::mem::take(&mut self.response_headers) {
-            if let Err(status) =
-                hostcalls::add_map_value(MapType::HttpResponseHeaders, &name, &value)
-            {
+            if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, &name, &value) {
                 log::warn!("tollgate: could not add response header {name}: {status:?}");
             }
         }

@@ -24,9 +24,7 @@ impl Shared {
     pub fn log_failure(&self, what: &dyn std::fmt::Display) {
         let now = hostcalls::get_current_time().ok();
         let due = match (self.last_failure_log.get(), now) {
-            (Some(last), Some(now)) => now
-                .duration_since(last)
-                .map_or(true, |d| d >= FAILURE_LOG_INTERVAL),
+            (Some(last), Some(now)) => now.duration_since(last).map_or(true, |d| d >= FAILURE_LOG_INTERVAL),
             _ => true,
         };
         if due {
@@ -45,10 +43,8 @@ impl Context for Root {}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let bytes =
+            hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX).ok().flatten().unwrap_or_default();
         match Config::from_json(&bytes) {
             Ok(config) => {
                 if let Some(header) = &config.testing.now_header {
@@ -57,10 +53,7 @@ impl RootContext for Root {
                     );
                 }
                 log::info!("tollgate: configured {} rule(s)", config.rules.len());
-                self.shared = Some(Rc::new(Shared {
-                    config,
-                    last_failure_log: Cell::new(None),
-                }));
+                self.shared = Some(Rc::new(Shared { config, last_failure_log: Cell::new(None) }));
                 true
             }
             Err(e) => {

@@ -79,10 +79,6 @@ impl Decision {
 
     /// The window with the fewest remaining units (ties: the longest reset).
     pub fn most_constrained(&self) -> Option<&WindowOutcome> {
-        self.windows.iter().min_by(|a, b| {
-            a.remaining
-                .cmp(&b.remaining)
-                .then(b.reset_ms.cmp(&a.reset_ms))
-        })
+        self.windows.iter().min_by(|a, b| a.remaining.cmp(&b.remaining).then(b.reset_ms.cmp(&a.reset_ms)))
     }
 }

@@ -36,12 +36,7 @@ impl SlidingLog {
     pub fn decide(&mut self, checks: &[Check], now_ms: u64) -> Decision {
         let now = i128::from(now_ms);
         for check in checks {
-            let max_period = check
-                .windows
-                .iter()
-                .map(|w| w.period_ms.get())
-                .max()
-                .unwrap_or(0);
+            let max_period = check.windows.iter().map(|w| w.period_ms.get()).max().unwrap_or(0);
             let cutoff = now - i128::from(max_period);
             if let Some(entries) = self.buckets.get_mut(&check.key) {
                 entries.retain(|&t| i128::from(t) > cutoff);
@@ -86,9 +81,9 @@ impl SlidingLog {
             let entries = self.bucket(&check.key);
             for (wi, w) in check.windows.iter().enumerate() {
                 let counted = counted(entries, now, w.period_ms.get());
-                let reset_ms = counted.first().map_or(0, |&t| {
-                    u64::try_from(i128::from(t) + i128::from(w.period_ms.get()) - now).unwrap_or(0)
-                });
+                let reset_ms = counted
+                    .first()
+                    .map_or(0, |&t| u64::try_from(i128::from(t) + i128::from(w.period_ms.get()) - now).unwrap_or(0));
                 windows.push(WindowOutcome {
                     check: ci,
                     window: wi,
@@ -100,11 +95,7 @@ impl SlidingLog {
                 });
             }
         }
-        Decision {
-            allowed,
-            now_ms,
-            windows,
-        }
+        Decision { allowed, now_ms, windows }
     }
 
     fn bucket(&self, key: &str) -> &[u64] {
@@ -135,10 +126,7 @@ mod tests {
             key: key.into(),
             windows: windows
                 .iter()
-                .map(|&(limit, period)| Window {
-                    limit: nz(limit),
-                    period_ms: nz(period),
-                })
+                .map(|&(limit, period)| Window { limit: nz(limit), period_ms: nz(period) })
                 .collect(),
             cost: nz(cost),
         }
@@ -184,10 +172,7 @@ mod tests {
         let d = m.decide(&c, 5_999);
         assert!(!d.allowed);
         assert_eq!(d.retry_after_ms(), 1);
-        assert!(
-            m.decide(&c, 6_000).allowed,
-            "the entry at 5000 left at 6000"
-        );
+        assert!(m.decide(&c, 6_000).allowed, "the entry at 5000 left at 6000");
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

@@ -31,10 +31,7 @@ impl fmt::Display for ReplyError {
                 write!(f, "script reply has {got} elements, expected {expected}")
             }
             Self::NotANumber { index } => {
-                write!(
-                    f,
-                    "script reply element {index} is not a non-negative integer"
-                )
+                write!(f, "script reply element {index} is not a non-negative integer")
             }
             Self::BadAllowedFlag(v) => write!(f, "script reply allowed flag is {v}, not 0 or 1"),
             Self::Inconsistent => write!(f, "script reply allowed flag disagrees with its windows"),
@@ -52,10 +49,7 @@ pub fn parse(value: &Value, checks: &[Check]) -> Result<Decision, ReplyError> {
     let windows: usize = checks.iter().map(|c| c.windows.len()).sum();
     let expected = 2 + 3 * windows;
     if items.len() != expected {
-        return Err(ReplyError::WrongLength {
-            expected,
-            got: items.len(),
-        });
+        return Err(ReplyError::WrongLength { expected, got: items.len() });
     }
     let mut numbers = items.iter().enumerate().map(|(index, v)| match v {
         Value::Integer(n) if *n >= 0 => Ok(*n as u64),
@@ -82,11 +76,7 @@ pub fn parse(value: &Value, checks: &[Check]) -> Result<Decision, ReplyError> {
             });
         }
     }
-    let decision = Decision {
-        allowed,
-        now_ms,
-        windows: outcomes,
-    };
+    let decision = Decision { allowed, now_ms, windows: outcomes };
     if decision.allowed == decision.denied_by().next().is_some() {
         return Err(ReplyError::Inconsistent);
     }
@@ -105,14 +95,8 @@ mod tests {
             rule: 3,
             key: "k".into(),
             windows: vec![
-                Window {
-                    limit: nz(20),
-                    period_ms: nz(60_000),
-                },
-                Window {
-                    limit: nz(5),
-                    period_ms: nz(3_000),
-                },
+                Window { limit: nz(20), period_ms: nz(60_000) },
+                Window { limit: nz(5), period_ms: nz(3_000) },
             ],
             cost: nz(1),
         }]
@@ -129,10 +113,7 @@ mod tests {
         assert_eq!(d.now_ms, 1000);
         let denied: Vec<_> = d.denied_by().collect();
         assert_eq!(denied.len(), 1);
-        assert_eq!(
-            (denied[0].check, denied[0].window, denied[0].limit),
-            (0, 1, 5)
-        );
+        assert_eq!((denied[0].check, denied[0].window, denied[0].limit), (0, 1, 5));
         assert_eq!(d.retry_after_ms(), 1_500);
         assert_eq!(d.windows[0].remaining, 15);
         assert_eq!(d.most_constrained().map(|w| w.window), Some(1));
@@ -150,36 +131,13 @@ mod tests {
     fn rejects_every_malformed_shape() {
         let c = checks();
         assert_eq!(parse(&Value::Integer(1), &c), Err(ReplyError::NotAnArray));
-        assert_eq!(
-            parse(&ints(&[1, 7, 19]), &c),
-            Err(ReplyError::WrongLength {
-                expected: 8,
-                got: 3
-            })
-        );
-        assert_eq!(
-            parse(&ints(&[1, 7, 19, -1, 0, 4, 3_000, 0]), &c),
-            Err(ReplyError::NotANumber { index: 3 })
-        );
-        assert_eq!(
-            parse(&ints(&[2, 7, 19, 1, 0, 4, 3_000, 0]), &c),
-            Err(ReplyError::BadAllowedFlag(2))
-        );
-        assert_eq!(
-            parse(&ints(&[1, 7, 19, 1, 0, 4, 3_000, 9]), &c),
-            Err(ReplyError::Inconsistent)
-        );
-        assert_eq!(
-            parse(&ints(&[0, 7, 19, 1, 0, 4, 3_000, 0]), &c),
-            Err(ReplyError::Inconsistent)
-        );
-        let Value::Array(mut bulk) = ints(&[1, 7, 19, 1, 0, 4, 3_000, 0]) else {
-            panic!("not an array")
-        };
+        assert_eq!(parse(&ints(&[1, 7, 19]), &c), Err(ReplyError::WrongLength { expected: 8, got: 3 }));
+        assert_eq!(parse(&ints(&[1, 7, 19, -1, 0, 4, 3_000, 0]), &c), Err(ReplyError::NotANumber { index: 3 }));
+        assert_eq!(parse(&ints(&[2, 7, 19, 1, 0, 4, 3_000, 0]), &c), Err(ReplyError::BadAllowedFlag(2)));
+        assert_eq!(parse(&ints(&[1, 7, 19, 1, 0, 4, 3_000, 9]), &c), Err(ReplyError::Inconsistent));
+        assert_eq!(parse(&ints(&[0, 7, 19, 1, 0, 4, 3_000, 0]), &c), Err(ReplyError::Inconsistent));
+        let Value::Array(mut bulk) = ints(&[1, 7, 19, 1, 0, 4, 3_000, 0]) else { panic!("not an array") };
         bulk[2] = Value::Bulk(b"19".to_vec());
-        assert_eq!(
-            parse(&Value::Array(bulk), &c),
-            Err(ReplyError::NotANumber { index: 2 })
-        );
+        assert_eq!(parse(&Value::Array(bulk), &c), Err(ReplyError::NotANumber { index: 2 }));
     }
 }

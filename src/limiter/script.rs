@@ -18,10 +18,7 @@ pub fn sliding_log() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT.get_or_init(|| {
         let body = include_str!("sliding_log.lua");
-        Script {
-            body,
-            sha: sha1_smol::Sha1::from(body).hexdigest(),
-        }
+        Script { body, sha: sha1_smol::Sha1::from(body).hexdigest() }
     })
 }
 
@@ -34,13 +31,7 @@ pub enum Invocation {
 
 /// Appends one `EVALSHA`/`EVAL` command deciding all `checks` atomically.
 /// `now_ms` overrides the server clock (tests only; `None` = Valkey `TIME`).
-pub fn encode_call(
-    out: &mut Vec<u8>,
-    script: &Script,
-    how: Invocation,
-    checks: &[Check],
-    now_ms: Option<u64>,
-) {
+pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: &[Check], now_ms: Option<u64>) {
     let mut owned: Vec<String> = Vec::with_capacity(2 + checks.len() * 8);
     owned.push(checks.len().to_string());
     owned.extend(checks.iter().map(|c| c.key.clone()));
@@ -90,44 +81,25 @@ mod tests {
                 rule: 0,
                 key: "p:{a:u}:log".into(),
                 windows: vec![
-                    Window {
-                        limit: nz(20),
-                        period_ms: nz(60_000),
-                    },
-                    Window {
-                        limit: nz(5),
-                        period_ms: nz(3_000),
-                    },
+                    Window { limit: nz(20), period_ms: nz(60_000) },
+                    Window { limit: nz(5), period_ms: nz(3_000) },
                 ],
                 cost: nz(1),
             },
             Check {
                 rule: 1,
                 key: "p:{b}:log".into(),
-                windows: vec![Window {
-                    limit: nz(7),
-                    period_ms: nz(250),
-                }],
+                windows: vec![Window { limit: nz(7), period_ms: nz(250) }],
                 cost: nz(2),
             },
         ];
         let mut out = Vec::new();
-        encode_call(
-            &mut out,
-            sliding_log(),
-            Invocation::EvalSha,
-            &checks,
-            Some(1234),
-        );
+        encode_call(&mut out, sliding_log(), Invocation::EvalSha, &checks, Some(1234));
         let (value, used) = decode(&out, &Limits::default()).unwrap();
         assert_eq!(used, out.len());
-        let Value::Array(items) = value else {
-            panic!("not an array")
-        };
-        let text: Vec<String> = items
-            .iter()
-            .map(|v| String::from_utf8(v.as_bytes().unwrap().to_vec()).unwrap())
-            .collect();
+        let Value::Array(items) = value else { panic!("not an array") };
+        let text: Vec<String> =
+            items.iter().map(|v| String::from_utf8(v.as_bytes().unwrap().to_vec()).unwrap()).collect();
         let sha = sliding_log().sha.clone();
         let expected = [
             "EVALSHA",
@@ -155,17 +127,12 @@ mod tests {
         let checks = vec![Check {
             rule: 0,
             key: "k".into(),
-            windows: vec![Window {
-                limit: nz(1),
-                period_ms: nz(1),
-            }],
+            windows: vec![Window { limit: nz(1), period_ms: nz(1) }],
             cost: nz(1),
         }];
         let mut out = Vec::new();
         encode_call(&mut out, sliding_log(), Invocation::Eval, &checks, None);
-        let (Value::Array(items), _) = decode(&out, &Limits::default()).unwrap() else {
-            panic!("not an array")
-        };
+        let (Value::Array(items), _) = decode(&out, &Limits::default()).unwrap() else { panic!("not an array") };
         assert_eq!(items[0].as_bytes().unwrap(), b"EVAL");
         assert_eq!(items[1].as_bytes().unwrap(), sliding_log().body.as_bytes());
         assert_eq!(items[4].as_bytes().unwrap(), b"");

@@ -60,9 +60,7 @@ struct Frame {
 
 /// Decodes one reply starting at `start`; returns it and the offset after it.
 fn decode_at(buf: &[u8], start: usize, limits: &Limits) -> Result<(Value, usize), DecodeError> {
-    let too_many = DecodeError::TooLarge {
-        what: "total values",
-    };
+    let too_many = DecodeError::TooLarge { what: "total values" };
     if limits.max_total_values == 0 {
         return Err(too_many);
     }
@@ -76,22 +74,14 @@ fn decode_at(buf: &[u8], start: usize, limits: &Limits) -> Result<(Value, usize)
             Item::Leaf(value) => value,
             Item::Aggregate(n) => {
                 if stack.len() >= limits.max_depth {
-                    return Err(DecodeError::TooLarge {
-                        what: "nesting depth",
-                    });
+                    return Err(DecodeError::TooLarge { what: "nesting depth" });
                 }
                 if n == 0 {
                     Value::Array(Vec::new())
                 } else {
-                    claimed = claimed
-                        .checked_add(n)
-                        .filter(|&c| c <= limits.max_total_values)
-                        .ok_or(too_many)?;
+                    claimed = claimed.checked_add(n).filter(|&c| c <= limits.max_total_values).ok_or(too_many)?;
                     let room = buf.len().saturating_sub(pos) / MIN_VALUE_LEN;
-                    stack.push(Frame {
-                        items: Vec::with_capacity(n.min(room)),
-                        remaining: n,
-                    });
+                    stack.push(Frame { items: Vec::with_capacity(n.min(room)), remaining: n });
                     continue;
                 }
             }
@@ -122,19 +112,11 @@ fn read_item(buf: &[u8], pos: usize, limits: &Limits) -> Result<(Item, usize), D
     let leaf = |(value, next)| Ok((Item::Leaf(value), next));
     match kind {
         b'+' | b'-' => {
-            let what = if kind == b'+' {
-                "simple string"
-            } else {
-                "error line"
-            };
+            let what = if kind == b'+' { "simple string" } else { "error line" };
             let too_long = DecodeError::TooLarge { what };
             let (line, next) = read_line(buf, body, limits.max_bulk, too_long)?;
             let line = line.to_vec();
-            let value = if kind == b'+' {
-                Value::Simple(line)
-            } else {
-                Value::Error(line)
-            };
+            let value = if kind == b'+' { Value::Simple(line) } else { Value::Error(line) };
             leaf((value, next))
         }
         b':' => {
@@ -202,11 +184,7 @@ fn read_item(buf: &[u8], pos: usize, limits: &Limits) -> Result<(Item, usize), D
             };
             let (n, next) = read_length(buf, body, limit, what)?;
             let n = n.ok_or(invalid(body, "null length not allowed here"))?;
-            let elements = if kind == b'%' {
-                n.checked_mul(2)
-            } else {
-                Some(n)
-            };
+            let elements = if kind == b'%' { n.checked_mul(2) } else { Some(n) };
             let elements = elements.ok_or(DecodeError::TooLarge { what })?;
             Ok((Item::Aggregate(elements), next))
         }
@@ -223,20 +201,11 @@ fn invalid(offset: usize, reason: &'static str) -> DecodeError {
 /// Reads a line of at most `max_len` bytes starting at `start`, which must end
 /// in CRLF and contain neither CR nor LF. Scans at most `max_len + 2` bytes.
 /// Returns the line (without CRLF) and the offset after the CRLF.
-fn read_line(
-    buf: &[u8],
-    start: usize,
-    max_len: usize,
-    too_long: DecodeError,
-) -> Result<(&[u8], usize), DecodeError> {
+fn read_line(buf: &[u8], start: usize, max_len: usize, too_long: DecodeError) -> Result<(&[u8], usize), DecodeError> {
     let rest = buf.get(start..).unwrap_or_default();
     let window = rest.get(..max_len.saturating_add(1)).unwrap_or(rest);
     let Some(end) = window.iter().position(|&b| b == b'\r' || b == b'\n') else {
-        return Err(if window.len() > max_len {
-            too_long
-        } else {
-            DecodeError::Incomplete
-        });
+        return Err(if window.len() > max_len { too_long } else { DecodeError::Incomplete });
     };
     let Some((line, tail)) = rest.split_at_checked(end) else {
         return Err(DecodeError::Incomplete);
@@ -272,18 +241,12 @@ fn read_integer(buf: &[u8], start: usize) -> Result<(i64, usize), DecodeError> {
     let value = match line.strip_prefix(b"-") {
         Some(digits) => match parse_digits(digits) {
             Ok(0) => Err("negative zero"),
-            Ok(magnitude) => 0i64
-                .checked_sub_unsigned(magnitude)
-                .ok_or("integer overflows i64"),
+            Ok(magnitude) => 0i64.checked_sub_unsigned(magnitude).ok_or("integer overflows i64"),
             Err(reason) => Err(reason),
         },
-        None => {
-            parse_digits(line).and_then(|n| i64::try_from(n).map_err(|_| "integer overflows i64"))
-        }
+        None => parse_digits(line).and_then(|n| i64::try_from(n).map_err(|_| "integer overflows i64")),
     };
-    value
-        .map(|v| (v, next))
-        .map_err(|reason| invalid(start, reason))
+    value.map(|v| (v, next)).map_err(|reason| invalid(start, reason))
 }
 
 /// Reads a length line: `-1` (returned as `None`) or unsigned decimal digits.
@@ -322,9 +285,7 @@ fn check_digits(digits: &[u8]) -> Result<(), &'static str> {
 fn parse_digits(digits: &[u8]) -> Result<u64, &'static str> {
     check_digits(digits)?;
     digits.iter().try_fold(0u64, |acc, &d| {
-        acc.checked_mul(10)
-            .and_then(|acc| acc.checked_add(u64::from(d - b'0')))
-            .ok_or("number overflows")
+        acc.checked_mul(10).and_then(|acc| acc.checked_add(u64::from(d - b'0'))).ok_or("number overflows")
     })
 }
 
@@ -333,7 +294,5 @@ fn parse_digits(digits: &[u8]) -> Result<u64, &'static str> {
 fn is_double(line: &[u8]) -> bool {
     matches!(line, b"inf" | b"-inf" | b"nan")
         || (line.iter().any(u8::is_ascii_digit)
-            && line
-                .iter()
-                .all(|&b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-')))
+            && line.iter().all(|&b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-')))
 }

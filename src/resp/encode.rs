@@ -9,10 +9,7 @@ use super::Value;
 /// Every argument is length-prefixed, so it is binary-safe: no byte in it can
 /// end the argument or start another command.
 pub fn encode_command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    let payload: usize = args
-        .iter()
-        .map(|a| a.len().saturating_add(16))
-        .fold(16, usize::saturating_add);
+    let payload: usize = args.iter().map(|a| a.len().saturating_add(16)).fold(16, usize::saturating_add);
     out.reserve(payload);
     push_header(out, b'*', args.len());
     for arg in args {
@@ -70,10 +67,7 @@ fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
 
 fn push_line(out: &mut Vec<u8>, kind: u8, line: &[u8]) {
     out.push(kind);
-    out.extend(
-        line.iter()
-            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
-    );
+    out.extend(line.iter().map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
     out.extend_from_slice(b"\r\n");
 }
 

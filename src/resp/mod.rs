@@ -146,12 +146,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_depth: 8,
-            max_elements: 65_536,
-            max_bulk: 1024 * 1024,
-            max_total_values: 1_000_000,
-        }
+        Limits { max_depth: 8, max_elements: 65_536, max_bulk: 1024 * 1024, max_total_values: 1_000_000 }
     }
 }
 

@@ -26,14 +26,8 @@ fn resp2_types() {
     assert_eq!(one(b":0\r\n"), Ok(Value::Integer(0)));
     assert_eq!(one(b":-1\r\n"), Ok(Value::Integer(-1)));
     assert_eq!(one(b":1234\r\n"), Ok(Value::Integer(1234)));
-    assert_eq!(
-        one(b":9223372036854775807\r\n"),
-        Ok(Value::Integer(i64::MAX))
-    );
-    assert_eq!(
-        one(b":-9223372036854775808\r\n"),
-        Ok(Value::Integer(i64::MIN))
-    );
+    assert_eq!(one(b":9223372036854775807\r\n"), Ok(Value::Integer(i64::MAX)));
+    assert_eq!(one(b":-9223372036854775808\r\n"), Ok(Value::Integer(i64::MIN)));
     assert_eq!(one(b"$5\r\nhello\r\n"), Ok(bulk(b"hello")));
     assert_eq!(one(b"$0\r\n\r\n"), Ok(bulk(b"")));
     assert_eq!(one(b"$4\r\n\r\n\r\n\r\n"), Ok(bulk(b"\r\n\r\n")));
@@ -52,14 +46,8 @@ fn resp2_types() {
 
 #[wasm_bindgen_test(unsupported = test)]
 fn non_utf8_bulk_data() {
-    assert_eq!(
-        one(b"$4\r\n\xff\x00\xc3\x28\r\n"),
-        Ok(bulk(b"\xff\x00\xc3\x28"))
-    );
-    assert_eq!(
-        one(b"+\xff\xfe\r\n"),
-        Ok(Value::Simple(b"\xff\xfe".to_vec()))
-    );
+    assert_eq!(one(b"$4\r\n\xff\x00\xc3\x28\r\n"), Ok(bulk(b"\xff\x00\xc3\x28")));
+    assert_eq!(one(b"+\xff\xfe\r\n"), Ok(Value::Simple(b"\xff\xfe".to_vec())));
 }
 
 #[wasm_bindgen_test(unsupported = test)]
@@ -78,10 +66,7 @@ fn resp3_types() {
     );
     assert_eq!(one(b"(-1\r\n"), Ok(bulk(b"-1")));
     assert_eq!(one(b"=15\r\ntxt:Some string\r\n"), Ok(bulk(b"Some string")));
-    assert_eq!(
-        one(b"!21\r\nSYNTAX invalid syntax\r\n"),
-        Ok(Value::Error(b"SYNTAX invalid syntax".to_vec()))
-    );
+    assert_eq!(one(b"!21\r\nSYNTAX invalid syntax\r\n"), Ok(Value::Error(b"SYNTAX invalid syntax".to_vec())));
     assert_eq!(
         one(b"%2\r\n+a\r\n:1\r\n+b\r\n:2\r\n"),
         Ok(Value::Array(vec![
@@ -92,10 +77,7 @@ fn resp3_types() {
         ]))
     );
     assert_eq!(one(b"%0\r\n"), Ok(Value::Array(Vec::new())));
-    assert_eq!(
-        one(b"~2\r\n:1\r\n#t\r\n"),
-        Ok(Value::Array(vec![Value::Integer(1), Value::Integer(1)]))
-    );
+    assert_eq!(one(b"~2\r\n:1\r\n#t\r\n"), Ok(Value::Array(vec![Value::Integer(1), Value::Integer(1)])));
 }
 
 #[wasm_bindgen_test(unsupported = test)]
@@ -139,14 +121,8 @@ fn helpers() {
     assert_eq!(array.error_kind(), None);
     for (line, kind) in [
         ("NOSCRIPT No matching script. Please use EVAL.", "NOSCRIPT"),
-        (
-            "READONLY You can't write against a read only replica.",
-            "READONLY",
-        ),
-        (
-            "WRONGTYPE Operation against a key holding the wrong kind of value",
-            "WRONGTYPE",
-        ),
+        ("READONLY You can't write against a read only replica.", "READONLY"),
+        ("WRONGTYPE Operation against a key holding the wrong kind of value", "WRONGTYPE"),
         ("NOAUTH Authentication required.", "NOAUTH"),
         ("ERR", "ERR"),
     ] {
@@ -204,18 +180,9 @@ fn malformed_lines_and_lengths() {
 fn invalid_offsets() {
     let err = |buf: &[u8]| decode(buf, &Limits::default()).unwrap_err();
     assert!(matches!(err(b"?"), DecodeError::Invalid { offset: 0, .. }));
-    assert!(matches!(
-        err(b"*2\r\n:1\r\n?"),
-        DecodeError::Invalid { offset: 8, .. }
-    ));
-    assert!(matches!(
-        err(b":12\n"),
-        DecodeError::Invalid { offset: 3, .. }
-    ));
-    assert!(matches!(
-        err(b"$3\r\nabcd"),
-        DecodeError::Invalid { offset: 7, .. }
-    ));
+    assert!(matches!(err(b"*2\r\n:1\r\n?"), DecodeError::Invalid { offset: 8, .. }));
+    assert!(matches!(err(b":12\n"), DecodeError::Invalid { offset: 3, .. }));
+    assert!(matches!(err(b"$3\r\nabcd"), DecodeError::Invalid { offset: 7, .. }));
     assert!(matches!(
         decode_all(b"+OK\r\n+OK\r\nHTTP/1.1", &Limits::default()),
         Err(DecodeError::Invalid { offset: 10, .. })
@@ -233,17 +200,11 @@ fn garbage_prefix_is_invalid() {
         b" +OK\r\n",
     ] {
         assert!(
-            matches!(
-                decode(buf, &Limits::default()),
-                Err(DecodeError::Invalid { offset: 0, .. })
-            ),
+            matches!(decode(buf, &Limits::default()), Err(DecodeError::Invalid { offset: 0, .. })),
             "{:?}",
             String::from_utf8_lossy(buf)
         );
-        assert!(matches!(
-            decode_all(buf, &Limits::default()),
-            Err(DecodeError::Invalid { offset: 0, .. })
-        ));
+        assert!(matches!(decode_all(buf, &Limits::default()), Err(DecodeError::Invalid { offset: 0, .. })));
     }
 }
 
@@ -260,11 +221,7 @@ fn multi_reply() -> (Vec<u8>, Vec<Value>) {
         bulk(b"a\r\n"),
         Value::Nil,
         Value::Array(Vec::new()),
-        Value::Array(vec![
-            Value::Integer(1),
-            Value::Array(vec![bulk(b""), Value::Nil]),
-            Value::Simple(Vec::new()),
-        ]),
+        Value::Array(vec![Value::Integer(1), Value::Array(vec![bulk(b""), Value::Nil]), Value::Simple(Vec::new())]),
         Value::Nil,
         Value::Integer(1),
         bulk(b"1.5"),
@@ -307,19 +264,11 @@ fn truncation_at_every_offset_is_incomplete() {
         let prefix = &buf[..cut];
         match boundaries.iter().position(|&b| b == cut) {
             Some(n) => assert_eq!(decode_all(prefix, &limits), Ok(values[..n].to_vec())),
-            None => assert_eq!(
-                decode_all(prefix, &limits),
-                Err(DecodeError::Incomplete),
-                "cut {cut}"
-            ),
+            None => assert_eq!(decode_all(prefix, &limits), Err(DecodeError::Incomplete), "cut {cut}"),
         }
         // The first reply alone.
         if cut < boundaries[1] {
-            assert_eq!(
-                decode(prefix, &limits),
-                Err(DecodeError::Incomplete),
-                "cut {cut}"
-            );
+            assert_eq!(decode(prefix, &limits), Err(DecodeError::Incomplete), "cut {cut}");
         }
     }
 }
@@ -327,21 +276,8 @@ fn truncation_at_every_offset_is_incomplete() {
 #[wasm_bindgen_test(unsupported = test)]
 fn errors_display() {
     assert_eq!(DecodeError::Incomplete.to_string(), "incomplete RESP reply");
-    assert_eq!(
-        DecodeError::Invalid {
-            offset: 3,
-            reason: "x"
-        }
-        .to_string(),
-        "invalid RESP reply at byte 3: x"
-    );
-    assert_eq!(
-        DecodeError::TooLarge {
-            what: "nesting depth"
-        }
-        .to_string(),
-        "RESP reply too large: nesting depth"
-    );
+    assert_eq!(DecodeError::Invalid { offset: 3, reason: "x" }.to_string(), "invalid RESP reply at byte 3: x");
+    assert_eq!(DecodeError::TooLarge { what: "nesting depth" }.to_string(), "RESP reply too large: nesting depth");
     let boxed: Box<dyn std::error::Error> = Box::new(DecodeError::Incomplete);
     assert!(boxed.source().is_none());
 }

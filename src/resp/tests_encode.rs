@@ -34,10 +34,7 @@ fn command_appends_without_clearing() {
     let mut out = b"prior".to_vec();
     encode_command(&mut out, &[b"PING"]);
     encode_command(&mut out, &[b"ECHO", b"hi"]);
-    assert_eq!(
-        out,
-        b"prior*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n".to_vec()
-    );
+    assert_eq!(out, b"prior*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n".to_vec());
 }
 
 #[wasm_bindgen_test(unsupported = test)]
@@ -65,29 +62,17 @@ fn command_length_header_is_byte_length() {
     assert!(buf.starts_with(b"*1\r\n$100000\r\naaa"));
     assert_eq!(buf.len(), 4 + 9 + 100_000 + 2);
     // Multi-byte UTF-8 counts bytes, not characters.
-    assert_eq!(
-        command(&["é".as_bytes()]),
-        b"*1\r\n$2\r\n\xc3\xa9\r\n".to_vec()
-    );
+    assert_eq!(command(&["é".as_bytes()]), b"*1\r\n$2\r\n\xc3\xa9\r\n".to_vec());
 }
 
 #[wasm_bindgen_test(unsupported = test)]
 fn value_exact_bytes() {
     assert_eq!(reply(&Value::Simple(b"OK".to_vec())), b"+OK\r\n".to_vec());
-    assert_eq!(
-        reply(&Value::Error(b"ERR x".to_vec())),
-        b"-ERR x\r\n".to_vec()
-    );
+    assert_eq!(reply(&Value::Error(b"ERR x".to_vec())), b"-ERR x\r\n".to_vec());
     assert_eq!(reply(&Value::Integer(0)), b":0\r\n".to_vec());
     assert_eq!(reply(&Value::Integer(-42)), b":-42\r\n".to_vec());
-    assert_eq!(
-        reply(&Value::Integer(i64::MIN)),
-        b":-9223372036854775808\r\n".to_vec()
-    );
-    assert_eq!(
-        reply(&Value::Integer(i64::MAX)),
-        b":9223372036854775807\r\n".to_vec()
-    );
+    assert_eq!(reply(&Value::Integer(i64::MIN)), b":-9223372036854775808\r\n".to_vec());
+    assert_eq!(reply(&Value::Integer(i64::MAX)), b":9223372036854775807\r\n".to_vec());
     assert_eq!(reply(&Value::Bulk(Vec::new())), b"$0\r\n\r\n".to_vec());
     assert_eq!(reply(&Value::Nil), b"$-1\r\n".to_vec());
     assert_eq!(reply(&Value::Array(Vec::new())), b"*0\r\n".to_vec());
@@ -106,10 +91,7 @@ fn value_exact_bytes() {
 fn value_lines_never_carry_cr_or_lf() {
     let buf = reply(&Value::Error(b"ERR a\r\n+OK".to_vec()));
     assert_eq!(buf, b"-ERR a  +OK\r\n".to_vec());
-    assert_eq!(
-        decode_all(&buf, &Limits::default()).unwrap(),
-        vec![Value::Error(b"ERR a  +OK".to_vec())]
-    );
+    assert_eq!(decode_all(&buf, &Limits::default()).unwrap(), vec![Value::Error(b"ERR a  +OK".to_vec())]);
 }
 
 #[wasm_bindgen_test(unsupported = test)]
@@ -128,20 +110,14 @@ fn value_round_trips() {
         Value::Array(Vec::new()),
         Value::Array(vec![
             Value::Integer(1),
-            Value::Array(vec![Value::Array(vec![
-                Value::Nil,
-                Value::Bulk(b"x".to_vec()),
-            ])]),
+            Value::Array(vec![Value::Array(vec![Value::Nil, Value::Bulk(b"x".to_vec())])]),
             Value::Error(b"NOSCRIPT No matching script".to_vec()),
         ]),
     ];
     let mut buf = Vec::new();
     for value in &values {
         let one = reply(value);
-        assert_eq!(
-            decode(&one, &Limits::default()).unwrap(),
-            (value.clone(), one.len())
-        );
+        assert_eq!(decode(&one, &Limits::default()).unwrap(), (value.clone(), one.len()));
         buf.extend_from_slice(&one);
     }
     assert_eq!(decode_all(&buf, &Limits::default()).unwrap(), values);

@@ -41,10 +41,7 @@ fn huge_claimed_lengths_fail_cheaply() {
 
 #[wasm_bindgen_test(unsupported = test)]
 fn bulk_and_line_limits() {
-    let limits = Limits {
-        max_bulk: 4,
-        ..Limits::default()
-    };
+    let limits = Limits { max_bulk: 4, ..Limits::default() };
     let dec = |buf: &[u8]| decode(buf, &limits).map(|(v, _)| v);
     assert_eq!(dec(b"$4\r\nabcd\r\n"), Ok(bulk(b"abcd")));
     assert!(is_too_large(dec(b"$5\r\nabcde\r\n")));
@@ -58,10 +55,7 @@ fn bulk_and_line_limits() {
 
 #[wasm_bindgen_test(unsupported = test)]
 fn element_limits() {
-    let limits = Limits {
-        max_elements: 2,
-        ..Limits::default()
-    };
+    let limits = Limits { max_elements: 2, ..Limits::default() };
     let dec = |buf: &[u8]| decode(buf, &limits).map(|(v, _)| v);
     assert!(dec(b"*2\r\n:1\r\n:2\r\n").is_ok());
     assert!(is_too_large(dec(b"*3\r\n")));
@@ -72,27 +66,15 @@ fn element_limits() {
 
 #[wasm_bindgen_test(unsupported = test)]
 fn total_value_limit() {
-    let limits = Limits {
-        max_total_values: 3,
-        ..Limits::default()
-    };
+    let limits = Limits { max_total_values: 3, ..Limits::default() };
     let dec = |buf: &[u8]| decode(buf, &limits).map(|(v, _)| v);
     assert!(dec(b"*2\r\n:1\r\n:2\r\n").is_ok());
     assert!(is_too_large(dec(b"*3\r\n")));
     assert!(is_too_large(dec(b"*1\r\n*2\r\n:1\r\n:2\r\n")));
     // Per reply: many small replies are fine.
-    assert_eq!(
-        decode_all(&b":1\r\n".repeat(10), &limits).map(|v| v.len()),
-        Ok(10)
-    );
-    let none = Limits {
-        max_total_values: 0,
-        ..Limits::default()
-    };
-    assert!(matches!(
-        decode(b":1\r\n", &none),
-        Err(DecodeError::TooLarge { .. })
-    ));
+    assert_eq!(decode_all(&b":1\r\n".repeat(10), &limits).map(|v| v.len()), Ok(10));
+    let none = Limits { max_total_values: 0, ..Limits::default() };
+    assert!(matches!(decode(b":1\r\n", &none), Err(DecodeError::TooLarge { .. })));
 }
 
 #[wasm_bindgen_test(unsupported = test)]
@@ -109,24 +91,13 @@ fn nesting_limit() {
     }
     assert_eq!(decode(&nested(8), &limits).map(|(v, _)| v), Ok(expected));
     for depth in [9, 100, 1_000_000] {
-        assert_eq!(
-            decode(&nested(depth), &limits),
-            Err(DecodeError::TooLarge {
-                what: "nesting depth"
-            })
-        );
+        assert_eq!(decode(&nested(depth), &limits), Err(DecodeError::TooLarge { what: "nesting depth" }));
     }
     // An empty aggregate counts as a level too.
     let mut buf = b"*1\r\n".repeat(8);
     buf.extend_from_slice(b"*0\r\n");
     assert!(is_too_large(decode(&buf, &limits).map(|(v, _)| v)));
-    let flat = Limits {
-        max_depth: 0,
-        ..Limits::default()
-    };
+    let flat = Limits { max_depth: 0, ..Limits::default() };
     assert!(is_too_large(decode(b"*0\r\n", &flat).map(|(v, _)| v)));
-    assert_eq!(
-        decode(b":1\r\n", &flat).map(|(v, _)| v),
-        Ok(Value::Integer(1))
-    );
+    assert_eq!(decode(b":1\r\n", &flat).map(|(v, _)| v), Ok(Value::Integer(1)));
 }

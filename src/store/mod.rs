@@ -50,12 +50,7 @@ impl fmt::Display for Failure {
 }
 
 /// The body of the store call deciding `checks` atomically.
-pub fn pipeline(
-    script: &Script,
-    how: Invocation,
-    checks: &[Check],
-    now_ms: Option<u64>,
-) -> Vec<u8> {
+pub fn pipeline(script: &Script, how: Invocation, checks: &[Check], now_ms: Option<u64>) -> Vec<u8> {
     let mut body = Vec::with_capacity(256);
     encode_call(&mut body, script, how, checks, now_ms);
     body
@@ -66,9 +61,7 @@ pub fn pipeline(
 pub fn interpret(status: Option<&str>, body: &[u8], checks: &[Check]) -> Outcome {
     match status {
         Some("200") => {}
-        Some(other) => {
-            return Outcome::Failed(Failure::Unavailable(format!("tunnel status {other}")))
-        }
+        Some(other) => return Outcome::Failed(Failure::Unavailable(format!("tunnel status {other}"))),
         None => return Outcome::Failed(Failure::Unavailable("no response".into())),
     }
     let replies = match decode_all(body, &Limits::default()) {
@@ -76,10 +69,7 @@ pub fn interpret(status: Option<&str>, body: &[u8], checks: &[Check]) -> Outcome
         Err(e) => return Outcome::Failed(Failure::NotResp(e)),
     };
     let [reply] = replies.as_slice() else {
-        return Outcome::Failed(Failure::Unavailable(format!(
-            "expected 1 reply, got {}",
-            replies.len()
-        )));
+        return Outcome::Failed(Failure::Unavailable(format!("expected 1 reply, got {}", replies.len())));
     };
     interpret_reply(reply, checks)
 }
@@ -91,14 +81,8 @@ pub fn interpret_reply(reply: &Value, checks: &[Check]) -> Outcome {
         if kind == "NOSCRIPT" {
             return Outcome::NoScript;
         }
-        let message = reply
-            .as_error()
-            .map(String::from_utf8_lossy)
-            .unwrap_or_default();
-        return Outcome::Failed(Failure::ErrorReply {
-            kind: kind.to_string(),
-            message: message.into_owned(),
-        });
+        let message = reply.as_error().map(String::from_utf8_lossy).unwrap_or_default();
+        return Outcome::Failed(Failure::ErrorReply { kind: kind.to_string(), message: message.into_owned() });
     }
     match reply::parse(reply, checks) {
         Ok(decision) => Outcome::Decided(decision),
@@ -117,24 +101,15 @@ mod tests {
         vec![Check {
             rule: 0,
             key: "k".into(),
-            windows: vec![Window {
-                limit: nz(2),
-                period_ms: nz(1_000),
-            }],
+            windows: vec![Window { limit: nz(2), period_ms: nz(1_000) }],
             cost: nz(1),
         }]
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn decides_on_a_well_formed_reply() {
-        let out = interpret(
-            Some("200"),
-            b"*5\r\n:1\r\n:42\r\n:1\r\n:1000\r\n:0\r\n",
-            &checks(),
-        );
-        let Outcome::Decided(d) = out else {
-            panic!("{out:?}")
-        };
+        let out = interpret(Some("200"), b"*5\r\n:1\r\n:42\r\n:1\r\n:1000\r\n:0\r\n", &checks());
+        let Outcome::Decided(d) = out else { panic!("{out:?}") };
         assert!(d.allowed);
         assert_eq!((d.now_ms, d.windows[0].remaining), (42, 1));
     }
@@ -152,33 +127,16 @@ mod tests {
             interpret(Some("503"), b"upstream connect error", &c),
             Outcome::Failed(Failure::Unavailable(_))
         ));
-        assert!(matches!(
-            interpret(None, b"", &c),
-            Outcome::Failed(Failure::Unavailable(_))
-        ));
-        assert!(matches!(
-            interpret(Some("200"), b"upstream connect error", &c),
-            Outcome::Failed(Failure::NotResp(_))
-        ));
-        assert!(matches!(
-            interpret(Some("200"), b"*5\r\n:1\r\n", &c),
-            Outcome::Failed(Failure::NotResp(_))
-        ));
-        assert!(matches!(
-            interpret(Some("200"), b"", &c),
-            Outcome::Failed(Failure::Unavailable(_))
-        ));
-        let Outcome::Failed(Failure::ErrorReply { kind, .. }) = interpret(
-            Some("200"),
-            b"-READONLY You can't write against a read only replica.\r\n",
-            &c,
-        ) else {
+        assert!(matches!(interpret(None, b"", &c), Outcome::Failed(Failure::Unavailable(_))));
+        assert!(matches!(interpret(Some("200"), b"upstream connect error", &c), Outcome::Failed(Failure::NotResp(_))));
+        assert!(matches!(interpret(Some("200"), b"*5\r\n:1\r\n", &c), Outcome::Failed(Failure::NotResp(_))));
+        assert!(matches!(interpret(Some("200"), b"", &c), Outcome::Failed(Failure::Unavailable(_))));
+        let Outcome::Failed(Failure::ErrorReply { kind, .. }) =
+            interpret(Some("200"), b"-READONLY You can't write against a read only replica.\r\n", &c)
+        else {
             panic!("not an error reply")
         };
         assert_eq!(kind, "READONLY");
-        assert!(matches!(
-            interpret(Some("200"), b":1\r\n", &c),
-            Outcome::Failed(Failure::BadReply(_))
-        ));
+        assert!(matches!(interpret(Some("200"), b":1\r\n", &c), Outcome::Failed(Failure::BadReply(_))));
     }
 }

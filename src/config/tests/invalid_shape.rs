@@ -5,18 +5,9 @@ use super::*;
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn json_syntax() {
-    assert_eq!(
-        error(""),
-        "(root): invalid JSON at line 1 column 0: EOF while parsing a value"
-    );
-    assert_eq!(
-        error("{"),
-        "(root): invalid JSON at line 1 column 1: EOF while parsing an object"
-    );
-    assert_eq!(
-        error("{\n  \"valkey\": ,\n}"),
-        "(root): invalid JSON at line 2 column 13: expected value"
-    );
+    assert_eq!(error(""), "(root): invalid JSON at line 1 column 0: EOF while parsing a value");
+    assert_eq!(error("{"), "(root): invalid JSON at line 1 column 1: EOF while parsing an object");
+    assert_eq!(error("{\n  \"valkey\": ,\n}"), "(root): invalid JSON at line 2 column 13: expected value");
     assert_eq!(
         error(&format!("{} x", limits(r#"{ "limit": 1, "period": 1 }"#))),
         "(root): invalid JSON at line 1 column 107: trailing characters"
@@ -26,52 +17,22 @@ fn json_syntax() {
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn shape_errors() {
-    assert_eq!(
-        error("[]"),
-        "(root): invalid type: array, expected an object"
-    );
-    assert_eq!(
-        error("null"),
-        "(root): invalid type: null, expected an object"
-    );
+    assert_eq!(error("[]"), "(root): invalid type: array, expected an object");
+    assert_eq!(error("null"), "(root): invalid type: null, expected an object");
     assert_eq!(error(r#"{ "rules": [] }"#), "valkey: missing field");
-    assert_eq!(
-        error(r#"{ "valkey": { "cluster": "c" } }"#),
-        "rules: missing field"
-    );
+    assert_eq!(error(r#"{ "valkey": { "cluster": "c" } }"#), "rules: missing field");
     assert_eq!(error(&valkey("{}")), "valkey.cluster: missing field");
-    assert_eq!(
-        error(&valkey(r#"["c"]"#)),
-        "valkey: invalid type: array, expected an object"
-    );
-    assert_eq!(
-        error(&valkey(r#"{ "cluster": 5 }"#)),
-        "valkey.cluster: invalid type: integer `5`, expected a string"
-    );
+    assert_eq!(error(&valkey(r#"["c"]"#)), "valkey: invalid type: array, expected an object");
+    assert_eq!(error(&valkey(r#"{ "cluster": 5 }"#)), "valkey.cluster: invalid type: integer `5`, expected a string");
     assert_eq!(
         error(r#"{ "valkey": { "cluster": "c" }, "rules": {} }"#),
         "rules: invalid type: object, expected an array"
     );
-    assert_eq!(
-        error(&limits(r#"[1, "3s"]"#)),
-        "rules[0].limits[0]: invalid type: array, expected an object"
-    );
-    assert_eq!(
-        error(&rule(r#"{ "limits": [] }"#)),
-        "rules[0].name: missing field"
-    );
-    assert_eq!(
-        error(&rule(r#"{ "name": "r" }"#)),
-        "rules[0].limits: missing field"
-    );
-    assert_eq!(
-        error(&limits(r#"{ "limit": 1 }"#)),
-        "rules[0].limits[0].period: missing field"
-    );
-    assert_eq!(
-        error(&limits(r#"{ "period": 1 }"#)),
-        "rules[0].limits[0].limit: missing field"
-    );
+    assert_eq!(error(&limits(r#"[1, "3s"]"#)), "rules[0].limits[0]: invalid type: array, expected an object");
+    assert_eq!(error(&rule(r#"{ "limits": [] }"#)), "rules[0].name: missing field");
+    assert_eq!(error(&rule(r#"{ "name": "r" }"#)), "rules[0].limits: missing field");
+    assert_eq!(error(&limits(r#"{ "limit": 1 }"#)), "rules[0].limits[0].period: missing field");
+    assert_eq!(error(&limits(r#"{ "period": 1 }"#)), "rules[0].limits[0].limit: missing field");
     assert_eq!(error(&key("[{}]")), "rules[0].key[0].header: missing field");
     assert_eq!(
         error(&limits(r#"{ "limit": 1, "limit": 2, "period": 1 }"#)),
@@ -105,15 +66,9 @@ fn unknown_fields() {
         error(&matcher(r#"{ "path": "/" }"#)),
         "rules[0].match.path: unknown field, expected one of path_prefix, methods"
     );
+    assert_eq!(error(&key(r#"[{ "cookie": "sid" }]"#)), "rules[0].key[0].cookie: unknown field, expected header");
     assert_eq!(
-        error(&key(r#"[{ "cookie": "sid" }]"#)),
-        "rules[0].key[0].cookie: unknown field, expected header"
-    );
-    assert_eq!(
-        error(&format!(
-            r#"{{ "testing": {{ "now": "x" }}, {}"#,
-            &valkey(r#"{ "cluster": "c" }"#)[1..]
-        )),
+        error(&format!(r#"{{ "testing": {{ "now": "x" }}, {}"#, &valkey(r#"{ "cluster": "c" }"#)[1..])),
         "testing.now: unknown field, expected now_header"
     );
     assert_eq!(

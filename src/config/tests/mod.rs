@@ -6,8 +6,7 @@ mod valid;
 
 use super::Config;
 
-pub(super) const SYNTAX: &str =
-    "expected <digits><unit> with unit ms, s, m, h or d, or an integer number of seconds";
+pub(super) const SYNTAX: &str = "expected <digits><unit> with unit ms, s, m, h or d, or an integer number of seconds";
 pub(super) const HEADER: &str =
     "expected an HTTP token (letters, digits and !#$%&'*+-.^_`|~), optionally after a leading ':'";
 pub(super) const NAME: &str = "allowed are A-Z, a-z, 0-9, '.', '_', ':' and '-'";
@@ -21,10 +20,7 @@ pub(super) fn error(json: &str) -> String {
     match Config::from_json(json.as_bytes()) {
         Ok(config) => panic!("{json}\nparsed unexpectedly: {config:?}"),
         Err(err) => {
-            assert_eq!(
-                err.to_string(),
-                format!("{}: {}", err.path(), err.message())
-            );
+            assert_eq!(err.to_string(), format!("{}: {}", err.path(), err.message()));
             err.to_string()
         }
     }
@@ -42,23 +38,17 @@ pub(super) fn limits(list: &str) -> String {
 
 /// A document with this `valkey` object.
 pub(super) fn valkey(body: &str) -> String {
-    format!(
-        r#"{{ "valkey": {body}, "rules": [ {{ "name": "r", "limits": [ {{ "limit": 1, "period": 1 }} ] }} ] }}"#
-    )
+    format!(r#"{{ "valkey": {body}, "rules": [ {{ "name": "r", "limits": [ {{ "limit": 1, "period": 1 }} ] }} ] }}"#)
 }
 
 /// A document around one rule with this `match` object.
 pub(super) fn matcher(body: &str) -> String {
-    rule(&format!(
-        r#"{{ "name": "r", "match": {body}, "limits": [ {{ "limit": 1, "period": 1 }} ] }}"#
-    ))
+    rule(&format!(r#"{{ "name": "r", "match": {body}, "limits": [ {{ "limit": 1, "period": 1 }} ] }}"#))
 }
 
 /// A document around one rule with this `key` list.
 pub(super) fn key(list: &str) -> String {
-    rule(&format!(
-        r#"{{ "name": "r", "key": {list}, "limits": [ {{ "limit": 1, "period": 1 }} ] }}"#
-    ))
+    rule(&format!(r#"{{ "name": "r", "key": {list}, "limits": [ {{ "limit": 1, "period": 1 }} ] }}"#))
 }
 
 pub(super) fn period(json: &str) -> String {
@@ -66,7 +56,5 @@ pub(super) fn period(json: &str) -> String {
 }
 
 pub(super) fn timeout(json: &str) -> String {
-    error(&valkey(&format!(
-        r#"{{ "cluster": "c", "timeout": {json} }}"#
-    )))
+    error(&valkey(&format!(r#"{{ "cluster": "c", "timeout": {json} }}"#)))
 }

@@ -50,25 +50,14 @@ fn example_parses_to_expected_values() {
         failure_mode: FailureMode::Allow,
         rules: vec![Rule {
             name: "auth.createToken".into(),
-            matcher: Match {
-                path_prefix: Some("/auth/token".into()),
-                methods: vec!["POST".into()],
-            },
+            matcher: Match { path_prefix: Some("/auth/token".into()), methods: vec!["POST".into()] },
             key: vec![KeyPart::Header("x-user-id".into())],
             limits: vec![
-                Limit {
-                    limit: nz(20),
-                    period: Period::from_millis(nz(60_000)),
-                },
-                Limit {
-                    limit: nz(5),
-                    period: Period::from_millis(nz(3_000)),
-                },
+                Limit { limit: nz(20), period: Period::from_millis(nz(60_000)) },
+                Limit { limit: nz(5), period: Period::from_millis(nz(3_000)) },
             ],
         }],
-        testing: Testing {
-            now_header: Some("x-tollgate-test-now-ms".into()),
-        },
+        testing: Testing { now_header: Some("x-tollgate-test-now-ms".into()) },
     };
     // "60s" is spelled as written, not as from_millis would ("1m").
     assert_eq!(config.rules[0].limits[0].period.label(), "60s");
@@ -84,10 +73,7 @@ fn minimal_document_gets_defaults() {
         r#"{ "valkey": { "cluster": "c" }, "rules": [ { "name": "all", "limits": [ { "limit": 1, "period": "1s" } ] } ] }"#,
     );
     assert_eq!(config.valkey.cluster, "c");
-    assert_eq!(
-        config.valkey.timeout,
-        Duration::from_millis(DEFAULT_TIMEOUT_MS)
-    );
+    assert_eq!(config.valkey.timeout, Duration::from_millis(DEFAULT_TIMEOUT_MS));
     assert_eq!(config.valkey.timeout, Duration::from_millis(100));
     assert_eq!(config.valkey.key_prefix, "tollgate");
     assert_eq!(config.failure_mode, FailureMode::Allow);
@@ -135,20 +121,11 @@ fn valkey_values() {
     assert_eq!(config.valkey.cluster, "outbound|6379||valkey.svc");
     assert_eq!(config.valkey.timeout, Duration::from_secs(60));
     assert_eq!(config.valkey.key_prefix, "a.B_c:d-0");
-    for (timeout, ms) in [
-        ("\"1ms\"", 1),
-        ("2", 2_000),
-        ("\"1m\"", 60_000),
-        ("60", 60_000),
-    ] {
+    for (timeout, ms) in [("\"1ms\"", 1), ("2", 2_000), ("\"1m\"", 60_000), ("60", 60_000)] {
         let config = parse(&format!(
             r#"{{ "valkey": {{ "cluster": "c", "timeout": {timeout} }}, "rules": [ {{ "name": "r", "limits": [ {{ "limit": 1, "period": 1 }} ] }} ] }}"#
         ));
-        assert_eq!(
-            config.valkey.timeout,
-            Duration::from_millis(ms),
-            "{timeout}"
-        );
+        assert_eq!(config.valkey.timeout, Duration::from_millis(ms), "{timeout}");
     }
 }
 
@@ -255,10 +232,7 @@ fn names_at_the_bounds_and_many_rules() {
     assert_eq!(config.valkey.cluster, cluster);
     assert_eq!(config.valkey.key_prefix, long);
     let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(
-        names,
-        [long.as_str(), "Auth.createToken", "auth.createToken"]
-    );
+    assert_eq!(names, [long.as_str(), "Auth.createToken", "auth.createToken"]);
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
