@@ -1,0 +1,209 @@
+//! A real Envoy running the repository's configs from `envoy/`, with only
+//! ports, module path, plugin configuration and LDS directory substituted.
+
+use super::http::{admin_get, http, Response};
+use super::{envoy_bin, free_port, repo_root, scratch_dir, wasm_path};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Options for one Envoy process running `envoy/envoy.yaml` with substitutions.
+pub struct EnvoyOptions {
+    /// The plugin configuration JSON (replaces the demo's).
+    pub plugin_config: String,
+    pub valkey_port: u16,
+    pub concurrency: u32,
+}
+
+/// A real Envoy running the repository's `envoy/envoy.yaml`, with only its
+/// ports, module path and plugin configuration replaced.
+pub struct Envoy {
+    pub port: u16,
+    pub admin_port: u16,
+    ports: Ports,
+    child: Option<Child>,
+    dir: PathBuf,
+    pub log: PathBuf,
+    valkey_port: u16,
+}
+
+/// The ports one Envoy listens on.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub listener: u16,
+    pub upstream: u16,
+    pub admin: u16,
+}
+
+/// A config file of `envoy/` with the given ports, module, plugin
+/// configuration and LDS directory substituted; nothing else changes.
+pub fn render_envoy_config(text: &str, options: &EnvoyOptions, ports: Ports, lds_dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let replaced = line
+            .replace("port_value: 10000", &format!("port_value: {}", ports.listener))
+            .replace("port_value: 10001", &format!("port_value: {}", ports.upstream))
+            .replace("port_value: 9901", &format!("port_value: {}", ports.admin))
+            .replace("port_value: 6379", &format!("port_value: {}", options.valkey_port))
+            .replace(
+                "filename: target/wasm32-wasip1/release/tollgate.wasm",
+                &format!("filename: {}", wasm_path().display()),
+            )
+            .replace("envoy/dynamic", &lds_dir.display().to_string());
+        out.push_str(&replaced);
+        out.push('\n');
+        if line.trim_end().ends_with("value: |") {
+            // Replace the demo's plugin configuration block.
+            let indent = line.len() - line.trim_start().len() + 2;
+            while lines.peek().is_some_and(|l| l.trim().is_empty() || l.len() - l.trim_start().len() >= indent) {
+                lines.next();
+            }
+            for json_line in options.plugin_config.lines() {
+                out.push_str(&" ".repeat(indent));
+                out.push_str(json_line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+fn read_envoy_file(name: &str) -> String {
+    std::fs::read_to_string(repo_root().join("envoy").join(name)).unwrap()
+}
+
+impl Envoy {
+    pub fn start(options: &EnvoyOptions) -> Self {
+        Self::try_start(options).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
+    }
+
+    /// Starts Envoy with `envoy/envoy.yaml`; `Err(log)` if it exits or never becomes ready.
+    pub fn try_start(options: &EnvoyOptions) -> Result<Self, String> {
+        Self::launch_retrying(options, false)
+    }
+
+    /// Another process may take a chosen port first: retry on fresh ports.
+    fn launch_retrying(options: &EnvoyOptions, dynamic: bool) -> Result<Self, String> {
+        let mut result = Self::launch(options, dynamic);
+        for _ in 0..4 {
+            match &result {
+                Err(log) if log.contains("Address already in use") => result = Self::launch(options, dynamic),
+                _ => break,
+            }
+        }
+        result
+    }
+
+    /// Starts Envoy with `envoy/envoy-dynamic.yaml`: the demo listener comes
+    /// from file-based LDS, so [`Envoy::reload`] can reconfigure it live.
+    pub fn start_dynamic(options: &EnvoyOptions) -> Self {
+        Self::launch_retrying(options, true).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
+    }
+
+    fn launch(options: &EnvoyOptions, dynamic: bool) -> Result<Self, String> {
+        let ports = Ports { listener: free_port(), upstream: free_port(), admin: free_port() };
+        let dir = scratch_dir("envoy");
+        let lds_dir = dir.join("lds");
+        std::fs::create_dir_all(&lds_dir).unwrap();
+        let bootstrap = if dynamic { "envoy-dynamic.yaml" } else { "envoy.yaml" };
+        let config = dir.join("envoy.yaml");
+        std::fs::write(&config, render_envoy_config(&read_envoy_file(bootstrap), options, ports, &lds_dir)).unwrap();
+        let log = dir.join("envoy.log");
+        let mut envoy = Envoy {
+            port: ports.listener,
+            admin_port: ports.admin,
+            ports,
+            child: None,
+            dir,
+            log,
+            valkey_port: options.valkey_port,
+        };
+        if dynamic {
+            envoy.reload(&options.plugin_config);
+        }
+        let child = Command::new(envoy_bin())
+            .arg("-c")
+            .arg(&config)
+            .args(["--concurrency", &options.concurrency.to_string(), "--use-dynamic-base-id"])
+            .args(["--log-level", "info", "--log-path"])
+            .arg(&envoy.log)
+            .current_dir(repo_root())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start envoy (run `make tools`)");
+        envoy.child = Some(child);
+        let start = Instant::now();
+        loop {
+            if !envoy.is_running() {
+                return Err(envoy.log_text());
+            }
+            let ready = admin_get(envoy.admin_port, "/ready").is_some_and(|r| r.status == 200)
+                && TcpStream::connect(("127.0.0.1", envoy.port)).is_ok();
+            if ready {
+                return Ok(envoy);
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                return Err(envoy.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Rewrites the LDS file with a new plugin configuration (write, then
+    /// rename over the watched file, as Envoy's file-based LDS expects).
+    pub fn reload(&self, plugin_config: &str) {
+        let options =
+            EnvoyOptions { plugin_config: plugin_config.to_string(), valkey_port: self.valkey_port, concurrency: 1 };
+        let lds_dir = self.dir.join("lds");
+        let text = render_envoy_config(&read_envoy_file("dynamic/listeners.yaml"), &options, self.ports, &lds_dir);
+        let tmp = self.dir.join("listeners.yaml.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, lds_dir.join("listeners.yaml")).unwrap();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+        http(self.port, method, path, headers).unwrap()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The value of one counter or gauge from `/stats`.
+    pub fn stat(&self, name: &str) -> Option<u64> {
+        let body = admin_get(self.admin_port, &format!("/stats?filter=^{name}$"))?.body;
+        let text = String::from_utf8_lossy(&body).into_owned();
+        text.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The plugin configuration JSON embedded in `envoy/envoy.yaml`.
+pub fn demo_plugin_config() -> String {
+    let text = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml")).unwrap();
+    let mut lines = text.lines().skip_while(|l| !l.trim_end().ends_with("value: |"));
+    let header = lines.next().expect("envoy.yaml has a `value: |` plugin configuration");
+    let indent = header.len() - header.trim_start().len() + 2;
+    lines
+        .take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() >= indent)
+        .map(|l| l.get(indent..).unwrap_or("").to_string() + "\n")
+        .collect()
+}

@@ -1,0 +1,119 @@
+//! A real valkey-server on a free port, and a one-shot RESP client.
+
+use super::{free_port, scratch_dir, valkey_bin};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tollgate::resp::{decode, encode_command, Limits, Value};
+
+/// A real valkey-server on a free port, with persistence off.
+pub struct Valkey {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl Valkey {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Self {
+        for _ in 0..5 {
+            let mut v = Valkey {
+                port: free_port(),
+                child: None,
+                dir: scratch_dir("valkey"),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            if v.try_restart() {
+                return v;
+            }
+        }
+        panic!("valkey-server did not start on 5 different ports");
+    }
+
+    /// Starts (again) on the same port.
+    pub fn restart(&mut self) {
+        assert!(self.try_restart(), "valkey-server did not start on port {}", self.port);
+    }
+
+    /// Starts on `self.port`; false if the server exits (port taken).
+    fn try_restart(&mut self) -> bool {
+        self.stop();
+        let mut cmd = Command::new(valkey_bin());
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("start valkey-server (run `make tools`)");
+        let start = Instant::now();
+        loop {
+            if matches!(try_command(self.port, &[b"PING"]), Ok(Value::Simple(s)) if s == b"PONG") {
+                self.child = Some(child);
+                return true;
+            }
+            if !matches!(child.try_wait(), Ok(None)) || start.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// One command, one connection; panics on I/O errors.
+    pub fn cmd(&self, args: &[&str]) -> Value {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        try_command(self.port, &args).unwrap()
+    }
+
+    pub fn int(&self, args: &[&str]) -> i64 {
+        match self.cmd(args) {
+            Value::Integer(n) => n,
+            other => panic!("{args:?} gave {other:?}"),
+        }
+    }
+}
+
+impl Drop for Valkey {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sends one command to 127.0.0.1:`port` and reads one reply.
+pub fn try_command(port: u16, args: &[&[u8]]) -> std::io::Result<Value> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut out = Vec::new();
+    encode_command(&mut out, args);
+    stream.write_all(&out)?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "closed"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        match decode(&buf, &Limits::default()) {
+            Ok((value, _)) => return Ok(value),
+            Err(tollgate::resp::DecodeError::Incomplete) => continue,
+            Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())),
+        }
+    }
+}
