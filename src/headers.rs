@@ -110,6 +110,11 @@ struct Violation<'a> {
 /// the windows that denied the request. `retry_after` is in seconds, rounded
 /// up from `retry_after_ms`.
 pub fn problem_json(denied: &[PolicyStat<'_>], retry_after_ms: u64) -> String {
+    problem_json_with_status(denied, retry_after_ms, 429)
+}
+
+/// [`problem_json`] for a configured denial status (`response.status`).
+pub fn problem_json_with_status(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u16) -> String {
     let names: Vec<&str> = denied.iter().map(|s| s.name).collect();
     let detail = if names.is_empty() {
         String::from("rate limit exceeded")
@@ -118,8 +123,8 @@ pub fn problem_json(denied: &[PolicyStat<'_>], retry_after_ms: u64) -> String {
     };
     let problem = Problem {
         kind: "about:blank",
-        title: "Too Many Requests",
-        status: 429,
+        title: if status == 429 { "Too Many Requests" } else { "Rate Limit Exceeded" },
+        status,
         detail,
         violated_policies: denied
             .iter()
@@ -134,6 +139,20 @@ pub fn problem_json(denied: &[PolicyStat<'_>], retry_after_ms: u64) -> String {
         retry_after: retry_after_secs(retry_after_ms),
     };
     serde_json::to_string(&problem).unwrap_or_else(|_| String::from(FALLBACK_PROBLEM))
+}
+
+/// `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` for
+/// one window (the most constrained), in the style of Envoy's
+/// `DRAFT_VERSION_03` option: `X-RateLimit-Limit: 5, 5;w=3`.
+pub fn x_ratelimit(item: &PolicyStat<'_>) -> [(&'static str, String); 3] {
+    let o = item.outcome;
+    let limit = o.limit.min(SF_INTEGER_MAX);
+    let window = ceil_secs(o.period_ms).clamp(1, SF_INTEGER_MAX);
+    [
+        ("x-ratelimit-limit", format!("{limit}, {limit};w={window}")),
+        ("x-ratelimit-remaining", o.remaining.min(SF_INTEGER_MAX).to_string()),
+        ("x-ratelimit-reset", ceil_secs(o.reset_ms).min(SF_INTEGER_MAX).to_string()),
+    ]
 }
 
 /// `ms` in whole seconds, rounded up, without overflow.

@@ -30,14 +30,18 @@
 //!
 //! struct Req;
 //! impl RequestView for Req {
-//!     fn method(&self) -> Option<Vec<u8>> { Some(b"POST".to_vec()) }
-//!     fn path(&self) -> Option<Vec<u8>> { Some(b"/auth/token".to_vec()) }
 //!     fn header(&self, name: &str) -> Option<Vec<u8>> {
-//!         (name == "x-user-id").then(|| b"alice".to_vec())
+//!         match name {
+//!             ":method" => Some(b"POST".to_vec()),
+//!             ":path" => Some(b"/auth/token".to_vec()),
+//!             "x-user-id" => Some(b"alice".to_vec()),
+//!             _ => None,
+//!         }
 //!     }
+//!     fn property(&self, _path: &[String]) -> Option<Vec<u8>> { None }
 //! }
 //!
-//! let checks = plan(&config, &Req);
+//! let checks = plan(&config, &Req).checks;
 //! assert_eq!(checks.len(), 1);
 //! assert_eq!(checks[0].key, "tollgate:{auth.createToken:alice}:log");
 //! assert_eq!(checks[0].windows.len(), 2);
@@ -52,6 +56,7 @@ pub mod plan;
 pub mod resp;
 pub mod response;
 pub mod store;
+pub mod verdict;
 
 #[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
 pub mod filter;

@@ -2,9 +2,16 @@
 //! for denied ones, built from a [`Decision`]. Pure; the filter only copies
 //! the result into Envoy.
 
-use crate::config::Config;
-use crate::headers::{problem_json, ratelimit, ratelimit_policy, retry_after_secs, PolicyStat, PROBLEM_CONTENT_TYPE};
+use crate::config::{Body, Config};
+use crate::headers::{
+    problem_json_with_status, ratelimit, ratelimit_policy, retry_after_secs, x_ratelimit, PolicyStat,
+    PROBLEM_CONTENT_TYPE,
+};
 use crate::limiter::{Check, Decision};
+
+/// Request header that tells the upstream which policies would have denied
+/// a request that shadow mode let through (`"rule/period", ...`).
+pub const SHADOW_HEADER: &str = "x-tollgate-shadow-denied";
 
 /// A response the filter answers itself instead of forwarding the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,27 +40,63 @@ fn stats<'a>(names: &'a [String], decision: &'a Decision) -> Vec<PolicyStat<'a>>
     names.iter().zip(&decision.windows).map(|(name, outcome)| PolicyStat { name, outcome }).collect()
 }
 
-/// `RateLimit-Policy` and `RateLimit` for every window of the decision.
+/// The rate-limit headers of the configured families (`response.headers`):
+/// draft-10 `RateLimit-Policy`/`RateLimit` for every window, and/or
+/// `X-RateLimit-*` for the most constrained window.
 pub fn ratelimit_headers(config: &Config, checks: &[Check], decision: &Decision) -> Vec<(String, String)> {
     let names = policy_names(config, checks, decision);
     let all = stats(&names, decision);
+    let mut out = Vec::new();
     if all.is_empty() {
-        return Vec::new();
+        return out;
     }
-    vec![("ratelimit-policy".to_string(), ratelimit_policy(&all)), ("ratelimit".to_string(), ratelimit(&all))]
+    if config.response.ratelimit_headers {
+        out.push(("ratelimit-policy".to_string(), ratelimit_policy(&all)));
+        out.push(("ratelimit".to_string(), ratelimit(&all)));
+    }
+    if config.response.x_ratelimit_headers {
+        let tightest = all.iter().min_by(|a, b| {
+            a.outcome.remaining.cmp(&b.outcome.remaining).then(b.outcome.reset_ms.cmp(&a.outcome.reset_ms))
+        });
+        if let Some(item) = tightest {
+            out.extend(x_ratelimit(item).into_iter().map(|(k, v)| (k.to_string(), v)));
+        }
+    }
+    out
 }
 
-/// The 429 for a denied request: rate-limit headers, `Retry-After` and a
-/// problem+json body naming the violated policies.
+/// Headers for the upstream's response to an admitted request (none when
+/// `response.on_allowed` is false).
+pub fn allowed_headers(config: &Config, checks: &[Check], decision: &Decision) -> Vec<(String, String)> {
+    if config.response.on_allowed {
+        ratelimit_headers(config, checks, decision)
+    } else {
+        Vec::new()
+    }
+}
+
+/// The denial: the configured status, rate-limit headers, `Retry-After`
+/// (always) and the configured body.
 pub fn denied(config: &Config, checks: &[Check], decision: &Decision) -> LocalReply {
     let names = policy_names(config, checks, decision);
     let all = stats(&names, decision);
-    let violated: Vec<PolicyStat<'_>> = all.iter().filter(|s| s.outcome.denied()).cloned().collect();
+    let violated: Vec<PolicyStat<'_>> = all.iter().filter(|s| s.outcome.denied()).copied().collect();
     let retry_ms = decision.retry_after_ms();
     let mut headers = ratelimit_headers(config, checks, decision);
     headers.push(("retry-after".to_string(), retry_after_secs(retry_ms).to_string()));
-    headers.push(("content-type".to_string(), PROBLEM_CONTENT_TYPE.to_string()));
-    LocalReply { status: 429, headers, body: problem_json(&violated, retry_ms).into_bytes() }
+    let status = config.response.status;
+    let body = match &config.response.body {
+        Body::ProblemJson => {
+            headers.push(("content-type".to_string(), PROBLEM_CONTENT_TYPE.to_string()));
+            problem_json_with_status(&violated, retry_ms, status).into_bytes()
+        }
+        Body::Text(text) => {
+            headers.push(("content-type".to_string(), "text/plain; charset=utf-8".to_string()));
+            text.clone().into_bytes()
+        }
+        Body::None => Vec::new(),
+    };
+    LocalReply { status: u32::from(status), headers, body }
 }
 
 /// The 503 of `failure_mode: deny` when the store cannot answer.
@@ -130,6 +173,29 @@ mod tests {
         assert_eq!(body["retry_after"], 3);
         assert_eq!(body["violated_policies"].as_array().unwrap().len(), 1);
         assert_eq!(body["violated_policies"][0]["policy"], "auth.createToken/3s");
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn configured_families_status_and_text_body() {
+        let (_, checks) = setup();
+        let config = Config::from_json(
+            br#"{"valkey":{"cluster":"c"},"rules":[{"name":"auth.createToken",
+                "limits":[{"limit":20,"period":"60s"},{"limit":5,"period":"3s"}]}],
+                "response":{"status":403,"headers":["x-ratelimit"],"body":"text","text":"slow down","on_allowed":false}}"#,
+        )
+        .unwrap();
+        let reply = denied(&config, &checks, &decision(2_100));
+        assert_eq!(reply.status, 403);
+        let names: Vec<&str> = reply.headers.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after", "content-type"]
+        );
+        assert_eq!(reply.headers[0].1, "5, 5;w=3");
+        assert_eq!(reply.headers[1].1, "0");
+        assert_eq!(reply.headers[2].1, "3");
+        assert_eq!(reply.body, b"slow down");
+        assert!(allowed_headers(&config, &checks, &decision(0)).is_empty(), "on_allowed: false");
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

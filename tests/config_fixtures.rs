@@ -106,7 +106,7 @@ fn example_fixture_values() {
     assert_eq!(rule.name, "auth.createToken");
     assert_eq!(rule.matcher.path_prefix.as_deref(), Some("/auth/token"));
     assert_eq!(rule.matcher.methods, ["POST"]);
-    assert_eq!(rule.key, [KeyPart::Header("x-user-id".into())]);
+    assert_eq!(rule.key, [KeyPart::header("x-user-id")]);
     let windows: Vec<(u64, u64, &str)> =
         rule.limits.iter().map(|l| (l.limit.get(), l.period.ms().get(), l.period.label())).collect();
     assert_eq!(windows, [(20, 60_000, "60s"), (5, 3_000, "3s")]);
@@ -152,5 +152,5 @@ fn integer_periods_fixture_values() {
     );
     let rule = &config.rules[1];
     assert_eq!(rule.matcher.methods, ["GET", "HEAD"]);
-    assert_eq!(rule.key, [KeyPart::Header(":authority".into()), KeyPart::Header("x-api-key".into())]);
+    assert_eq!(rule.key, [KeyPart::header(":authority"), KeyPart::header("x-api-key")]);
 }

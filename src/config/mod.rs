@@ -22,7 +22,7 @@
 //! assert_eq!(config.failure_mode, FailureMode::Allow);
 //! let rule = &config.rules[0];
 //! assert_eq!(rule.matcher.methods, ["POST"]);
-//! assert_eq!(rule.key, [KeyPart::Header("x-user-id".to_owned())]);
+//! assert_eq!(rule.key, [KeyPart::header("x-user-id")]);
 //! assert_eq!(rule.limits[1].limit.get(), 5);
 //! assert_eq!(rule.limits[1].period.ms().get(), 3_000);
 //! assert_eq!(rule.limits[1].period.label(), "3s");
@@ -107,7 +107,10 @@
 
 mod duration;
 mod error;
+mod keys;
+mod matching;
 mod raw;
+mod response;
 mod validate;
 
 #[cfg(test)]
@@ -118,6 +121,9 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 pub use error::ConfigError;
+pub use keys::{KeyPart, KeySource, OnMissing, Prefixes, MAX_KEY_PARTS, MAX_LITERAL_BYTES, MAX_PROPERTY_SEGMENTS};
+pub use matching::{HeaderCondition, HeaderMatch, Match, Pattern, MAX_HEADER_MATCHES};
+pub use response::{Body, ResponseConfig, DEFAULT_TEXT_BODY, MAX_TEXT_BYTES};
 
 /// `valkey.timeout` when omitted, in milliseconds.
 pub const DEFAULT_TIMEOUT_MS: u64 = 100;
@@ -129,8 +135,6 @@ pub const DEFAULT_KEY_PREFIX: &str = "tollgate";
 pub const MAX_CLUSTER_BYTES: usize = 255;
 /// Longest rule name or key prefix, in characters (all ASCII).
 pub const MAX_NAME_CHARS: usize = 64;
-/// Most key parts in one rule.
-pub const MAX_KEY_PARTS: usize = 8;
 /// Most windows (limits) in one rule.
 pub const MAX_WINDOWS: usize = 8;
 /// Largest `limit` of a window.
@@ -147,6 +151,10 @@ pub struct Config {
     pub failure_mode: FailureMode,
     /// The rules, in configuration order (never empty).
     pub rules: Vec<Rule>,
+    /// How denials are answered and which headers are emitted.
+    pub response: ResponseConfig,
+    /// Global shadow mode: every rule decides and counts, none denies.
+    pub shadow: bool,
     /// Test-only switches; all off unless configured.
     pub testing: Testing,
 }
@@ -198,23 +206,8 @@ pub struct Rule {
     pub key: Vec<KeyPart>,
     /// The windows, in configuration order: 1..=8, with distinct periods.
     pub limits: Vec<Limit>,
-}
-
-/// Request selection of a rule. The default matches every request.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Match {
-    /// The request path must start with this (always starts with `/`).
-    pub path_prefix: Option<String>,
-    /// Allowed methods, uppercase and distinct; empty means any method.
-    pub methods: Vec<String>,
-}
-
-/// One component of a rule's bucket key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyPart {
-    /// The value of a request header; the name is lowercase and may be a
-    /// pseudo-header such as `:authority`.
-    Header(String),
+    /// Shadow rule: decides and consumes as if enforced, but never denies.
+    pub shadow: bool,
 }
 
 /// One window of a rule: at most `limit` requests per `period`.

@@ -43,6 +43,38 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
     }
 }
 
+/// A JSON string or a JSON object holding a `T` (for fields such as key parts
+/// that have a short string form).
+#[derive(Debug)]
+pub(crate) enum StrOrObj<T> {
+    Str(String),
+    Obj(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for StrOrObj<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = StrOrObj<T>;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+                formatter.write_str("a string or an object")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(StrOrObj::Str(v.to_owned()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(StrOrObj::Obj)
+            }
+        }
+
+        deserializer.deserialize_any(V(PhantomData))
+    }
+}
+
 /// The whole document.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,6 +82,8 @@ pub(crate) struct RawConfig {
     pub(crate) valkey: Obj<RawValkey>,
     pub(crate) failure_mode: Option<String>,
     pub(crate) rules: Vec<Obj<RawRule>>,
+    pub(crate) response: Option<Obj<RawResponse>>,
+    pub(crate) shadow: Option<bool>,
     pub(crate) testing: Option<Obj<RawTesting>>,
 }
 
@@ -69,24 +103,83 @@ pub(crate) struct RawRule {
     pub(crate) name: String,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Obj<RawMatch>>,
-    pub(crate) key: Option<Vec<Obj<RawKeyPart>>>,
+    pub(crate) key: Option<Vec<StrOrObj<RawKeyPart>>>,
     pub(crate) limits: Vec<Obj<RawLimit>>,
+    pub(crate) shadow: Option<bool>,
 }
 
 /// `rules[i].match`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawMatch {
+    pub(crate) path: Option<String>,
     pub(crate) path_prefix: Option<String>,
+    pub(crate) path_regex: Option<String>,
     pub(crate) methods: Option<Vec<String>>,
+    pub(crate) authority: Option<String>,
+    pub(crate) headers: Option<Vec<Obj<RawHeaderMatch>>>,
 }
 
-/// `rules[i].key[j]`. Later versions may add other kinds of part as other
-/// fields of this object.
+/// `rules[i].match.headers[j]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHeaderMatch {
+    pub(crate) name: String,
+    pub(crate) present: Option<bool>,
+    pub(crate) exact: Option<String>,
+    pub(crate) prefix: Option<String>,
+    pub(crate) regex: Option<String>,
+    pub(crate) invert: Option<bool>,
+}
+
+/// `rules[i].key[j]` in object form: exactly one source field, plus
+/// `on_missing`. (The string forms are `"path"`, `"method"`, `"authority"`.)
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawKeyPart {
-    pub(crate) header: String,
+    pub(crate) header: Option<String>,
+    pub(crate) query: Option<String>,
+    pub(crate) cookie: Option<String>,
+    pub(crate) remote_address: Option<Obj<RawPrefixes>>,
+    pub(crate) forwarded_for: Option<Obj<RawForwardedFor>>,
+    pub(crate) literal: Option<String>,
+    pub(crate) property: Option<Vec<String>>,
+    pub(crate) on_missing: Option<StrOrObj<RawOnMissing>>,
+}
+
+/// `remote_address`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPrefixes {
+    pub(crate) v4_prefix: Option<u32>,
+    pub(crate) v6_prefix: Option<u32>,
+}
+
+/// `forwarded_for`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawForwardedFor {
+    pub(crate) trusted_hops: Option<u32>,
+    pub(crate) v4_prefix: Option<u32>,
+    pub(crate) v6_prefix: Option<u32>,
+}
+
+/// `on_missing` in object form.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOnMissing {
+    pub(crate) default: String,
+}
+
+/// `response`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawResponse {
+    pub(crate) status: Option<u64>,
+    pub(crate) headers: Option<Vec<String>>,
+    pub(crate) body: Option<String>,
+    pub(crate) text: Option<String>,
+    pub(crate) on_allowed: Option<bool>,
 }
 
 /// `rules[i].limits[j]`.

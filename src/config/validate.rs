@@ -12,11 +12,13 @@ use serde_json::{Number, Value};
 
 use super::duration::{self, DurationError};
 use super::error::ConfigError;
-use super::raw::{Obj, RawConfig, RawKeyPart, RawLimit, RawMatch, RawRule, RawTesting, RawValkey};
+use super::keys::key;
+use super::matching::matcher;
+use super::raw::{Obj, RawConfig, RawLimit, RawRule, RawTesting, RawValkey};
+use super::response::response;
 use super::{
-    Config, FailureMode, KeyPart, Limit, Match, Period, Rule, Testing, ValkeyConfig, DEFAULT_KEY_PREFIX,
-    DEFAULT_TIMEOUT_MS, MAX_CLUSTER_BYTES, MAX_KEY_PARTS, MAX_LIMIT, MAX_NAME_CHARS, MAX_PERIOD_MS, MAX_TIMEOUT_MS,
-    MAX_WINDOWS,
+    Config, FailureMode, Limit, Period, Rule, Testing, ValkeyConfig, DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT_MS,
+    MAX_CLUSTER_BYTES, MAX_LIMIT, MAX_NAME_CHARS, MAX_PERIOD_MS, MAX_TIMEOUT_MS, MAX_WINDOWS,
 };
 
 /// Spelling of [`MAX_TIMEOUT_MS`] in messages.
@@ -29,7 +31,7 @@ const DURATION_SYNTAX: &str = "expected <digits><unit> with unit ms, s, m, h or 
 const HEADER_SYNTAX: &str =
     "expected an HTTP token (letters, digits and !#$%&'*+-.^_`|~), optionally after a leading ':'";
 
-fn fail<T>(path: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
+pub(crate) fn fail<T>(path: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError::new(path, message))
 }
 
@@ -39,6 +41,8 @@ pub(crate) fn config(raw: RawConfig) -> Result<Config, ConfigError> {
         valkey: valkey(valkey_raw)?,
         failure_mode: failure_mode(raw.failure_mode)?,
         rules: rules(raw.rules)?,
+        response: response(raw.response)?,
+        shadow: raw.shadow.unwrap_or(false),
         testing: testing(raw.testing)?,
     })
 }
@@ -117,53 +121,10 @@ fn rules(raw: Vec<Obj<RawRule>>) -> Result<Vec<Rule>, ConfigError> {
             matcher: matcher(i, rule_raw.matcher)?,
             key: key(i, rule_raw.key)?,
             limits: limits(i, rule_raw.limits)?,
+            shadow: rule_raw.shadow.unwrap_or(false),
         });
     }
     Ok(out)
-}
-
-fn matcher(i: usize, raw: Option<Obj<RawMatch>>) -> Result<Match, ConfigError> {
-    let Some(Obj(raw)) = raw else {
-        return Ok(Match::default());
-    };
-    if let Some(prefix) = &raw.path_prefix {
-        if !prefix.starts_with('/') {
-            return fail(format!("rules[{i}].match.path_prefix"), "must start with '/'");
-        }
-    }
-    let mut methods: Vec<String> = Vec::new();
-    if let Some(list) = raw.methods {
-        if list.is_empty() {
-            return fail(format!("rules[{i}].match.methods"), "must not be empty");
-        }
-        for (j, method) in list.into_iter().enumerate() {
-            let path = format!("rules[{i}].match.methods[{j}]");
-            if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
-                return fail(path, format!("invalid HTTP method {method:?}: expected letters only"));
-            }
-            let upper = method.to_ascii_uppercase();
-            if let Some(first) = methods.iter().position(|m| *m == upper) {
-                return fail(path, format!("duplicate method {upper:?} (also rules[{i}].match.methods[{first}])"));
-            }
-            methods.push(upper);
-        }
-    }
-    Ok(Match { path_prefix: raw.path_prefix, methods })
-}
-
-fn key(i: usize, raw: Option<Vec<Obj<RawKeyPart>>>) -> Result<Vec<KeyPart>, ConfigError> {
-    let parts = raw.unwrap_or_default();
-    if parts.len() > MAX_KEY_PARTS {
-        return fail(
-            format!("rules[{i}].key"),
-            format!("must have at most {MAX_KEY_PARTS} parts (got {})", parts.len()),
-        );
-    }
-    parts
-        .into_iter()
-        .enumerate()
-        .map(|(j, Obj(part))| header_name(&format!("rules[{i}].key[{j}].header"), &part.header).map(KeyPart::Header))
-        .collect()
 }
 
 fn limits(i: usize, raw: Vec<Obj<RawLimit>>) -> Result<Vec<Limit>, ConfigError> {
@@ -238,7 +199,7 @@ fn invalid_duration<T>(path: &str, shown: &str) -> Result<T, ConfigError> {
 
 /// An HTTP field name (RFC 9110 token), or a pseudo-header (`:` + token);
 /// returned lowercased.
-fn header_name(path: &str, name: &str) -> Result<String, ConfigError> {
+pub(crate) fn header_name(path: &str, name: &str) -> Result<String, ConfigError> {
     let body = name.strip_prefix(':').unwrap_or(name);
     let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     if body.is_empty() || !body.bytes().all(is_tchar) {

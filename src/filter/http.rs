@@ -3,14 +3,16 @@
 use super::root::Shared;
 use crate::config::FailureMode;
 use crate::limiter::script::{sliding_log, Invocation};
-use crate::limiter::Check;
+use crate::limiter::{Check, Decision};
 use crate::plan::{plan, RequestView};
-use crate::response::{self, LocalReply};
+use crate::response::{self, LocalReply, SHADOW_HEADER};
 use crate::store::{self, Failure, Outcome};
+use crate::verdict::{rule_outcomes, verdict, Verdict};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 use std::rc::Rc;
+use std::time::SystemTime;
 
 /// Largest store reply read back (a script reply is a few hundred bytes).
 const MAX_REPLY_BYTES: usize = 1 << 20;
@@ -19,8 +21,8 @@ pub struct Http {
     shared: Option<Rc<Shared>>,
     checks: Vec<Check>,
     now_ms: Option<u64>,
-    /// The invocation of the store call in flight, if any.
-    in_flight: Option<Invocation>,
+    /// The invocation of the store call in flight, if any, and when it left.
+    in_flight: Option<(Invocation, Option<SystemTime>)>,
     /// Headers to add to the upstream's response (admitted requests).
     response_headers: Vec<(String, String)>,
 }
@@ -42,7 +44,7 @@ impl Http {
         ];
         match hostcalls::dispatch_http_call(&valkey.cluster, headers, Some(&body), vec![], valkey.timeout) {
             Ok(_token) => {
-                self.in_flight = Some(how);
+                self.in_flight = Some((how, hostcalls::get_current_time().ok()));
                 Action::Pause
             }
             Err(status) => {
@@ -56,9 +58,14 @@ impl Http {
     /// Applies `failure_mode`: `Continue` to let the request through.
     fn fail(&mut self, shared: &Shared, failure: &Failure) -> Action {
         shared.log_failure(failure);
+        shared.metrics.store_error();
         match shared.config.failure_mode {
-            FailureMode::Allow => Action::Continue,
+            FailureMode::Allow => {
+                shared.metrics.failure_mode(true);
+                Action::Continue
+            }
             FailureMode::Deny => {
+                shared.metrics.failure_mode(false);
                 send(&response::store_unavailable());
                 Action::Pause
             }
@@ -66,6 +73,11 @@ impl Http {
     }
 
     fn on_store_reply(&mut self, shared: &Shared, num_headers: usize, body_size: usize) -> Action {
+        let (how, sent) = self.in_flight.take().unwrap_or((Invocation::Eval, None));
+        if let (Some(sent), Ok(now)) = (sent, hostcalls::get_current_time()) {
+            let ms = now.duration_since(sent).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            shared.metrics.store_time(ms);
+        }
         // A timed-out or failed call has no response at all: the host then has
         // no header map and no body, and proxy-wasm's accessors would panic.
         let status = (num_headers > 0)
@@ -81,19 +93,33 @@ impl Http {
             .flatten()
             .unwrap_or_default();
         match store::interpret(status.as_deref(), &body, &self.checks) {
-            Outcome::Decided(decision) if decision.allowed => {
-                self.response_headers = response::ratelimit_headers(&shared.config, &self.checks, &decision);
-                Action::Continue
-            }
-            Outcome::Decided(decision) => {
-                send(&response::denied(&shared.config, &self.checks, &decision));
-                Action::Pause
-            }
-            Outcome::NoScript if self.in_flight == Some(Invocation::EvalSha) => {
-                self.call_store(shared, Invocation::Eval)
-            }
+            Outcome::Decided(decision) => self.apply(shared, &decision),
+            Outcome::NoScript if how == Invocation::EvalSha => self.call_store(shared, Invocation::Eval),
             Outcome::NoScript => self.fail(shared, &Failure::Unavailable("NOSCRIPT after EVAL".into())),
             Outcome::Failed(failure) => self.fail(shared, &failure),
+        }
+    }
+
+    /// Counts the decision per rule and admits or denies the request.
+    fn apply(&mut self, shared: &Shared, decision: &Decision) -> Action {
+        let config = &shared.config;
+        for (rule, outcome) in rule_outcomes(config, &self.checks, decision) {
+            shared.metrics.rule(rule, outcome);
+        }
+        let names = response::policy_names(config, &self.checks, decision);
+        match verdict(config, &self.checks, decision, &names) {
+            Verdict::Admit { shadow_denied } => {
+                if !shadow_denied.is_empty() {
+                    let value = shadow_denied.join(", ");
+                    let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, SHADOW_HEADER, Some(&value));
+                }
+                self.response_headers = response::allowed_headers(config, &self.checks, decision);
+                Action::Continue
+            }
+            Verdict::Deny => {
+                send(&response::denied(config, &self.checks, decision));
+                Action::Pause
+            }
         }
     }
 }
@@ -105,29 +131,25 @@ fn send(reply: &LocalReply) {
     }
 }
 
-/// Envoy's request headers seen through the pure core's [`RequestView`].
+/// Envoy's request headers and attributes seen through the pure core's
+/// [`RequestView`].
 struct EnvoyRequest;
 
 impl RequestView for EnvoyRequest {
-    fn method(&self) -> Option<Vec<u8>> {
-        self.header(":method")
-    }
-    fn path(&self) -> Option<Vec<u8>> {
-        self.header(":path")
-    }
     fn header(&self, name: &str) -> Option<Vec<u8>> {
         hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name).ok().flatten()
+    }
+
+    fn property(&self, path: &[String]) -> Option<Vec<u8>> {
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        hostcalls::get_property(path).ok().flatten()
     }
 }
 
 impl Context for Http {
     fn on_http_call_response(&mut self, _token: u32, num_headers: usize, body_size: usize, _trailers: usize) {
-        let Some(shared) = self.shared.clone() else {
-            return;
-        };
-        let action = self.on_store_reply(&shared, num_headers, body_size);
-        if action == Action::Continue {
-            self.in_flight = None;
+        let Some(shared) = self.shared.clone() else { return };
+        if self.on_store_reply(&shared, num_headers, body_size) == Action::Continue {
             if let Err(status) = hostcalls::resume_http_request() {
                 log::warn!("tollgate: could not resume request: {status:?}");
             }
@@ -137,16 +159,20 @@ impl Context for Http {
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
-        let Some(shared) = self.shared.clone() else {
-            return Action::Continue;
-        };
+        let Some(shared) = self.shared.clone() else { return Action::Continue };
         if let Some(name) = &shared.config.testing.now_header {
             let value = EnvoyRequest.header(name);
             self.now_ms = value.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse().ok());
             // The test clock never reaches the upstream.
             let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
         }
-        self.checks = plan(&shared.config, &EnvoyRequest);
+        // A client must not be able to forge the shadow-mode report.
+        let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, SHADOW_HEADER);
+        let planned = plan(&shared.config, &EnvoyRequest);
+        for rule in &planned.skipped {
+            shared.metrics.skipped(*rule);
+        }
+        self.checks = planned.checks;
         if self.checks.is_empty() {
             return Action::Continue;
         }

@@ -6,6 +6,7 @@
 //! whose results are handled instead of unwrapped.
 
 mod http;
+mod metrics;
 mod root;
 
 use proxy_wasm::traits::RootContext;

@@ -1,6 +1,7 @@
 //! The per-worker root context: owns the validated configuration.
 
 use super::http::Http;
+use super::metrics::{count_config_error, Metrics};
 use crate::config::Config;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -12,6 +13,7 @@ use std::time::{Duration, SystemTime};
 /// State shared by the worker's HTTP contexts.
 pub struct Shared {
     pub config: Config,
+    pub metrics: Metrics,
     /// When a store failure was last logged (failures are logged at most
     /// once per [`FAILURE_LOG_INTERVAL`], not once per request).
     last_failure_log: Cell<Option<SystemTime>>,
@@ -53,11 +55,13 @@ impl RootContext for Root {
                     );
                 }
                 log::info!("tollgate: configured {} rule(s)", config.rules.len());
-                self.shared = Some(Rc::new(Shared { config, last_failure_log: Cell::new(None) }));
+                let metrics = Metrics::define(&config);
+                self.shared = Some(Rc::new(Shared { config, metrics, last_failure_log: Cell::new(None) }));
                 true
             }
             Err(e) => {
                 log::error!("tollgate: invalid plugin configuration: {e}");
+                count_config_error();
                 false
             }
         }

@@ -1,7 +1,7 @@
 //! A real Envoy running the repository's configs from `envoy/`, with only
 //! ports, module path, plugin configuration and LDS directory substituted.
 
-use super::http::{admin_get, http, Response};
+use super::http::{admin_get, http_to, Response};
 use super::{envoy_bin, free_port, repo_root, scratch_dir, wasm_path};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -26,6 +26,7 @@ pub struct Envoy {
     dir: PathBuf,
     pub log: PathBuf,
     valkey_port: u16,
+    ipv6: bool,
 }
 
 /// The ports one Envoy listens on.
@@ -74,6 +75,40 @@ fn read_envoy_file(name: &str) -> String {
     std::fs::read_to_string(repo_root().join("envoy").join(name)).unwrap()
 }
 
+/// Test-only changes to the rendered configuration, beyond the substitutions.
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    /// YAML list items (`- name: ...`, written at column 0) inserted into the
+    /// demo listener's HTTP filter chain before tollgate, e.g. `jwt_authn`.
+    pub http_filters_before: Option<String>,
+    /// The demo listener listens on `[::1]` instead of `127.0.0.1`.
+    pub ipv6: bool,
+}
+
+impl Extras {
+    fn apply(&self, text: String, listener_port: u16) -> String {
+        let mut out = String::with_capacity(text.len());
+        for line in text.lines() {
+            if let (Some(filters), true) = (&self.http_filters_before, line.trim() == "- name: tollgate") {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                for extra in filters.lines() {
+                    out.push_str(indent);
+                    out.push_str(extra);
+                    out.push('\n');
+                }
+            }
+            let own = format!("address: 127.0.0.1, port_value: {listener_port} ");
+            if self.ipv6 && line.contains(&own) {
+                out.push_str(&line.replace(&own, &format!("address: \"::1\", port_value: {listener_port} ")));
+            } else {
+                out.push_str(line);
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
 impl Envoy {
     pub fn start(options: &EnvoyOptions) -> Self {
         Self::try_start(options).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
@@ -84,12 +119,21 @@ impl Envoy {
         Self::launch_retrying(options, false)
     }
 
-    /// Another process may take a chosen port first: retry on fresh ports.
+    /// Starts Envoy with `envoy/envoy.yaml` changed by `extras`.
+    pub fn start_with(options: &EnvoyOptions, extras: &Extras) -> Self {
+        Self::retrying(options, false, extras).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
+    }
+
     fn launch_retrying(options: &EnvoyOptions, dynamic: bool) -> Result<Self, String> {
-        let mut result = Self::launch(options, dynamic);
+        Self::retrying(options, dynamic, &Extras::default())
+    }
+
+    /// Another process may take a chosen port first: retry on fresh ports.
+    fn retrying(options: &EnvoyOptions, dynamic: bool, extras: &Extras) -> Result<Self, String> {
+        let mut result = Self::launch(options, dynamic, extras);
         for _ in 0..4 {
             match &result {
-                Err(log) if log.contains("Address already in use") => result = Self::launch(options, dynamic),
+                Err(log) if log.contains("Address already in use") => result = Self::launch(options, dynamic, extras),
                 _ => break,
             }
         }
@@ -102,14 +146,15 @@ impl Envoy {
         Self::launch_retrying(options, true).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
     }
 
-    fn launch(options: &EnvoyOptions, dynamic: bool) -> Result<Self, String> {
+    fn launch(options: &EnvoyOptions, dynamic: bool, extras: &Extras) -> Result<Self, String> {
         let ports = Ports { listener: free_port(), upstream: free_port(), admin: free_port() };
         let dir = scratch_dir("envoy");
         let lds_dir = dir.join("lds");
         std::fs::create_dir_all(&lds_dir).unwrap();
         let bootstrap = if dynamic { "envoy-dynamic.yaml" } else { "envoy.yaml" };
         let config = dir.join("envoy.yaml");
-        std::fs::write(&config, render_envoy_config(&read_envoy_file(bootstrap), options, ports, &lds_dir)).unwrap();
+        let rendered = render_envoy_config(&read_envoy_file(bootstrap), options, ports, &lds_dir);
+        std::fs::write(&config, extras.apply(rendered, ports.listener)).unwrap();
         let log = dir.join("envoy.log");
         let mut envoy = Envoy {
             port: ports.listener,
@@ -119,6 +164,7 @@ impl Envoy {
             dir,
             log,
             valkey_port: options.valkey_port,
+            ipv6: extras.ipv6,
         };
         if dynamic {
             envoy.reload(&options.plugin_config);
@@ -141,7 +187,7 @@ impl Envoy {
                 return Err(envoy.log_text());
             }
             let ready = admin_get(envoy.admin_port, "/ready").is_some_and(|r| r.status == 200)
-                && TcpStream::connect(("127.0.0.1", envoy.port)).is_ok();
+                && TcpStream::connect((envoy.host(), envoy.port)).is_ok();
             if ready {
                 return Ok(envoy);
             }
@@ -169,7 +215,15 @@ impl Envoy {
     }
 
     pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
-        http(self.port, method, path, headers).unwrap()
+        http_to(self.host(), self.port, method, path, headers).unwrap()
+    }
+
+    fn host(&self) -> &'static str {
+        if self.ipv6 {
+            "::1"
+        } else {
+            "127.0.0.1"
+        }
     }
 
     pub fn is_running(&mut self) -> bool {

@@ -27,9 +27,17 @@ impl Response {
 
 /// A minimal HTTP/1.1 client: one request per connection, read to EOF.
 pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    http_to("127.0.0.1", port, method, path, headers)
+}
+
+/// [`http`] to another loopback address (`::1`).
+pub fn http_to(host: &str, port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    let mut stream = TcpStream::connect((host, port))?;
     stream.set_read_timeout(Some(Duration::from_secs(20)))?;
-    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: tollgate.test\r\nconnection: close\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nconnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        request.push_str("host: tollgate.test\r\n");
+    }
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }

@@ -33,7 +33,10 @@ fn shape_errors() {
     assert_eq!(error(&rule(r#"{ "name": "r" }"#)), "rules[0].limits: missing field");
     assert_eq!(error(&limits(r#"{ "limit": 1 }"#)), "rules[0].limits[0].period: missing field");
     assert_eq!(error(&limits(r#"{ "period": 1 }"#)), "rules[0].limits[0].limit: missing field");
-    assert_eq!(error(&key("[{}]")), "rules[0].key[0].header: missing field");
+    assert_eq!(
+        error(&key("[{}]")),
+        "rules[0].key[0]: must have exactly one of header, query, cookie, remote_address, forwarded_for, literal, property"
+    );
     assert_eq!(
         error(&limits(r#"{ "limit": 1, "limit": 2, "period": 1 }"#)),
         "rules[0].limits[0].limit: duplicate field"
@@ -52,7 +55,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         error(r#"{ "valkey": { "cluster": "c" }, "rules": [], "version": 1 }"#),
-        "version: unknown field, expected one of valkey, failure_mode, rules, testing"
+        "version: unknown field, expected one of valkey, failure_mode, rules, response, shadow, testing"
     );
     assert_eq!(
         error(&valkey(r#"{ "cluster": "c", "port": 6379 }"#)),
@@ -60,13 +63,16 @@ fn unknown_fields() {
     );
     assert_eq!(
         error(&rule(r#"{ "name": "r", "limit": [] }"#)),
-        "rules[0].limit: unknown field, expected one of name, match, key, limits"
+        "rules[0].limit: unknown field, expected one of name, match, key, limits, shadow"
     );
     assert_eq!(
-        error(&matcher(r#"{ "path": "/" }"#)),
-        "rules[0].match.path: unknown field, expected one of path_prefix, methods"
+        error(&matcher(r#"{ "paths": "/" }"#)),
+        "rules[0].match.paths: unknown field, expected one of path, path_prefix, path_regex, methods, authority, headers"
     );
-    assert_eq!(error(&key(r#"[{ "cookie": "sid" }]"#)), "rules[0].key[0].cookie: unknown field, expected header");
+    assert_eq!(
+        error(&key(r#"[{ "cookies": "sid" }]"#)),
+        "rules[0].key[0].cookies: unknown field, expected one of header, query, cookie, remote_address, forwarded_for, literal, property, on_missing"
+    );
     assert_eq!(
         error(&format!(r#"{{ "testing": {{ "now": "x" }}, {}"#, &valkey(r#"{ "cluster": "c" }"#)[1..])),
         "testing.now: unknown field, expected now_header"

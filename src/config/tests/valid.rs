@@ -50,13 +50,20 @@ fn example_parses_to_expected_values() {
         failure_mode: FailureMode::Allow,
         rules: vec![Rule {
             name: "auth.createToken".into(),
-            matcher: Match { path_prefix: Some("/auth/token".into()), methods: vec!["POST".into()] },
-            key: vec![KeyPart::Header("x-user-id".into())],
+            matcher: Match {
+                path_prefix: Some("/auth/token".into()),
+                methods: vec!["POST".into()],
+                ..Match::default()
+            },
+            key: vec![KeyPart::header("x-user-id")],
             limits: vec![
                 Limit { limit: nz(20), period: Period::from_millis(nz(60_000)) },
                 Limit { limit: nz(5), period: Period::from_millis(nz(3_000)) },
             ],
+            shadow: false,
         }],
+        response: ResponseConfig::default(),
+        shadow: false,
         testing: Testing { now_header: Some("x-tollgate-test-now-ms".into()) },
     };
     // "60s" is spelled as written, not as from_millis would ("1m").
@@ -195,11 +202,7 @@ fn match_and_key_are_normalised() {
     assert_eq!(rule.matcher.methods, ["GET", "POST", "PATCH", "PROPFIND"]);
     assert_eq!(
         rule.key,
-        [
-            KeyPart::Header("x-user-id".into()),
-            KeyPart::Header(":authority".into()),
-            KeyPart::Header("a!#$%&'*+-.^_`|~9".into()),
-        ]
+        [KeyPart::header("x-user-id"), KeyPart::header(":authority"), KeyPart::header("a!#$%&'*+-.^_`|~9"),]
     );
     assert_eq!(config.testing.now_header.as_deref(), Some("x-now"));
 }

@@ -1,0 +1,100 @@
+//! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
+//! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
+//! Handles are defined once per worker VM at configuration time: their number
+//! is bounded by 4 per rule plus 6.
+
+use crate::config::Config;
+use crate::verdict::RuleOutcome;
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::MetricType;
+
+/// Handles of one rule's counters.
+#[derive(Debug, Clone, Copy, Default)]
+struct RuleMetrics {
+    allowed: Option<u32>,
+    denied: Option<u32>,
+    shadow_denied: Option<u32>,
+    skipped: Option<u32>,
+}
+
+/// Every metric handle of the filter (a missing handle is simply not counted).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    rules: Vec<RuleMetrics>,
+    store_errors: Option<u32>,
+    failure_mode_allowed: Option<u32>,
+    failure_mode_denied: Option<u32>,
+    store_rq_time: Option<u32>,
+}
+
+fn define(kind: MetricType, name: &str) -> Option<u32> {
+    hostcalls::define_metric(kind, name).ok()
+}
+
+fn counter(name: &str) -> Option<u32> {
+    define(MetricType::Counter, name)
+}
+
+/// Counts a configuration the filter refused (`tollgate.config.errors`).
+pub fn count_config_error() {
+    increment(counter("tollgate.config.errors"));
+}
+
+fn increment(handle: Option<u32>) {
+    if let Some(id) = handle {
+        let _ = hostcalls::increment_metric(id, 1);
+    }
+}
+
+impl Metrics {
+    pub fn define(config: &Config) -> Metrics {
+        let rules = config
+            .rules
+            .iter()
+            .map(|r| {
+                let name = |what: &str| counter(&format!("tollgate.rule.{}.{what}", r.name));
+                RuleMetrics {
+                    allowed: name("allowed"),
+                    denied: name("denied"),
+                    shadow_denied: name("shadow_denied"),
+                    skipped: name("skipped"),
+                }
+            })
+            .collect();
+        Metrics {
+            rules,
+            store_errors: counter("tollgate.store.errors"),
+            failure_mode_allowed: counter("tollgate.failure_mode.allowed"),
+            failure_mode_denied: counter("tollgate.failure_mode.denied"),
+            store_rq_time: define(MetricType::Histogram, "tollgate.store.rq_time"),
+        }
+    }
+
+    pub fn rule(&self, rule: usize, outcome: RuleOutcome) {
+        let Some(m) = self.rules.get(rule) else { return };
+        increment(match outcome {
+            RuleOutcome::Allowed => m.allowed,
+            RuleOutcome::Denied => m.denied,
+            RuleOutcome::ShadowDenied => m.shadow_denied,
+        });
+    }
+
+    pub fn skipped(&self, rule: usize) {
+        increment(self.rules.get(rule).and_then(|m| m.skipped));
+    }
+
+    pub fn store_error(&self) {
+        increment(self.store_errors);
+    }
+
+    pub fn failure_mode(&self, allowed: bool) {
+        increment(if allowed { self.failure_mode_allowed } else { self.failure_mode_denied });
+    }
+
+    /// Records one store call's duration, in milliseconds.
+    pub fn store_time(&self, ms: u64) {
+        if let Some(id) = self.store_rq_time {
+            let _ = hostcalls::record_metric(id, ms);
+        }
+    }
+}

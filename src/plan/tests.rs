@@ -1,0 +1,161 @@
+use super::*;
+use std::collections::HashMap;
+
+#[derive(Default)]
+struct Req {
+    headers: HashMap<String, Vec<u8>>,
+    properties: HashMap<Vec<String>, Vec<u8>>,
+}
+
+impl Req {
+    fn new(method: &str, path: &str) -> Req {
+        Req::default().with(":method", method).with(":path", path).with(":authority", "api.example.com")
+    }
+
+    fn with(mut self, name: &str, value: &str) -> Req {
+        self.headers.insert(name.to_owned(), value.as_bytes().to_vec());
+        self
+    }
+
+    fn prop(mut self, path: &[&str], value: &str) -> Req {
+        self.properties.insert(path.iter().map(|s| s.to_string()).collect(), value.as_bytes().to_vec());
+        self
+    }
+}
+
+impl RequestView for Req {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.headers.get(name).cloned()
+    }
+    fn property(&self, path: &[String]) -> Option<Vec<u8>> {
+        self.properties.get(path).cloned()
+    }
+}
+
+fn config(rules: &str) -> Config {
+    let json = format!(r#"{{ "valkey": {{ "cluster": "c" }}, "rules": {rules} }}"#);
+    Config::from_json(json.as_bytes()).unwrap()
+}
+
+fn seed() -> Config {
+    config(
+        r#"[
+        { "name": "auth.createToken",
+          "match": { "path_prefix": "/auth/token", "methods": ["POST"] },
+          "key": [ { "header": "x-user-id" } ],
+          "limits": [ { "limit": 20, "period": "60s" }, { "limit": 5, "period": "3s" } ] },
+        { "name": "global", "limits": [ { "limit": 1000, "period": 1 } ] }
+      ]"#,
+    )
+}
+
+fn rules(c: &Config, r: &Req) -> Vec<usize> {
+    plan(c, r).checks.iter().map(|c| c.rule).collect()
+}
+
+fn key_of(rule_json: &str, r: &Req) -> Option<String> {
+    let c = config(&format!("[{rule_json}]"));
+    plan(&c, r).checks.first().map(|c| c.key.clone())
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn matching_rule_yields_a_keyed_check_with_every_window() {
+    let p = plan(&seed(), &Req::new("POST", "/auth/token?x=1").with("x-user-id", "alice"));
+    assert_eq!(p.checks.len(), 2);
+    assert_eq!(p.checks[0].key, "tollgate:{auth.createToken:alice}:log");
+    let windows: Vec<(u64, u64)> = p.checks[0].windows.iter().map(|w| (w.limit.get(), w.period_ms.get())).collect();
+    assert_eq!(windows, vec![(20, 60_000), (5, 3_000)]);
+    assert_eq!(p.checks[1].key, "tollgate:{global}:log");
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn method_path_and_missing_key_each_skip_the_rule() {
+    let c = seed();
+    assert_eq!(rules(&c, &Req::new("GET", "/auth/token").with("x-user-id", "a")), vec![1]);
+    assert_eq!(rules(&c, &Req::new("POST", "/auth/tok").with("x-user-id", "a")), vec![1]);
+    assert_eq!(rules(&c, &Req::new("POST", "/x?/auth/token").with("x-user-id", "a")), vec![1]);
+    let missing = plan(&c, &Req::new("POST", "/auth/token"));
+    assert_eq!(missing.checks.iter().map(|c| c.rule).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(missing.skipped, vec![0], "a rule skipped for a missing key part is reported");
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn every_match_condition() {
+    let c = config(
+        r#"[
+        { "name": "exact", "match": { "path": "/a" }, "limits": [ { "limit": 1, "period": 1 } ] },
+        { "name": "regex", "match": { "path_regex": "/v[0-9]+/items/[^/]+" }, "limits": [ { "limit": 1, "period": 1 } ] },
+        { "name": "host", "match": { "authority": "API.example.com" }, "limits": [ { "limit": 1, "period": 1 } ] },
+        { "name": "present", "match": { "headers": [ { "name": "x-key", "present": true } ] }, "limits": [ { "limit": 1, "period": 1 } ] },
+        { "name": "absent", "match": { "headers": [ { "name": "x-key", "present": false } ] }, "limits": [ { "limit": 1, "period": 1 } ] },
+        { "name": "exactv", "match": { "headers": [ { "name": "x-plan", "exact": "free" } ] }, "limits": [ { "limit": 1, "period": 1 } ] },
+        { "name": "prefixv", "match": { "headers": [ { "name": "user-agent", "prefix": "curl/" } ] }, "limits": [ { "limit": 1, "period": 1 } ] },
+        { "name": "regexv", "match": { "headers": [ { "name": "x-plan", "regex": "fr.e" } ] }, "limits": [ { "limit": 1, "period": 1 } ] },
+        { "name": "inverted", "match": { "headers": [ { "name": "x-plan", "exact": "free", "invert": true } ] }, "limits": [ { "limit": 1, "period": 1 } ] }
+      ]"#,
+    );
+    let names = |r: Req| rules(&c, &r).into_iter().map(|i| c.rules[i].name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(Req::new("GET", "/a?q=1")), ["exact", "host", "absent", "inverted"]);
+    assert_eq!(names(Req::new("GET", "/v2/items/9").with(":authority", "other")), ["regex", "absent", "inverted"]);
+    assert_eq!(names(Req::new("GET", "/v2/items/9/x").with(":authority", "other")), ["absent", "inverted"]);
+    assert_eq!(
+        names(Req::new("GET", "/b").with("x-key", "k").with("x-plan", "free").with("user-agent", "curl/8")),
+        ["host", "present", "exactv", "prefixv", "regexv"]
+    );
+    assert_eq!(names(Req::new("GET", "/b").with("x-plan", "freee")), ["host", "absent", "inverted"]);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn every_key_source() {
+    let r = Req::new("PUT", "/p/1?api_key=K%201&x=2")
+        .with("cookie", "a=1; session=S9")
+        .with("x-forwarded-for", "203.0.113.9, 10.0.0.1")
+        .with(":authority", "Api.Example.com")
+        .prop(&["source", "address"], "192.168.7.42:51000")
+        .prop(&["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", "payload", "sub"], "user-7");
+    let k = |part: &str| {
+        key_of(&format!(r#"{{ "name": "r", "key": [ {part} ], "limits": [ {{ "limit": 1, "period": 1 }} ] }}"#), &r)
+    };
+    assert_eq!(k(r#"{ "query": "api_key" }"#).as_deref(), Some("tollgate:{r:K%201}:log"));
+    assert_eq!(k(r#"{ "cookie": "session" }"#).as_deref(), Some("tollgate:{r:S9}:log"));
+    assert_eq!(k(r#"{ "remote_address": { "v4_prefix": 24 } }"#).as_deref(), Some("tollgate:{r:192.168.7.0%2F24}:log"));
+    assert_eq!(k(r#"{ "remote_address": {} }"#).as_deref(), Some("tollgate:{r:192.168.7.42%2F32}:log"));
+    assert_eq!(
+        k(r#"{ "forwarded_for": { "trusted_hops": 1 } }"#).as_deref(),
+        Some("tollgate:{r:203.0.113.9%2F32}:log")
+    );
+    assert_eq!(k(r#""path""#).as_deref(), Some("tollgate:{r:%2Fp%2F1}:log"));
+    assert_eq!(k(r#""method""#).as_deref(), Some("tollgate:{r:PUT}:log"));
+    assert_eq!(k(r#""authority""#).as_deref(), Some("tollgate:{r:api.example.com}:log"));
+    assert_eq!(k(r#"{ "literal": "tenant-a" }"#).as_deref(), Some("tollgate:{r:tenant-a}:log"));
+    assert_eq!(
+        k(r#"{ "property": ["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", "payload", "sub"] }"#)
+            .as_deref(),
+        Some("tollgate:{r:user-7}:log")
+    );
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn on_missing_default_stands_in_and_skip_rule_skips() {
+    let r = Req::new("GET", "/");
+    let rule = |on_missing: &str| {
+        format!(
+            r#"{{ "name": "r", "key": [ {{ "header": "x-api-key", {on_missing} }} ], "limits": [ {{ "limit": 1, "period": 1 }} ] }}"#
+        )
+    };
+    assert_eq!(
+        key_of(&rule(r#""on_missing": { "default": "anonymous" }"#), &r).as_deref(),
+        Some("tollgate:{r:anonymous}:log")
+    );
+    assert_eq!(key_of(&rule(r#""on_missing": "skip_rule""#), &r), None);
+    let xff = r#"{ "name": "r", "key": [ { "forwarded_for": { "trusted_hops": 5 }, "on_missing": { "default": "none" } } ], "limits": [ { "limit": 1, "period": 1 } ] }"#;
+    assert_eq!(key_of(xff, &r.with("x-forwarded-for", "1.2.3.4")).as_deref(), Some("tollgate:{r:none}:log"));
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn users_get_distinct_buckets() {
+    let c = seed();
+    let a = plan(&c, &Req::new("POST", "/auth/token").with("x-user-id", "a"));
+    let b = plan(&c, &Req::new("POST", "/auth/token").with("x-user-id", "b"));
+    assert_ne!(a.checks[0].key, b.checks[0].key);
+}
