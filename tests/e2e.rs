@@ -294,6 +294,7 @@ fn invalid_dynamic_config_is_rejected_and_the_previous_one_keeps_working() {
         envoy.stat("listener_manager.lds.update_rejected").unwrap_or(0) > rejected_before
     });
     assert!(envoy.is_running());
+    assert!(envoy.stat("wasmcustom.tollgate.config.errors").unwrap_or(0) >= 1, "the refusal is counted");
     let log = envoy.log_text();
     assert!(
         log.contains("tollgate: invalid plugin configuration: rules[0].limits[1].period: must be > 0"),
