@@ -240,4 +240,6 @@ fn metrics_after_a_known_sequence() {
     assert_eq!(stat("store.errors"), Some(1));
     assert_eq!(stat("failure_mode.allowed"), Some(1));
     assert_eq!(stat("failure_mode.denied"), Some(0));
+    let prometheus = support::http(envoy.admin_port, "GET", "/stats/prometheus", &[]).unwrap().body_text();
+    assert!(prometheus.contains("tollgate_rule_auth_allowed{} 5"), "prometheus names as documented");
 }
