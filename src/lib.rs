@@ -48,6 +48,8 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
 
+pub mod batch;
+pub mod cache;
 pub mod config;
 pub mod headers;
 pub mod key;

@@ -155,6 +155,8 @@ pub struct Config {
     pub response: ResponseConfig,
     /// Global shadow mode: every rule decides and counts, none denies.
     pub shadow: bool,
+    /// Keys remembered as denied per worker (0 disables; default 10000).
+    pub denial_cache_keys: usize,
     /// Test-only switches; all off unless configured.
     pub testing: Testing,
 }
@@ -182,6 +184,13 @@ pub struct ValkeyConfig {
     pub timeout: Duration,
     /// First component of every key (`[A-Za-z0-9._:-]{1,64}`).
     pub key_prefix: String,
+    /// Store calls in flight at once per worker (1..=64, default 4).
+    pub max_in_flight: usize,
+    /// Requests coalesced into one store call at most (1..=1024, default 64).
+    pub max_batch: usize,
+    /// Requests waiting for a store call per worker at most (0..=100000,
+    /// default 4096); beyond it `failure_mode` applies.
+    pub max_queue: usize,
 }
 
 /// What happens to a request when Valkey cannot decide (timeout, error,

@@ -84,6 +84,7 @@ pub(crate) struct RawConfig {
     pub(crate) rules: Vec<Obj<RawRule>>,
     pub(crate) response: Option<Obj<RawResponse>>,
     pub(crate) shadow: Option<bool>,
+    pub(crate) denial_cache: Option<Obj<RawDenialCache>>,
     pub(crate) testing: Option<Obj<RawTesting>>,
 }
 
@@ -94,6 +95,16 @@ pub(crate) struct RawValkey {
     pub(crate) cluster: String,
     pub(crate) timeout: Option<Value>,
     pub(crate) key_prefix: Option<String>,
+    pub(crate) max_in_flight: Option<u64>,
+    pub(crate) max_batch: Option<u64>,
+    pub(crate) max_queue: Option<u64>,
+}
+
+/// `denial_cache`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDenialCache {
+    pub(crate) max_keys: Option<u64>,
 }
 
 /// `rules[i]`.

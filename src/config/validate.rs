@@ -43,6 +43,12 @@ pub(crate) fn config(raw: RawConfig) -> Result<Config, ConfigError> {
         rules: rules(raw.rules)?,
         response: response(raw.response)?,
         shadow: raw.shadow.unwrap_or(false),
+        denial_cache_keys: match raw.denial_cache {
+            None => DEFAULT_DENIAL_CACHE_KEYS,
+            Some(Obj(c)) => {
+                bounded_count("denial_cache.max_keys", c.max_keys, DEFAULT_DENIAL_CACHE_KEYS, 0, 1_000_000)?
+            }
+        },
         testing: testing(raw.testing)?,
     })
 }
@@ -60,7 +66,27 @@ fn valkey(raw: RawValkey) -> Result<ValkeyConfig, ConfigError> {
         None => DEFAULT_KEY_PREFIX.to_owned(),
         Some(prefix) => name_like("valkey.key_prefix", prefix)?,
     };
-    Ok(ValkeyConfig { cluster, timeout: Duration::from_millis(timeout_ms), key_prefix })
+    Ok(ValkeyConfig {
+        cluster,
+        timeout: Duration::from_millis(timeout_ms),
+        key_prefix,
+        max_in_flight: bounded_count("valkey.max_in_flight", raw.max_in_flight, 4, 1, 64)?,
+        max_batch: bounded_count("valkey.max_batch", raw.max_batch, 64, 1, 1024)?,
+        max_queue: bounded_count("valkey.max_queue", raw.max_queue, 4096, 0, 100_000)?,
+    })
+}
+
+/// Default of `denial_cache.max_keys`.
+const DEFAULT_DENIAL_CACHE_KEYS: usize = 10_000;
+
+/// An optional count in `min..=max`, `default` when omitted.
+fn bounded_count(path: &str, value: Option<u64>, default: usize, min: u64, max: u64) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(n) if n < min => fail(path, format!("must be >= {min}")),
+        Some(n) if n > max => fail(path, format!("must be <= {max}")),
+        Some(n) => Ok(usize::try_from(n).unwrap_or(default)),
+    }
 }
 
 fn cluster_name(cluster: String) -> Result<String, ConfigError> {

@@ -1,133 +1,73 @@
-//! The per-request context: plan the checks, call the store, apply the answer.
+//! The per-request context: plan the checks, answer from the denial cache or
+//! hand them to the worker's batcher, and add headers to the response. The
+//! store's answer is applied by [`super::apply`].
 
-use super::root::Shared;
-use crate::config::FailureMode;
-use crate::limiter::script::{sliding_log, Invocation};
-use crate::limiter::{Check, Decision};
+use super::apply::{apply_answer, apply_failure, deny_from_cache, request_now, set_context};
+use super::root::{now_ms, Shared};
+use crate::batch::Submit;
+use crate::limiter::script::sliding_log;
 use crate::plan::{plan, RequestView};
-use crate::response::{self, LocalReply, SHADOW_HEADER};
-use crate::store::{self, Failure, Outcome};
-use crate::verdict::{rule_outcomes, verdict, Verdict};
+use crate::response::SHADOW_HEADER;
+use crate::store::Failure;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 use std::rc::Rc;
-use std::time::SystemTime;
 
-/// Largest store reply read back (a script reply is a few hundred bytes).
-const MAX_REPLY_BYTES: usize = 1 << 20;
+/// Largest store reply read back (a batch of script replies).
+const MAX_REPLY_BYTES: usize = 4 << 20;
+
+/// Headers of a store call through the tunnel.
+pub fn store_call_headers() -> Vec<(&'static str, &'static str)> {
+    vec![
+        (":method", "POST"),
+        (":path", "/tollgate"),
+        (":authority", "tollgate-store"),
+        ("content-type", "application/octet-stream"),
+    ]
+}
+
+/// The `:status` and body of the store call being answered. A timed-out or
+/// failed call has no response at all: the host then has no header map and
+/// no body, and proxy-wasm's accessors would panic, so they are not asked.
+pub fn call_response(num_headers: usize, body_size: usize) -> (Option<String>, Vec<u8>) {
+    let status = (num_headers > 0)
+        .then(|| hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status").ok().flatten())
+        .flatten()
+        .map(|s| String::from_utf8_lossy(&s).into_owned());
+    let body = (body_size > 0)
+        .then(|| {
+            hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size.min(MAX_REPLY_BYTES)).ok().flatten()
+        })
+        .flatten()
+        .unwrap_or_default();
+    (status, body)
+}
 
 pub struct Http {
+    id: u32,
     shared: Option<Rc<Shared>>,
-    checks: Vec<Check>,
-    now_ms: Option<u64>,
-    /// The invocation of the store call in flight, if any, and when it left.
-    in_flight: Option<(Invocation, Option<SystemTime>)>,
-    /// Headers to add to the upstream's response (admitted requests).
-    response_headers: Vec<(String, String)>,
+    /// The store call this request sent itself (a lone request), if in flight.
+    direct_call: Option<u32>,
 }
 
 impl Http {
-    pub fn new(shared: Option<Rc<Shared>>) -> Self {
-        Self { shared, checks: Vec::new(), now_ms: None, in_flight: None, response_headers: Vec::new() }
-    }
-
-    /// Sends the store call; `Pause` while it is in flight.
-    fn call_store(&mut self, shared: &Shared, how: Invocation) -> Action {
-        let valkey = &shared.config.valkey;
-        let body = store::pipeline(sliding_log(), how, &self.checks, self.now_ms);
-        let headers = vec![
-            (":method", "POST"),
-            (":path", "/tollgate"),
-            (":authority", "tollgate-store"),
-            ("content-type", "application/octet-stream"),
-        ];
-        match hostcalls::dispatch_http_call(&valkey.cluster, headers, Some(&body), vec![], valkey.timeout) {
-            Ok(_token) => {
-                self.in_flight = Some((how, hostcalls::get_current_time().ok()));
-                Action::Pause
-            }
-            Err(status) => {
-                let failure =
-                    Failure::Unavailable(format!("dispatch to cluster {} failed: {status:?}", valkey.cluster));
-                self.fail(shared, &failure)
-            }
-        }
-    }
-
-    /// Applies `failure_mode`: `Continue` to let the request through.
-    fn fail(&mut self, shared: &Shared, failure: &Failure) -> Action {
-        shared.log_failure(failure);
-        shared.metrics.store_error();
-        match shared.config.failure_mode {
-            FailureMode::Allow => {
-                shared.metrics.failure_mode(true);
-                Action::Continue
-            }
-            FailureMode::Deny => {
-                shared.metrics.failure_mode(false);
-                send(&response::store_unavailable());
-                Action::Pause
-            }
-        }
-    }
-
-    fn on_store_reply(&mut self, shared: &Shared, num_headers: usize, body_size: usize) -> Action {
-        let (how, sent) = self.in_flight.take().unwrap_or((Invocation::Eval, None));
-        if let (Some(sent), Ok(now)) = (sent, hostcalls::get_current_time()) {
-            let ms = now.duration_since(sent).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-            shared.metrics.store_time(ms);
-        }
-        // A timed-out or failed call has no response at all: the host then has
-        // no header map and no body, and proxy-wasm's accessors would panic.
-        let status = (num_headers > 0)
-            .then(|| hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status").ok().flatten())
-            .flatten()
-            .map(|s| String::from_utf8_lossy(&s).into_owned());
-        let body = (body_size > 0)
-            .then(|| {
-                hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size.min(MAX_REPLY_BYTES))
-                    .ok()
-                    .flatten()
-            })
-            .flatten()
-            .unwrap_or_default();
-        match store::interpret(status.as_deref(), &body, &self.checks) {
-            Outcome::Decided(decision) => self.apply(shared, &decision),
-            Outcome::NoScript if how == Invocation::EvalSha => self.call_store(shared, Invocation::Eval),
-            Outcome::NoScript => self.fail(shared, &Failure::Unavailable("NOSCRIPT after EVAL".into())),
-            Outcome::Failed(failure) => self.fail(shared, &failure),
-        }
-    }
-
-    /// Counts the decision per rule and admits or denies the request.
-    fn apply(&mut self, shared: &Shared, decision: &Decision) -> Action {
-        let config = &shared.config;
-        for (rule, outcome) in rule_outcomes(config, &self.checks, decision) {
-            shared.metrics.rule(rule, outcome);
-        }
-        let names = response::policy_names(config, &self.checks, decision);
-        match verdict(config, &self.checks, decision, &names) {
-            Verdict::Admit { shadow_denied } => {
-                if !shadow_denied.is_empty() {
-                    let value = shadow_denied.join(", ");
-                    let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, SHADOW_HEADER, Some(&value));
-                }
-                self.response_headers = response::allowed_headers(config, &self.checks, decision);
-                Action::Continue
-            }
-            Verdict::Deny => {
-                send(&response::denied(config, &self.checks, decision));
-                Action::Pause
-            }
-        }
+    pub fn new(id: u32, shared: Option<Rc<Shared>>) -> Self {
+        Self { id, shared, direct_call: None }
     }
 }
 
-fn send(reply: &LocalReply) {
-    let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    if let Err(status) = hostcalls::send_http_response(reply.status, headers, Some(&reply.body)) {
-        log::warn!("tollgate: could not send local reply: {status:?}");
+impl Drop for Http {
+    fn drop(&mut self) {
+        let Some(shared) = &self.shared else { return };
+        let mut batcher = shared.batcher.borrow_mut();
+        batcher.cancel(self.id);
+        if let Some(token) = self.direct_call.take() {
+            batcher.cancel_call(token);
+        }
+        drop(batcher);
+        shared.response_headers.borrow_mut().remove(&self.id);
+        shared.arrivals.borrow_mut().remove(&self.id);
     }
 }
 
@@ -147,22 +87,32 @@ impl RequestView for EnvoyRequest {
 }
 
 impl Context for Http {
-    fn on_http_call_response(&mut self, _token: u32, num_headers: usize, body_size: usize, _trailers: usize) {
+    fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _trailers: usize) {
         let Some(shared) = self.shared.clone() else { return };
-        if self.on_store_reply(&shared, num_headers, body_size) == Action::Continue {
-            if let Err(status) = hostcalls::resume_http_request() {
-                log::warn!("tollgate: could not resume request: {status:?}");
+        self.direct_call = None;
+        let (status, body) = call_response(num_headers, body_size);
+        shared.record_call_time(token);
+        let answers = shared.batcher.borrow_mut().on_reply(token, status.as_deref(), &body);
+        for answer in answers {
+            if answer.request == self.id {
+                apply_answer(&shared, answer, true);
+            } else if set_context(answer.request) {
+                apply_answer(&shared, answer, true);
+                set_context(self.id);
             }
         }
+        // Requests queued meanwhile (or answered NOSCRIPT) go out from the root.
+        shared.kick();
     }
 }
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
         let Some(shared) = self.shared.clone() else { return Action::Continue };
+        let mut now_override = None;
         if let Some(name) = &shared.config.testing.now_header {
             let value = EnvoyRequest.header(name);
-            self.now_ms = value.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse().ok());
+            now_override = value.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse().ok());
             // The test clock never reaches the upstream.
             let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
         }
@@ -172,15 +122,62 @@ impl HttpContext for Http {
         for rule in &planned.skipped {
             shared.metrics.skipped(*rule);
         }
-        self.checks = planned.checks;
-        if self.checks.is_empty() {
+        if planned.checks.is_empty() {
             return Action::Continue;
         }
-        self.call_store(&shared, Invocation::EvalSha)
+        let now = request_now(now_override);
+        if let Some(action) = deny_from_cache(&shared, &planned.checks, now) {
+            return action;
+        }
+        shared.arrivals.borrow_mut().insert(self.id, now);
+        let timeout_ms = u64::try_from(shared.config.valkey.timeout.as_millis()).unwrap_or(u64::MAX);
+        let submitted = shared.batcher.borrow_mut().submit(
+            sliding_log(),
+            self.id,
+            planned.checks,
+            now_override,
+            now_ms(),
+            timeout_ms,
+        );
+        match submitted {
+            Submit::Direct(call) => {
+                let valkey = &shared.config.valkey;
+                let timeout = std::time::Duration::from_millis(call.timeout_ms);
+                match hostcalls::dispatch_http_call(
+                    &valkey.cluster,
+                    store_call_headers(),
+                    Some(&call.body),
+                    vec![],
+                    timeout,
+                ) {
+                    Ok(token) => {
+                        shared.metrics.store_call(call.requests.len());
+                        shared.batcher.borrow_mut().dispatched(token, call, now_ms());
+                        self.direct_call = Some(token);
+                        Action::Pause
+                    }
+                    Err(status) => {
+                        shared.batcher.borrow_mut().dispatch_failed(&call);
+                        let why = format!("dispatch to cluster {} failed: {status:?}", valkey.cluster);
+                        apply_failure(&shared, self.id, &Failure::Unavailable(why), false)
+                    }
+                }
+            }
+            Submit::Queued => {
+                shared.kick();
+                Action::Pause
+            }
+            Submit::Overflow => {
+                shared.metrics.queue_overflow();
+                apply_failure(&shared, self.id, &Failure::Unavailable("store call queue full".into()), false)
+            }
+        }
     }
 
     fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
-        for (name, value) in std::mem::take(&mut self.response_headers) {
+        let Some(shared) = &self.shared else { return Action::Continue };
+        let headers = shared.response_headers.borrow_mut().remove(&self.id).unwrap_or_default();
+        for (name, value) in headers {
             if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, &name, &value) {
                 log::warn!("tollgate: could not add response header {name}: {status:?}");
             }

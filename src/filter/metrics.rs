@@ -1,7 +1,7 @@
 //! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
 //! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
 //! Handles are defined once per worker VM at configuration time: their number
-//! is bounded by 4 per rule plus 6.
+//! is bounded by 4 per rule plus 10.
 
 use crate::config::Config;
 use crate::verdict::RuleOutcome;
@@ -25,6 +25,10 @@ pub struct Metrics {
     failure_mode_allowed: Option<u32>,
     failure_mode_denied: Option<u32>,
     store_rq_time: Option<u32>,
+    store_calls: Option<u32>,
+    store_requests: Option<u32>,
+    cache_hits: Option<u32>,
+    queue_overflow: Option<u32>,
 }
 
 fn define(kind: MetricType, name: &str) -> Option<u32> {
@@ -67,6 +71,10 @@ impl Metrics {
             failure_mode_allowed: counter("tollgate.failure_mode.allowed"),
             failure_mode_denied: counter("tollgate.failure_mode.denied"),
             store_rq_time: define(MetricType::Histogram, "tollgate.store.rq_time"),
+            store_calls: counter("tollgate.store.calls"),
+            store_requests: counter("tollgate.store.requests"),
+            cache_hits: counter("tollgate.cache.hits"),
+            queue_overflow: counter("tollgate.queue.overflow"),
         }
     }
 
@@ -89,6 +97,24 @@ impl Metrics {
 
     pub fn failure_mode(&self, allowed: bool) {
         increment(if allowed { self.failure_mode_allowed } else { self.failure_mode_denied });
+    }
+
+    /// One store call dispatched, carrying `requests` requests' checks.
+    pub fn store_call(&self, requests: usize) {
+        increment(self.store_calls);
+        if let Some(id) = self.store_requests {
+            let _ = hostcalls::increment_metric(id, i64::try_from(requests).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// A request denied from the local denial cache, without a store call.
+    pub fn cache_hit(&self) {
+        increment(self.cache_hits);
+    }
+
+    /// A request that found the store call queue full.
+    pub fn queue_overflow(&self) {
+        increment(self.queue_overflow);
     }
 
     /// Records one store call's duration, in milliseconds.

@@ -5,6 +5,7 @@
 //! back into Envoy. Host calls are made through `proxy_wasm::hostcalls`,
 //! whose results are handled instead of unwrapped.
 
+mod apply;
 mod http;
 mod metrics;
 mod root;
@@ -15,5 +16,5 @@ use proxy_wasm::types::LogLevel;
 /// Registers the root context factory (called from `_initialize`).
 pub fn register() {
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(root::Root::default()) });
+    proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> { Box::new(root::Root::new(id)) });
 }

@@ -1,25 +1,53 @@
-//! The per-worker root context: owns the validated configuration.
+//! The per-worker root context: owns the validated configuration and the
+//! state shared by the worker's requests (coalescing batcher, denial cache,
+//! stats). Calls it dispatches itself (batches of queued requests) come back
+//! here and are applied to each waiting request.
 
+use super::apply::{apply_answer, apply_failure, set_context};
 use super::http::Http;
 use super::metrics::{count_config_error, Metrics};
+use crate::batch::{Batcher, Limits};
+use crate::cache::DenialCache;
 use crate::config::Config;
+use crate::limiter::script::sliding_log;
+use crate::store::Failure;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How often queued requests are checked while any are waiting.
+const TICK: Duration = Duration::from_millis(1);
 
 /// State shared by the worker's HTTP contexts.
 pub struct Shared {
     pub config: Config,
     pub metrics: Metrics,
+    pub root_id: u32,
+    pub batcher: RefCell<Batcher>,
+    pub cache: RefCell<DenialCache>,
+    /// Headers for the upstream response of admitted requests, by context.
+    pub response_headers: RefCell<HashMap<u32, Vec<(String, String)>>>,
+    /// Arrival time (ms, the request's clock) of pending requests, by context.
+    pub arrivals: RefCell<HashMap<u32, u64>>,
+    ticking: Cell<bool>,
     /// When a store failure was last logged (failures are logged at most
     /// once per [`FAILURE_LOG_INTERVAL`], not once per request).
     last_failure_log: Cell<Option<SystemTime>>,
 }
 
 pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The proxy's clock in ms since the epoch.
+pub fn now_ms() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 impl Shared {
     /// Logs a store failure unless one was logged within the interval.
@@ -34,14 +62,82 @@ impl Shared {
             log::warn!("tollgate: {what} (failure_mode applies; repeats are not logged for {FAILURE_LOG_INTERVAL:?})");
         }
     }
+
+    /// Records how long call `token` took (before its reply is consumed).
+    pub fn record_call_time(&self, token: u32) {
+        if let Some(sent) = self.batcher.borrow().sent_at(token) {
+            self.metrics.store_time(now_ms().saturating_sub(sent));
+        }
+    }
+
+    /// Makes sure queued requests get dispatched (or expired) by the root.
+    pub fn kick(&self) {
+        if !self.ticking.get() && self.batcher.borrow().queued() > 0 {
+            self.ticking.set(hostcalls::set_tick_period(TICK).is_ok());
+        }
+    }
+
+    /// Dispatches queued requests as root-owned calls while slots are free.
+    /// Must run with the root as the effective context.
+    pub fn pump(&self) {
+        loop {
+            let call = self.batcher.borrow_mut().next_call(sliding_log(), now_ms());
+            let Some(call) = call else { break };
+            let valkey = &self.config.valkey;
+            let headers = super::http::store_call_headers();
+            let timeout = Duration::from_millis(call.timeout_ms);
+            match hostcalls::dispatch_http_call(&valkey.cluster, headers, Some(&call.body), vec![], timeout) {
+                Ok(token) => {
+                    self.metrics.store_call(call.requests.len());
+                    self.batcher.borrow_mut().dispatched(token, call, now_ms());
+                }
+                Err(status) => {
+                    let failed = self.batcher.borrow_mut().dispatch_failed(&call);
+                    let failure =
+                        Failure::Unavailable(format!("dispatch to cluster {} failed: {status:?}", valkey.cluster));
+                    for id in failed {
+                        if set_context(id) {
+                            apply_failure(self, id, &failure, true);
+                        }
+                    }
+                    set_context(self.root_id);
+                }
+            }
+        }
+        if self.ticking.get() && self.batcher.borrow().queued() == 0 {
+            self.ticking.set(hostcalls::set_tick_period(Duration::ZERO).is_err());
+        }
+    }
 }
 
 #[derive(Default)]
 pub struct Root {
+    id: u32,
     shared: Option<Rc<Shared>>,
 }
 
-impl Context for Root {}
+impl Root {
+    pub fn new(id: u32) -> Root {
+        Root { id, shared: None }
+    }
+}
+
+impl Context for Root {
+    fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _trailers: usize) {
+        let Some(shared) = self.shared.clone() else { return };
+        let (status, body) = super::http::call_response(num_headers, body_size);
+        shared.record_call_time(token);
+        let answers = shared.batcher.borrow_mut().on_reply(token, status.as_deref(), &body);
+        for answer in answers {
+            if set_context(answer.request) {
+                apply_answer(&shared, answer, true);
+            }
+        }
+        set_context(self.id);
+        shared.pump();
+        shared.kick();
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
@@ -56,7 +152,23 @@ impl RootContext for Root {
                 }
                 log::info!("tollgate: configured {} rule(s)", config.rules.len());
                 let metrics = Metrics::define(&config);
-                self.shared = Some(Rc::new(Shared { config, metrics, last_failure_log: Cell::new(None) }));
+                let valkey = &config.valkey;
+                let limits = Limits {
+                    max_in_flight: valkey.max_in_flight,
+                    max_batch: valkey.max_batch,
+                    max_queue: valkey.max_queue,
+                };
+                self.shared = Some(Rc::new(Shared {
+                    batcher: RefCell::new(Batcher::new(limits)),
+                    cache: RefCell::new(DenialCache::new(config.denial_cache_keys)),
+                    config,
+                    metrics,
+                    root_id: self.id,
+                    response_headers: RefCell::new(HashMap::new()),
+                    arrivals: RefCell::new(HashMap::new()),
+                    ticking: Cell::new(false),
+                    last_failure_log: Cell::new(None),
+                }));
                 true
             }
             Err(e) => {
@@ -67,8 +179,21 @@ impl RootContext for Root {
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Http::new(self.shared.clone())))
+    fn on_tick(&mut self) {
+        let Some(shared) = self.shared.clone() else { return };
+        let expired = shared.batcher.borrow_mut().expire(now_ms());
+        let failure = Failure::Unavailable("timed out waiting for a store call".into());
+        for id in expired {
+            if set_context(id) {
+                apply_failure(&shared, id, &failure, true);
+            }
+        }
+        set_context(self.id);
+        shared.pump();
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Http::new(context_id, self.shared.clone())))
     }
 
     fn get_type(&self) -> Option<ContextType> {

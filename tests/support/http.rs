@@ -25,7 +25,7 @@ impl Response {
     }
 }
 
-/// A minimal HTTP/1.1 client: one request per connection, read to EOF.
+/// A minimal HTTP/1.1 client: one request per connection.
 pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
     http_to("127.0.0.1", port, method, path, headers)
 }
@@ -46,9 +46,38 @@ pub fn http_to(host: &str, port: u16, method: &str, path: &str, headers: &[(&str
     }
     request.push_str("\r\n");
     stream.write_all(request.as_bytes())?;
+    // Read until the response is complete by its own framing (content-length
+    // or the last chunk), like a real client: Envoy may keep the connection
+    // open for its delayed-close grace period after a local reply.
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    parse_response(&raw).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad HTTP response"))
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(response) = complete_response(&raw) {
+            return Ok(response);
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return parse_response(&raw)
+                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad HTTP response"));
+        }
+        raw.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The response if `raw` holds all of it according to its framing.
+fn complete_response(raw: &[u8]) -> Option<Response> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?.to_ascii_lowercase();
+    let body = &raw[end + 4..];
+    let length =
+        head.lines().find_map(|l| l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()));
+    if let Some(length) = length {
+        return (body.len() >= length).then(|| parse_response(&raw[..end + 4 + length])).flatten();
+    }
+    if head.contains("transfer-encoding: chunked") {
+        return body.windows(5).any(|w| w == b"0\r\n\r\n").then(|| parse_response(raw)).flatten();
+    }
+    None
 }
 
 fn parse_response(raw: &[u8]) -> Option<Response> {

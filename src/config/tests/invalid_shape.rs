@@ -55,11 +55,11 @@ fn unknown_fields() {
     );
     assert_eq!(
         error(r#"{ "valkey": { "cluster": "c" }, "rules": [], "version": 1 }"#),
-        "version: unknown field, expected one of valkey, failure_mode, rules, response, shadow, testing"
+        "version: unknown field, expected one of valkey, failure_mode, rules, response, shadow, denial_cache, testing"
     );
     assert_eq!(
         error(&valkey(r#"{ "cluster": "c", "port": 6379 }"#)),
-        "valkey.port: unknown field, expected one of cluster, timeout, key_prefix"
+        "valkey.port: unknown field, expected one of cluster, timeout, key_prefix, max_in_flight, max_batch, max_queue"
     );
     assert_eq!(
         error(&rule(r#"{ "name": "r", "limit": [] }"#)),

@@ -46,6 +46,9 @@ fn example_parses_to_expected_values() {
             cluster: "tollgate_valkey".into(),
             timeout: Duration::from_millis(100),
             key_prefix: "tollgate".into(),
+            max_in_flight: 4,
+            max_batch: 64,
+            max_queue: 4096,
         },
         failure_mode: FailureMode::Allow,
         rules: vec![Rule {
@@ -64,6 +67,7 @@ fn example_parses_to_expected_values() {
         }],
         response: ResponseConfig::default(),
         shadow: false,
+        denial_cache_keys: 10_000,
         testing: Testing { now_header: Some("x-tollgate-test-now-ms".into()) },
     };
     // "60s" is spelled as written, not as from_millis would ("1m").
