@@ -8,7 +8,7 @@ mod envoy;
 mod http;
 mod valkey;
 
-pub use envoy::{demo_plugin_config, render_envoy_config, Envoy, EnvoyOptions, Ports};
+pub use envoy::{demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Ports};
 pub use http::{http, Response};
 pub use valkey::{try_command, Valkey};
 
