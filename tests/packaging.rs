@@ -201,9 +201,8 @@ fn images_survive_a_registry_round_trip_and_run_in_envoy() {
         let options = EnvoyOptions { plugin_config: limited_config(), valkey_port: valkey.port, concurrency: 1 };
         let envoy = Envoy::start_with(&options, Bootstrap::Static, &module_path);
         let user = format!("user-{variant}");
-        let statuses: Vec<u16> = (0..3)
-            .map(|_| envoy.request("GET", "/", &[("x-user-id", &user), (NOW, "1800000000000")]).status)
-            .collect();
+        let statuses: Vec<u16> =
+            (0..3).map(|_| envoy.request("GET", "/", &[("x-user-id", &user), (NOW, "1800000000000")]).status).collect();
         assert_eq!(statuses, [200, 200, 429], "{variant}: pulled module did not limit");
     }
     let _ = std::fs::remove_dir_all(&work);

@@ -50,9 +50,7 @@ fn filter_delivered_by_ecds_limits_and_stats_show_it() {
 
     // A new configuration through ECDS applies to new requests.
     envoy.write_dynamic("tollgate-filter.yaml", &config("ecds-swapped", 1));
-    wait_until("the ECDS update", Duration::from_secs(20), || {
-        envoy.stat(&format!("{ECDS}.update_success")) == Some(2)
-    });
+    wait_until("the ECDS update", Duration::from_secs(20), || envoy.stat(&format!("{ECDS}.update_success")) == Some(2));
     assert_eq!(statuses(&envoy, "bob", 2), [200, 429]);
 
     // An invalid one is rejected (config_fail) and the previous one keeps limiting.

@@ -64,10 +64,7 @@ pub fn render_with_module(text: &str, options: &EnvoyOptions, ports: Ports, lds_
             .replace("port_value: 10001", &format!("port_value: {}", ports.upstream))
             .replace("port_value: 9901", &format!("port_value: {}", ports.admin))
             .replace("port_value: 6379", &format!("port_value: {}", options.valkey_port))
-            .replace(
-                "filename: target/wasm32-wasip1/release/tollgate.wasm",
-                &format!("filename: {}", module.display()),
-            )
+            .replace("filename: target/wasm32-wasip1/release/tollgate.wasm", &format!("filename: {}", module.display()))
             .replace("envoy/dynamic", &lds_dir.display().to_string());
         out.push_str(&replaced);
         out.push('\n');
@@ -123,7 +120,8 @@ impl Envoy {
     /// Starts Envoy with `envoy/envoy-dynamic.yaml`: the demo listener comes
     /// from file-based LDS, so [`Envoy::reload`] can reconfigure it live.
     pub fn start_dynamic(options: &EnvoyOptions) -> Self {
-        Self::launch_retrying(options, Bootstrap::Lds, &wasm_path()).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
+        Self::launch_retrying(options, Bootstrap::Lds, &wasm_path())
+            .unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
     }
 
     fn launch(options: &EnvoyOptions, bootstrap: Bootstrap, module: &Path) -> Result<Self, String> {
