@@ -32,7 +32,7 @@ fn stat(envoy: &Envoy, name: &str) -> u64 {
 
 #[test]
 fn filter_delivered_by_ecds_limits_and_stats_show_it() {
-    let valkey = Valkey::start();
+    let mut valkey = Valkey::start();
     let options = EnvoyOptions { plugin_config: config("ecds", 2), valkey_port: valkey.port, concurrency: 1 };
     let envoy = Envoy::start_with(&options, Bootstrap::Ecds, &wasm_path());
 
@@ -58,4 +58,9 @@ fn filter_delivered_by_ecds_limits_and_stats_show_it() {
     wait_until("the ECDS rejection", Duration::from_secs(20), || envoy.stat(&format!("{ECDS}.config_fail")) == Some(1));
     assert_eq!(stat(&envoy, &format!("{ECDS}.update_success")), 2);
     assert_eq!(statuses(&envoy, "carol", 2), [200, 429]);
+
+    // Valkey gone: the tunnel answers 503, and failure_mode "allow" lets the request pass.
+    valkey.stop();
+    assert_eq!(statuses(&envoy, "dave", 1), [200]);
+    assert!(stat(&envoy, "cluster.tollgate_valkey.upstream_rq_503") >= 1);
 }
