@@ -13,7 +13,8 @@
 //! - the manifest's config is the same runtime-config blob, so the image is
 //!   also a well-formed OCI artifact for registries that read the config type.
 //!
-//! Nothing depends on the clock, so the same module always gives the same digests.
+//! Nothing depends on the clock or on map order, so the same module always
+//! gives the same digests.
 //! The layout directory is replaced as a whole.
 
 use oci_spec::image::{
@@ -85,7 +86,9 @@ fn write_layout(wasm: &[u8], layout: &Path, tag: &str) -> Result<Digest, Error> 
             (ANNOTATION_TITLE.to_string(), "tollgate".to_string()),
         ]))
         .build()?;
-    let manifest_bytes = manifest.to_string()?.into_bytes();
+    // Through serde_json's (sorted) map: oci-spec keeps annotations in a
+    // HashMap, whose order would change the digest from run to run.
+    let manifest_bytes = serde_json::to_vec(&serde_json::to_value(&manifest)?)?;
     let mut manifest_desc = put_blob(&blobs, "application/vnd.oci.image.manifest.v1+json", &manifest_bytes)?;
     let digest = manifest_desc.digest().clone();
     manifest_desc.set_annotations(Some(HashMap::from([(ANNOTATION_REF_NAME.to_string(), tag.to_string())])));

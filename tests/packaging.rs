@@ -207,3 +207,18 @@ fn images_survive_a_registry_round_trip_and_run_in_envoy() {
     }
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// `make image` wrote the artifact from this very module, and writing it
+/// again gives the same manifest digest (nothing depends on time or map order).
+#[test]
+fn artifact_image_is_reproducible() {
+    let tool = repo_root().join("target/debug/examples/oci_artifact");
+    assert!(tool.is_file(), "{} is missing: run `make image`", tool.display());
+    let layout = repo_root().join("target/image/artifact");
+    assert!(layout.join("index.json").is_file(), "{} is missing: run `make image`", layout.display());
+    let again = std::env::temp_dir().join(format!("tollgate-artifact-{}-{}", std::process::id(), free_port()));
+    let module = wasm_path();
+    run(&tool, &[module.to_str().unwrap(), again.to_str().unwrap(), VERSION]);
+    assert_eq!(manifest(&again, VERSION).0, manifest(&layout, VERSION).0);
+    let _ = std::fs::remove_dir_all(&again);
+}
