@@ -7,6 +7,8 @@
 #   skopeo           copies images between OCI layouts and registries
 #   umoci            unpacks a pulled image (the test extracts plugin.wasm with it)
 #   docker-registry  the CNCF distribution registry, run on loopback by the test
+#                    (on a host with systemd, the package also enables its own
+#                    service on :5000; the test never uses that one)
 set -euo pipefail
 
 declare -A tool_of=([buildah]=buildah [skopeo]=skopeo [umoci]=umoci [docker-registry]=docker-registry)
