@@ -11,17 +11,25 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml)
 
-.PHONY: all tools build run demo test unit lint wasm-test validate integration clean
+.PHONY: all tools image-tools build image run demo test unit lint wasm-test validate integration clean
 
 all: build
 
 tools:
 	@scripts/install-tools.sh
 
+# buildah, skopeo, umoci and docker-registry from Debian (apt-get; needs root or sudo).
+image-tools:
+	@scripts/install-image-tools.sh
+
 # The release module, size-optimized (opt-level z, LTO, panic=abort).
 build: tools
 	cargo build --release --target wasm32-wasip1 --lib
 	@ls -l $(WASM) | awk '{print "built $(WASM): " $$5 " bytes"}'
+
+# The module as OCI images (tag = crate version) in target/image/{compat,artifact}.
+image: build image-tools
+	@scripts/build-image.sh
 
 run: build
 	@scripts/run.sh
@@ -29,7 +37,7 @@ run: build
 demo: build
 	cargo run --quiet --example demo
 
-test: tools lint unit wasm-test build validate integration
+test: tools lint unit wasm-test build validate image integration
 	@echo "make test: all suites passed"
 
 lint:
@@ -51,7 +59,7 @@ validate: build
 	  echo "envoy --mode validate: $$f OK"; \
 	done
 
-integration: build
+integration: build image
 	cargo test --test '*' -- --test-threads 2
 
 clean:

@@ -69,7 +69,7 @@ fn keys(valkey: &Valkey) -> Vec<String> {
 fn every_key_part_through_envoy() {
     let valkey = Valkey::start();
     let extras = Extras { http_filters_before: Some(jwt_filter()), ipv6: false };
-    let envoy = Envoy::start_with(&options(&valkey, KEY_RULES, ""), &extras);
+    let envoy = Envoy::start_extras(&options(&valkey, KEY_RULES, ""), &extras);
 
     first_passes_second_denied(&envoy, "GET", "/q?api_key=K1", &[], "query");
     assert_eq!(envoy.request("GET", "/q?x=1&api_key=K2", &[]).status, 200, "another api key");
@@ -116,7 +116,8 @@ fn every_key_part_through_envoy() {
 #[test]
 fn ipv6_clients_are_masked_to_their_prefix() {
     let valkey = Valkey::start();
-    let envoy = Envoy::start_with(&options(&valkey, KEY_RULES, ""), &Extras { http_filters_before: None, ipv6: true });
+    let envoy =
+        Envoy::start_extras(&options(&valkey, KEY_RULES, ""), &Extras { http_filters_before: None, ipv6: true });
     first_passes_second_denied(&envoy, "GET", "/ip", &[], "remote address over IPv6");
     assert_eq!(keys(&valkey), ["tollgate:{ip:%3A%3A%2F64}:log"], "::1 masked to ::/64");
 }

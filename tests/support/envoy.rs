@@ -4,7 +4,7 @@
 use super::http::{admin_get, http_to, Response};
 use super::{envoy_bin, free_port, repo_root, scratch_dir, wasm_path};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,17 @@ pub struct EnvoyOptions {
     pub plugin_config: String,
     pub valkey_port: u16,
     pub concurrency: u32,
+}
+
+/// Which bootstrap of `envoy/` an [`Envoy`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// `envoy/envoy.yaml`: everything static.
+    Static,
+    /// `envoy/envoy-dynamic.yaml`: the demo listener from file-based LDS.
+    Lds,
+    /// `envoy/envoy-ecds.yaml`: the tollgate filter from file-based ECDS.
+    Ecds,
 }
 
 /// A real Envoy running the repository's `envoy/envoy.yaml`, with only its
@@ -26,53 +37,8 @@ pub struct Envoy {
     dir: PathBuf,
     pub log: PathBuf,
     valkey_port: u16,
+    module: PathBuf,
     ipv6: bool,
-}
-
-/// The ports one Envoy listens on.
-#[derive(Debug, Clone, Copy)]
-pub struct Ports {
-    pub listener: u16,
-    pub upstream: u16,
-    pub admin: u16,
-}
-
-/// A config file of `envoy/` with the given ports, module, plugin
-/// configuration and LDS directory substituted; nothing else changes.
-pub fn render_envoy_config(text: &str, options: &EnvoyOptions, ports: Ports, lds_dir: &std::path::Path) -> String {
-    let mut out = String::new();
-    let mut lines = text.lines().peekable();
-    while let Some(line) = lines.next() {
-        let replaced = line
-            .replace("port_value: 10000", &format!("port_value: {}", ports.listener))
-            .replace("port_value: 10001", &format!("port_value: {}", ports.upstream))
-            .replace("port_value: 9901", &format!("port_value: {}", ports.admin))
-            .replace("port_value: 6379", &format!("port_value: {}", options.valkey_port))
-            .replace(
-                "filename: target/wasm32-wasip1/release/tollgate.wasm",
-                &format!("filename: {}", wasm_path().display()),
-            )
-            .replace("envoy/dynamic", &lds_dir.display().to_string());
-        out.push_str(&replaced);
-        out.push('\n');
-        if line.trim_end().ends_with("value: |") {
-            // Replace the demo's plugin configuration block.
-            let indent = line.len() - line.trim_start().len() + 2;
-            while lines.peek().is_some_and(|l| l.trim().is_empty() || l.len() - l.trim_start().len() >= indent) {
-                lines.next();
-            }
-            for json_line in options.plugin_config.lines() {
-                out.push_str(&" ".repeat(indent));
-                out.push_str(json_line);
-                out.push('\n');
-            }
-        }
-    }
-    out
-}
-
-fn read_envoy_file(name: &str) -> String {
-    std::fs::read_to_string(repo_root().join("envoy").join(name)).unwrap()
 }
 
 /// Test-only changes to the rendered configuration, beyond the substitutions.
@@ -109,6 +75,54 @@ impl Extras {
     }
 }
 
+/// The ports one Envoy listens on.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub listener: u16,
+    pub upstream: u16,
+    pub admin: u16,
+}
+
+/// A config file of `envoy/` with the given ports, module, plugin
+/// configuration and LDS directory substituted; nothing else changes.
+pub fn render_envoy_config(text: &str, options: &EnvoyOptions, ports: Ports, lds_dir: &Path) -> String {
+    render_with_module(text, options, ports, lds_dir, &wasm_path())
+}
+
+/// [`render_envoy_config`] with the module at `module` instead of the built one.
+pub fn render_with_module(text: &str, options: &EnvoyOptions, ports: Ports, lds_dir: &Path, module: &Path) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let replaced = line
+            .replace("port_value: 10000", &format!("port_value: {}", ports.listener))
+            .replace("port_value: 10001", &format!("port_value: {}", ports.upstream))
+            .replace("port_value: 9901", &format!("port_value: {}", ports.admin))
+            .replace("port_value: 6379", &format!("port_value: {}", options.valkey_port))
+            .replace("filename: target/wasm32-wasip1/release/tollgate.wasm", &format!("filename: {}", module.display()))
+            .replace("envoy/dynamic", &lds_dir.display().to_string());
+        out.push_str(&replaced);
+        out.push('\n');
+        if line.trim_end().ends_with("value: |") {
+            // Replace the demo's plugin configuration block.
+            let indent = line.len() - line.trim_start().len() + 2;
+            while lines.peek().is_some_and(|l| l.trim().is_empty() || l.len() - l.trim_start().len() >= indent) {
+                lines.next();
+            }
+            for json_line in options.plugin_config.lines() {
+                out.push_str(&" ".repeat(indent));
+                out.push_str(json_line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+fn read_envoy_file(name: &str) -> String {
+    std::fs::read_to_string(repo_root().join("envoy").join(name)).unwrap()
+}
+
 impl Envoy {
     pub fn start(options: &EnvoyOptions) -> Self {
         Self::try_start(options).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
@@ -116,24 +130,35 @@ impl Envoy {
 
     /// Starts Envoy with `envoy/envoy.yaml`; `Err(log)` if it exits or never becomes ready.
     pub fn try_start(options: &EnvoyOptions) -> Result<Self, String> {
-        Self::launch_retrying(options, false)
+        Self::launch_retrying(options, Bootstrap::Static, &wasm_path(), &Extras::default())
     }
 
     /// Starts Envoy with `envoy/envoy.yaml` changed by `extras`.
-    pub fn start_with(options: &EnvoyOptions, extras: &Extras) -> Self {
-        Self::retrying(options, false, extras).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
+    pub fn start_extras(options: &EnvoyOptions, extras: &Extras) -> Self {
+        Self::launch_retrying(options, Bootstrap::Static, &wasm_path(), extras)
+            .unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
     }
 
-    fn launch_retrying(options: &EnvoyOptions, dynamic: bool) -> Result<Self, String> {
-        Self::retrying(options, dynamic, &Extras::default())
+    /// Starts Envoy with the given bootstrap, loading the module at `module`
+    /// (for example one pulled from a registry) instead of the built one.
+    pub fn start_with(options: &EnvoyOptions, bootstrap: Bootstrap, module: &Path) -> Self {
+        Self::launch_retrying(options, bootstrap, module, &Extras::default())
+            .unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
     }
 
     /// Another process may take a chosen port first: retry on fresh ports.
-    fn retrying(options: &EnvoyOptions, dynamic: bool, extras: &Extras) -> Result<Self, String> {
-        let mut result = Self::launch(options, dynamic, extras);
+    fn launch_retrying(
+        options: &EnvoyOptions,
+        bootstrap: Bootstrap,
+        module: &Path,
+        extras: &Extras,
+    ) -> Result<Self, String> {
+        let mut result = Self::launch(options, bootstrap, module, extras);
         for _ in 0..4 {
             match &result {
-                Err(log) if log.contains("Address already in use") => result = Self::launch(options, dynamic, extras),
+                Err(log) if log.contains("Address already in use") => {
+                    result = Self::launch(options, bootstrap, module, extras)
+                }
                 _ => break,
             }
         }
@@ -143,18 +168,23 @@ impl Envoy {
     /// Starts Envoy with `envoy/envoy-dynamic.yaml`: the demo listener comes
     /// from file-based LDS, so [`Envoy::reload`] can reconfigure it live.
     pub fn start_dynamic(options: &EnvoyOptions) -> Self {
-        Self::launch_retrying(options, true).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
+        Self::launch_retrying(options, Bootstrap::Lds, &wasm_path(), &Extras::default())
+            .unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
     }
 
-    fn launch(options: &EnvoyOptions, dynamic: bool, extras: &Extras) -> Result<Self, String> {
+    fn launch(options: &EnvoyOptions, bootstrap: Bootstrap, module: &Path, extras: &Extras) -> Result<Self, String> {
         let ports = Ports { listener: free_port(), upstream: free_port(), admin: free_port() };
         let dir = scratch_dir("envoy");
         let lds_dir = dir.join("lds");
         std::fs::create_dir_all(&lds_dir).unwrap();
-        let bootstrap = if dynamic { "envoy-dynamic.yaml" } else { "envoy.yaml" };
+        let file = match bootstrap {
+            Bootstrap::Static => "envoy.yaml",
+            Bootstrap::Lds => "envoy-dynamic.yaml",
+            Bootstrap::Ecds => "envoy-ecds.yaml",
+        };
         let config = dir.join("envoy.yaml");
-        let rendered = render_envoy_config(&read_envoy_file(bootstrap), options, ports, &lds_dir);
-        std::fs::write(&config, extras.apply(rendered, ports.listener)).unwrap();
+        let text = render_with_module(&read_envoy_file(file), options, ports, &lds_dir, module);
+        std::fs::write(&config, extras.apply(text, ports.listener)).unwrap();
         let log = dir.join("envoy.log");
         let mut envoy = Envoy {
             port: ports.listener,
@@ -164,10 +194,13 @@ impl Envoy {
             dir,
             log,
             valkey_port: options.valkey_port,
+            module: module.to_path_buf(),
             ipv6: extras.ipv6,
         };
-        if dynamic {
-            envoy.reload(&options.plugin_config);
+        match bootstrap {
+            Bootstrap::Static => {}
+            Bootstrap::Lds => envoy.reload(&options.plugin_config),
+            Bootstrap::Ecds => envoy.write_dynamic("tollgate-filter.yaml", &options.plugin_config),
         }
         let child = Command::new(envoy_bin())
             .arg("-c")
@@ -201,13 +234,20 @@ impl Envoy {
     /// Rewrites the LDS file with a new plugin configuration (write, then
     /// rename over the watched file, as Envoy's file-based LDS expects).
     pub fn reload(&self, plugin_config: &str) {
+        self.write_dynamic("listeners.yaml", plugin_config);
+    }
+
+    /// Renders `envoy/dynamic/<name>` with `plugin_config` into the watched
+    /// directory (write, then rename over the file).
+    pub fn write_dynamic(&self, name: &str, plugin_config: &str) {
         let options =
             EnvoyOptions { plugin_config: plugin_config.to_string(), valkey_port: self.valkey_port, concurrency: 1 };
         let lds_dir = self.dir.join("lds");
-        let text = render_envoy_config(&read_envoy_file("dynamic/listeners.yaml"), &options, self.ports, &lds_dir);
-        let tmp = self.dir.join("listeners.yaml.new");
+        let source = read_envoy_file(&format!("dynamic/{name}"));
+        let text = render_with_module(&source, &options, self.ports, &lds_dir, &self.module);
+        let tmp = self.dir.join(format!("{name}.new"));
         std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, lds_dir.join("listeners.yaml")).unwrap();
+        std::fs::rename(&tmp, lds_dir.join(name)).unwrap();
     }
 
     pub fn log_text(&self) -> String {

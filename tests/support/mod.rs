@@ -8,7 +8,9 @@ mod envoy;
 mod http;
 mod valkey;
 
-pub use envoy::{demo_plugin_config, render_envoy_config, Envoy, EnvoyOptions, Extras, Ports};
+pub use envoy::{
+    demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Extras, Ports,
+};
 pub use http::{http, Response};
 pub use valkey::{try_command, Valkey};
 

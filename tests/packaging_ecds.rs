@@ -1,0 +1,66 @@
+//! Deployment through ECDS (`envoy/envoy-ecds.yaml` with the filter served
+//! from `envoy/dynamic/tollgate-filter.yaml`), and the `/stats` that
+//! docs/deploy.md tells operators to look at: the filter is loaded, it calls
+//! the store, it limits, and a configuration swap (good or bad) shows up.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod support;
+
+use std::time::Duration;
+use support::{wait_until, wasm_path, Bootstrap, Envoy, EnvoyOptions, Valkey};
+
+const NOW: &str = "x-tollgate-test-now-ms";
+const ECDS: &str = "extension_config_discovery.http_filter.tollgate";
+
+fn config(rule: &str, limit: u32) -> String {
+    format!(
+        r#"{{
+  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "1s" }},
+  "rules": [ {{ "name": "{rule}", "key": [ {{ "header": "x-user-id" }} ], "limits": [ {{ "limit": {limit}, "period": "60s" }} ] }} ],
+  "testing": {{ "now_header": "{NOW}" }}
+}}"#
+    )
+}
+
+fn statuses(envoy: &Envoy, user: &str, n: usize) -> Vec<u16> {
+    (0..n).map(|_| envoy.request("GET", "/", &[("x-user-id", user), (NOW, "1800000000000")]).status).collect()
+}
+
+fn stat(envoy: &Envoy, name: &str) -> u64 {
+    envoy.stat(name).unwrap_or_else(|| panic!("no stat {name}"))
+}
+
+#[test]
+fn filter_delivered_by_ecds_limits_and_stats_show_it() {
+    let mut valkey = Valkey::start();
+    let options = EnvoyOptions { plugin_config: config("ecds", 2), valkey_port: valkey.port, concurrency: 1 };
+    let envoy = Envoy::start_with(&options, Bootstrap::Ecds, &wasm_path());
+
+    // Loaded: ECDS delivered the filter config and a V8 Wasm VM runs it.
+    assert_eq!(stat(&envoy, &format!("{ECDS}.update_success")), 1);
+    assert_eq!(stat(&envoy, &format!("{ECDS}.config_fail")), 0);
+    assert!(stat(&envoy, "wasm.envoy.wasm.runtime.v8.active") >= 1);
+
+    // Limiting: two pass, the third is answered 429 by the filter.
+    assert_eq!(statuses(&envoy, "alice", 3), [200, 200, 429]);
+    assert_eq!(stat(&envoy, "http.demo.downstream_rq_2xx"), 2);
+    assert_eq!(stat(&envoy, "http.demo.downstream_rq_4xx"), 1);
+    // Every decision was a store call through the tunnel (plus one EVAL after NOSCRIPT).
+    assert!(stat(&envoy, "cluster.tollgate_valkey.upstream_rq_200") >= 3);
+
+    // A new configuration through ECDS applies to new requests.
+    envoy.write_dynamic("tollgate-filter.yaml", &config("ecds-swapped", 1));
+    wait_until("the ECDS update", Duration::from_secs(20), || envoy.stat(&format!("{ECDS}.update_success")) == Some(2));
+    assert_eq!(statuses(&envoy, "bob", 2), [200, 429]);
+
+    // An invalid one is rejected (config_fail) and the previous one keeps limiting.
+    envoy.write_dynamic("tollgate-filter.yaml", &config("ecds-bad", 0));
+    wait_until("the ECDS rejection", Duration::from_secs(20), || envoy.stat(&format!("{ECDS}.config_fail")) == Some(1));
+    assert_eq!(stat(&envoy, &format!("{ECDS}.update_success")), 2);
+    assert_eq!(statuses(&envoy, "carol", 2), [200, 429]);
+
+    // Valkey gone: the tunnel answers 503, and failure_mode "allow" lets the request pass.
+    valkey.stop();
+    assert_eq!(statuses(&envoy, "dave", 1), [200]);
+    assert!(stat(&envoy, "cluster.tollgate_valkey.upstream_rq_503") >= 1);
+}
