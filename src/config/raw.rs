@@ -71,6 +71,8 @@ pub(crate) struct RawRule {
     pub(crate) matcher: Option<Obj<RawMatch>>,
     pub(crate) key: Option<Vec<Obj<RawKeyPart>>>,
     pub(crate) limits: Vec<Obj<RawLimit>>,
+    pub(crate) algorithm: Option<String>,
+    pub(crate) cost: Option<Number>,
 }
 
 /// `rules[i].match`.

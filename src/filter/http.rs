@@ -2,7 +2,7 @@
 
 use super::root::Shared;
 use crate::config::FailureMode;
-use crate::limiter::script::{sliding_log, Invocation};
+use crate::limiter::script::{limiter, Invocation};
 use crate::limiter::Check;
 use crate::plan::{plan, RequestView};
 use crate::response::{self, LocalReply};
@@ -33,7 +33,7 @@ impl Http {
     /// Sends the store call; `Pause` while it is in flight.
     fn call_store(&mut self, shared: &Shared, how: Invocation) -> Action {
         let valkey = &shared.config.valkey;
-        let body = store::pipeline(sliding_log(), how, &self.checks, self.now_ms);
+        let body = store::pipeline(limiter(), how, &self.checks, self.now_ms);
         let headers = vec![
             (":method", "POST"),
             (":path", "/tollgate"),

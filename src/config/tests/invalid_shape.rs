@@ -60,7 +60,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         error(&rule(r#"{ "name": "r", "limit": [] }"#)),
-        "rules[0].limit: unknown field, expected one of name, match, key, limits"
+        "rules[0].limit: unknown field, expected one of name, match, key, limits, algorithm, cost"
     );
     assert_eq!(
         error(&matcher(r#"{ "path": "/" }"#)),
