@@ -101,9 +101,8 @@ pub(crate) fn never_binds(algorithm: Algorithm, cost: u64, a: (u64, u64), b: (u6
                 format!("any interval of this period spans at most {k} of the other's, so at most {k} × {} = {} units are ever admitted in it", m(lb), k * m(lb))
             })
         }
-        (Algorithm::SlidingLog | Algorithm::SlidingWindow, false) => (m(lb) <= la).then(|| {
-            format!("the other window counts every unit this one counts and admits at most {} units", m(lb))
-        }),
+        (Algorithm::SlidingLog | Algorithm::SlidingWindow, false) => (m(lb) <= la)
+            .then(|| format!("the other window counts every unit this one counts and admits at most {} units", m(lb))),
     }
 }
 

@@ -48,7 +48,7 @@
 //! | `rules[i].key` | no (one shared bucket) | at most 8 parts `{ "header": NAME }`; NAME is an HTTP token or a pseudo-header (`:authority`), lowercased |
 //! | `rules[i].limits` | yes | 1..=8 windows `{ "limit": 1..=1000000000, "period": duration }`, periods > 0, <= 366d and distinct; every window must be able to bind (below); for `gcra` and `sliding_window`, `limit × period in ms <= 2^53` |
 //! | `rules[i].algorithm` | no, `sliding_log` | `sliding_log`, `gcra`, `sliding_window` or `fixed_window` (see `docs/algorithms.md`) |
-//! | `rules[i].cost` | no, `1` | units one request consumes in every window: an integer from 1 to the smallest limit of the rule |
+//! | `rules[i].cost` | no, `1` | units one request consumes in every window: an integer from 1 to the smallest limit of the rule (and at most 10000 for `sliding_log`) |
 //! | `testing.now_header` | no | **tests only**, see [`Testing`] |
 //!
 //! A duration is a string `"<digits><unit>"` with unit `ms`, `s`, `m`, `h` or
@@ -99,6 +99,7 @@
 //! | two windows with the same period | `rules[i].limits[j].period` | `same period as rules[i].limits[K].period (3s)`, or `(60s = 1m)` when spelled differently (this window's label first) |
 //! | unknown algorithm | `rules[i].algorithm` | `unknown value "...", expected one of sliding_log, gcra, sliding_window, fixed_window` |
 //! | cost zero or negative, too large, not an integer | `rules[i].cost` | `must be > 0`, `must be <= 1000000000`, `must be an integer` |
+//! | cost above 10000 for `sliding_log` | `rules[i].cost` | `must be <= 10000 for sliding_log, which stores one entry per unit` |
 //! | cost above a window's limit | `rules[i].cost` | `cost N is larger than rules[i].limits[j].limit (J): no request could ever be admitted` |
 //! | `limit × period` beyond 2^53 (`gcra`, `sliding_window`) | `rules[i].limits[j]` | `limit × period = N × P ms = X exceeds 2^53 = 9007199254740992, the largest that gcra computes exactly; lower the limit or the period` |
 //! | a window that can never bind | `rules[i].limits[j]` | `window N/P can never bind next to rules[i].limits[K] (N/P) under ALGORITHM: REASON` (the reasons are in `binding.rs`, e.g. `any interval of this period spans at most 60 of the other's, so at most 60 × 10 = 600 units are ever admitted in it`) |
@@ -158,6 +159,9 @@ pub const MAX_KEY_PARTS: usize = 8;
 pub const MAX_WINDOWS: usize = 8;
 /// Largest `limit` of a window.
 pub const MAX_LIMIT: u64 = 1_000_000_000;
+/// Largest `cost` of a `sliding_log` rule: the log stores one entry per unit,
+/// and one call must not write more than this many.
+pub const MAX_LOG_COST: u64 = 10_000;
 /// Longest window period, in milliseconds (366 days).
 pub const MAX_PERIOD_MS: u64 = 366 * 86_400_000;
 

@@ -16,8 +16,8 @@ use super::error::ConfigError;
 use super::raw::{Obj, RawConfig, RawKeyPart, RawLimit, RawMatch, RawRule, RawTesting, RawValkey};
 use super::{
     Algorithm, Config, FailureMode, KeyPart, Limit, Match, Period, Rule, Testing, ValkeyConfig, DEFAULT_KEY_PREFIX,
-    DEFAULT_TIMEOUT_MS, MAX_CLUSTER_BYTES, MAX_KEY_PARTS, MAX_LIMIT, MAX_NAME_CHARS, MAX_PERIOD_MS, MAX_TIMEOUT_MS,
-    MAX_WINDOWS,
+    DEFAULT_TIMEOUT_MS, MAX_CLUSTER_BYTES, MAX_KEY_PARTS, MAX_LIMIT, MAX_LOG_COST, MAX_NAME_CHARS, MAX_PERIOD_MS,
+    MAX_TIMEOUT_MS, MAX_WINDOWS,
 };
 
 /// Spelling of [`MAX_TIMEOUT_MS`] in messages.
@@ -117,7 +117,7 @@ fn rules(raw: Vec<Obj<RawRule>>) -> Result<Vec<Rule>, ConfigError> {
         let key = key(i, rule_raw.key)?;
         let limits = limits(i, rule_raw.limits)?;
         let algorithm = algorithm(i, rule_raw.algorithm)?;
-        let cost = cost(i, rule_raw.cost.as_ref(), &limits)?;
+        let cost = cost(i, rule_raw.cost.as_ref(), algorithm, &limits)?;
         windows_fit(i, algorithm, cost, &limits)?;
         out.push(Rule { name, matcher, key, limits, algorithm, cost });
     }
@@ -198,18 +198,24 @@ fn algorithm(i: usize, raw: Option<String>) -> Result<Algorithm, ConfigError> {
     Algorithm::from_name(&name).map_or_else(
         || {
             let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-            fail(format!("rules[{i}].algorithm"), format!("unknown value {name:?}, expected one of {}", names.join(", ")))
+            fail(
+                format!("rules[{i}].algorithm"),
+                format!("unknown value {name:?}, expected one of {}", names.join(", ")),
+            )
         },
         Ok,
     )
 }
 
-fn cost(i: usize, raw: Option<&Number>, limits: &[Limit]) -> Result<NonZeroU64, ConfigError> {
+fn cost(i: usize, raw: Option<&Number>, algorithm: Algorithm, limits: &[Limit]) -> Result<NonZeroU64, ConfigError> {
     let path = format!("rules[{i}].cost");
     let Some(number) = raw else {
         return Ok(NonZeroU64::MIN);
     };
     let cost = limit_count(&path, number)?;
+    if algorithm == Algorithm::SlidingLog && cost.get() > MAX_LOG_COST {
+        return fail(path, format!("must be <= {MAX_LOG_COST} for sliding_log, which stores one entry per unit"));
+    }
     if let Some((j, limit)) = limits.iter().enumerate().find(|(_, l)| l.limit < cost) {
         return fail(
             path,

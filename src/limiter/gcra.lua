@@ -8,8 +8,8 @@
 --           the last admission) and "<L>/<P>:d" (the debt then).
 -- load      debt = 0 if no state or now - at >= P, else
 --           max(0, d - max(0, now - at) * L).
--- check     fits when debt + cost * P <= P * L, else
---           retry = ceil((debt + cost * P - P * L) / L).
+-- check     fits when debt <= (L - cost) * P, else
+--           retry = ceil((debt - (L - cost) * P) / L).
 -- commit    at = now, d = debt + cost * P; TTL = longest period.
 -- stats     remaining = floor((P * L - debt) / P); reset = ceil(debt / L).
 
@@ -32,7 +32,9 @@ ALGORITHMS.gcra = {
   end,
 
   retry = function(b, w)
-    local over = w.debt + b.cost * w.period - w.period * w.limit
+    -- debt - (L - cost) * P, not debt + cost * P - P * L: the sum could pass
+    -- 2^53 and round; each term here stays within P * L.
+    local over = w.debt - (w.limit - b.cost) * w.period
     if over <= 0 then return 0 end
     return cdiv(over, w.limit)
   end,

@@ -31,7 +31,10 @@ fn bad_algorithm_and_cost() {
     );
     assert_eq!(error(&with(r#""cost": 0,"#, SEED)), "rules[0].cost: must be > 0");
     assert_eq!(error(&with(r#""cost": 1.5,"#, SEED)), "rules[0].cost: must be an integer");
-    assert_eq!(error(&with(r#""cost": "1","#, SEED)), "rules[0].cost: invalid type: string \"1\", expected a JSON number");
+    assert_eq!(
+        error(&with(r#""cost": "1","#, SEED)),
+        "rules[0].cost: invalid type: string \"1\", expected a JSON number"
+    );
     assert_eq!(
         error(&with(r#""cost": 6,"#, SEED)),
         "rules[0].cost: cost 6 is larger than rules[0].limits[1].limit (5): no request could ever be admitted"

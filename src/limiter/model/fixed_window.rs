@@ -87,10 +87,8 @@ mod tests {
     fn admits_a_double_burst_across_the_boundary() {
         let mut m = Model::new();
         let c = [check(FixedWindow, "k", &[(3, 1_000)], 1)];
-        let admitted = [999, 999, 999, 1_000, 1_000, 1_000, 1_000]
-            .into_iter()
-            .filter(|&t| m.decide(&c, t).allowed)
-            .count();
+        let admitted =
+            [999, 999, 999, 1_000, 1_000, 1_000, 1_000].into_iter().filter(|&t| m.decide(&c, t).allowed).count();
         assert_eq!(admitted, 6);
     }
 }
