@@ -96,3 +96,13 @@ fn windows_that_can_never_bind_are_named_with_the_reason() {
         assert!(Config::from_json(with(&alg, near).as_bytes()).is_ok(), "{algorithm:?}");
     }
 }
+
+/// The README's configuration example stays valid.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn readme_example_parses() {
+    let readme = include_str!("../../../README.md");
+    let block = readme.split("```json\n").nth(1).and_then(|rest| rest.split("```").next()).unwrap();
+    let config = Config::from_json(block.as_bytes()).unwrap();
+    assert_eq!(config.rules[1].algorithm, Algorithm::Gcra);
+    assert_eq!(config.rules[1].cost.get(), 2);
+}
