@@ -150,4 +150,19 @@ mod tests {
         let b = plan(&c, &req("POST", "/auth/token", Some(b"b")));
         assert_ne!(a[0].key, b[0].key);
     }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn algorithm_and_cost_reach_the_check_and_name_the_key() {
+        let c = Config::from_json(
+            br#"{ "valkey": { "cluster": "c" }, "rules": [
+                  { "name": "a", "algorithm": "sliding_window", "cost": 3, "limits": [ { "limit": 5, "period": 1 } ] },
+                  { "name": "b", "limits": [ { "limit": 5, "period": 1 } ] } ] }"#,
+        )
+        .unwrap();
+        let checks = plan(&c, &req("GET", "/", None));
+        assert_eq!(checks[0].key, "tollgate:{a}:sw");
+        assert_eq!((checks[0].algorithm, checks[0].cost.get()), (crate::limiter::Algorithm::SlidingWindow, 3));
+        assert_eq!(checks[1].key, "tollgate:{b}:log");
+        assert_eq!((checks[1].algorithm, checks[1].cost.get()), (crate::limiter::Algorithm::SlidingLog, 1));
+    }
 }
