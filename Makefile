@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml)
 
-.PHONY: all tools image-tools build image run demo test unit lint wasm-test validate integration clean
+.PHONY: all tools image-tools build image run demo test unit lint wasm-test validate integration algorithms-report clean
 
 all: build
 
@@ -36,6 +36,11 @@ run: build
 
 demo: build
 	cargo run --quiet --example demo
+
+# docs/algorithms.md: memory, accuracy and the seed's scenario per algorithm,
+# measured against a Valkey the example starts itself.
+algorithms-report: tools
+	cargo run --quiet --example algorithms_report
 
 test: tools lint unit wasm-test build validate image integration
 	@echo "make test: all suites passed"

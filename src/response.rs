@@ -132,6 +132,7 @@ mod tests {
                 Window { limit: nz(5), period_ms: nz(3_000) },
             ],
             cost: nz(1),
+            algorithm: crate::limiter::Algorithm::SlidingLog,
         }];
         (config, checks)
     }

@@ -91,6 +91,7 @@ mod tests {
                 key: format!("k{rule}"),
                 windows: vec![Window { limit: nz(1), period_ms: nz(1_000) }],
                 cost: nz(1),
+                algorithm: crate::limiter::Algorithm::SlidingLog,
             })
             .collect()
     }

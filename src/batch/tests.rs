@@ -1,12 +1,18 @@
 use super::*;
-use crate::limiter::script::sliding_log;
+use crate::limiter::script::limiter;
 use crate::limiter::Window;
 use crate::resp::{decode_all, Value};
 use std::num::NonZeroU64;
 
 fn check(key: &str) -> Vec<Check> {
     let nz = |n| NonZeroU64::new(n).unwrap();
-    vec![Check { rule: 0, key: key.into(), windows: vec![Window { limit: nz(5), period_ms: nz(1_000) }], cost: nz(1) }]
+    vec![Check {
+        rule: 0,
+        key: key.into(),
+        windows: vec![Window { limit: nz(5), period_ms: nz(1_000) }],
+        cost: nz(1),
+        algorithm: crate::limiter::Algorithm::SlidingLog,
+    }]
 }
 
 fn limits() -> Limits {
@@ -32,7 +38,7 @@ fn commands(body: &[u8]) -> Vec<Vec<Vec<u8>>> {
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn a_lone_request_goes_out_at_once() {
     let mut b = Batcher::new(limits());
-    let Submit::Direct(call) = b.submit(sliding_log(), 7, check("a"), None, 1_000, 100) else { panic!("not direct") };
+    let Submit::Direct(call) = b.submit(limiter(), 7, check("a"), None, 1_000, 100) else { panic!("not direct") };
     assert_eq!(call.requests, vec![7]);
     assert_eq!(call.timeout_ms, 100);
     assert_eq!(commands(&call.body).len(), 1);
@@ -46,20 +52,20 @@ fn a_lone_request_goes_out_at_once() {
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn requests_arriving_during_a_call_are_coalesced_into_one_pipeline() {
     let mut b = Batcher::new(limits());
-    let Submit::Direct(first) = b.submit(sliding_log(), 1, check("a"), None, 0, 100) else { panic!() };
+    let Submit::Direct(first) = b.submit(limiter(), 1, check("a"), None, 0, 100) else { panic!() };
     b.dispatched(10, first, 0);
     for id in 2..=6 {
-        assert_eq!(b.submit(sliding_log(), id, check(&format!("k{id}")), None, 5, 100), Submit::Queued);
+        assert_eq!(b.submit(limiter(), id, check(&format!("k{id}")), None, 5, 100), Submit::Queued);
     }
-    assert_eq!(b.submit(sliding_log(), 99, check("x"), None, 5, 100), Submit::Overflow, "queue bound");
+    assert_eq!(b.submit(limiter(), 99, check("x"), None, 5, 100), Submit::Overflow, "queue bound");
     // One more slot (max_in_flight 2): a batch of max_batch (3) requests.
-    let call = b.next_call(sliding_log(), 20).unwrap();
+    let call = b.next_call(limiter(), 20).unwrap();
     assert_eq!(call.requests, vec![2, 3, 4]);
     assert_eq!(call.timeout_ms, 85, "the earliest deadline among its requests");
     let keys: Vec<Vec<u8>> = commands(&call.body).into_iter().map(|c| c[3].clone()).collect();
     assert_eq!(keys, vec![b"k2".to_vec(), b"k3".to_vec(), b"k4".to_vec()]);
     b.dispatched(11, call, 0);
-    assert!(b.next_call(sliding_log(), 20).is_none(), "both slots busy");
+    assert!(b.next_call(limiter(), 20).is_none(), "both slots busy");
     // Each request gets its own reply, in pipeline order.
     let body = format!("{}{}{}", ok(3), ok(2), ok(1));
     let out = b.on_reply(11, Some("200"), body.as_bytes());
@@ -71,18 +77,18 @@ fn requests_arriving_during_a_call_are_coalesced_into_one_pipeline() {
         })
         .collect();
     assert_eq!(remaining, vec![(2, 3), (3, 2), (4, 1)]);
-    assert_eq!(b.next_call(sliding_log(), 30).unwrap().requests, vec![5, 6]);
+    assert_eq!(b.next_call(limiter(), 30).unwrap().requests, vec![5, 6]);
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn noscript_requeues_first_with_eval() {
     let mut b = Batcher::new(limits());
-    let Submit::Direct(first) = b.submit(sliding_log(), 1, check("a"), None, 0, 100) else { panic!() };
+    let Submit::Direct(first) = b.submit(limiter(), 1, check("a"), None, 0, 100) else { panic!() };
     b.dispatched(10, first, 0);
-    b.submit(sliding_log(), 2, check("b"), None, 1, 100);
+    b.submit(limiter(), 2, check("b"), None, 1, 100);
     let out = b.on_reply(10, Some("200"), b"-NOSCRIPT No matching script.\r\n");
     assert!(out.is_empty(), "not answered yet");
-    let call = b.next_call(sliding_log(), 2).unwrap();
+    let call = b.next_call(limiter(), 2).unwrap();
     assert_eq!(call.requests, vec![1, 2]);
     let cmds = commands(&call.body);
     assert_eq!(cmds[0][0], b"EVAL", "the NOSCRIPT request is retried with the body");
@@ -92,11 +98,11 @@ fn noscript_requeues_first_with_eval() {
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn failures_reach_every_request_of_the_call() {
     let mut b = Batcher::new(limits());
-    let Submit::Direct(first) = b.submit(sliding_log(), 1, check("a"), None, 0, 100) else { panic!() };
+    let Submit::Direct(first) = b.submit(limiter(), 1, check("a"), None, 0, 100) else { panic!() };
     b.dispatched(10, first, 0);
-    b.submit(sliding_log(), 2, check("b"), None, 1, 100);
-    b.submit(sliding_log(), 3, check("c"), None, 1, 100);
-    let call = b.next_call(sliding_log(), 2).unwrap();
+    b.submit(limiter(), 2, check("b"), None, 1, 100);
+    b.submit(limiter(), 3, check("c"), None, 1, 100);
+    let call = b.next_call(limiter(), 2).unwrap();
     b.dispatched(11, call, 0);
     let out = b.on_reply(11, None, b"");
     assert_eq!(out.iter().map(|a| (a.request, a.outcome.is_err())).collect::<Vec<_>>(), vec![(2, true), (3, true)]);
@@ -107,11 +113,11 @@ fn failures_reach_every_request_of_the_call() {
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn a_reply_with_too_few_results_fails_the_whole_call() {
     let mut b = Batcher::new(limits());
-    let Submit::Direct(first) = b.submit(sliding_log(), 1, check("a"), None, 0, 100) else { panic!() };
+    let Submit::Direct(first) = b.submit(limiter(), 1, check("a"), None, 0, 100) else { panic!() };
     b.dispatched(10, first, 0);
-    b.submit(sliding_log(), 2, check("b"), None, 1, 100);
-    b.submit(sliding_log(), 3, check("c"), None, 1, 100);
-    let call = b.next_call(sliding_log(), 2).unwrap();
+    b.submit(limiter(), 2, check("b"), None, 1, 100);
+    b.submit(limiter(), 3, check("c"), None, 1, 100);
+    let call = b.next_call(limiter(), 2).unwrap();
     b.dispatched(11, call, 0);
     let out = b.on_reply(11, Some("200"), ok(1).as_bytes());
     assert!(out.iter().all(|a| a.outcome.is_err()));
@@ -121,11 +127,11 @@ fn a_reply_with_too_few_results_fails_the_whole_call() {
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn queued_requests_expire_at_their_deadline_and_cancelled_ones_are_forgotten() {
     let mut b = Batcher::new(limits());
-    let Submit::Direct(first) = b.submit(sliding_log(), 1, check("a"), None, 0, 100) else { panic!() };
+    let Submit::Direct(first) = b.submit(limiter(), 1, check("a"), None, 0, 100) else { panic!() };
     b.dispatched(10, first, 0);
-    b.submit(sliding_log(), 2, check("b"), None, 10, 100);
-    b.submit(sliding_log(), 3, check("c"), None, 50, 100);
-    b.submit(sliding_log(), 4, check("d"), None, 50, 100);
+    b.submit(limiter(), 2, check("b"), None, 10, 100);
+    b.submit(limiter(), 3, check("c"), None, 50, 100);
+    b.submit(limiter(), 4, check("d"), None, 50, 100);
     b.cancel(4);
     assert_eq!(b.expire(109), Vec::<u32>::new());
     assert_eq!(b.expire(110), vec![2]);

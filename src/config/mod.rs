@@ -46,7 +46,9 @@
 //! | `rules[i].name` | yes | 1..=64 characters from `[A-Za-z0-9._:-]`, unique |
 //! | `rules[i].match` | no (all requests) | `path_prefix` (starts with `/`), `methods` (non-empty list of distinct letter-only methods, uppercased) |
 //! | `rules[i].key` | no (one shared bucket) | at most 8 parts `{ "header": NAME }`; NAME is an HTTP token or a pseudo-header (`:authority`), lowercased |
-//! | `rules[i].limits` | yes | 1..=8 windows `{ "limit": 1..=1000000000, "period": duration }`, periods > 0, <= 366d and distinct |
+//! | `rules[i].limits` | yes | 1..=8 windows `{ "limit": 1..=1000000000, "period": duration }`, periods > 0, <= 366d and distinct; every window must be able to bind (below); for `gcra` and `sliding_window`, `limit × period in ms <= 2^53` |
+//! | `rules[i].algorithm` | no, `sliding_log` | `sliding_log`, `gcra`, `sliding_window` or `fixed_window` (see `docs/algorithms.md`) |
+//! | `rules[i].cost` | no, `1` | units one request consumes in every window: an integer from 1 to the smallest limit of the rule (and at most 10000 for `sliding_log`) |
 //! | `testing.now_header` | no | **tests only**, see [`Testing`] |
 //!
 //! A duration is a string `"<digits><unit>"` with unit `ms`, `s`, `m`, `h` or
@@ -95,6 +97,26 @@
 //! | timeout too long (or too large to represent) | `valkey.timeout` | `must be <= 60s` |
 //! | period too long (or too large to represent) | `rules[i].limits[j].period` | `must be <= 366d` |
 //! | two windows with the same period | `rules[i].limits[j].period` | `same period as rules[i].limits[K].period (3s)`, or `(60s = 1m)` when spelled differently (this window's label first) |
+//! | unknown algorithm | `rules[i].algorithm` | `unknown value "...", expected one of sliding_log, gcra, sliding_window, fixed_window` |
+//! | cost zero or negative, too large, not an integer | `rules[i].cost` | `must be > 0`, `must be <= 1000000000`, `must be an integer` |
+//! | cost above 10000 for `sliding_log` | `rules[i].cost` | `must be <= 10000 for sliding_log, which stores one entry per unit` |
+//! | cost above a window's limit | `rules[i].cost` | `cost N is larger than rules[i].limits[j].limit (J): no request could ever be admitted` |
+//! | `limit × period` beyond 2^53 (`gcra`, `sliding_window`) | `rules[i].limits[j]` | `limit × period = N × P ms = X exceeds 2^53 = 9007199254740992, the largest that gcra computes exactly; lower the limit or the period` |
+//! | a window that can never bind | `rules[i].limits[j]` | `window N/P can never bind next to rules[i].limits[K] (N/P) under ALGORITHM: REASON` (the reasons are in `binding.rs`, e.g. `any interval of this period spans at most 60 of the other's, so at most 60 × 10 = 600 units are ever admitted in it`) |
+//!
+//! # Windows that can never bind
+//!
+//! Following seed `000` ("limit/period must grow as the period shrinks"), a
+//! rule is rejected when one of its windows can never be the one that denies
+//! a request because another window of the rule always denies first. The
+//! exact condition depends on the algorithm (`k = ceil(longer / shorter
+//! period)`, `m(L) = floor(L / cost) × cost`): for `sliding_log` and
+//! `sliding_window` the longer window must have `limit < k × m(shorter
+//! limit)` and the shorter `limit < m(longer limit)`; `fixed_window` counts
+//! aligned windows (`k` can be one more, and a short window can straddle two
+//! long ones); `gcra` needs the longer window to have the lower rate
+//! (`limit / period`) and the shorter the smaller limit. The derivations are
+//! in `src/config/binding.rs`.
 //!
 //! # Design
 //!
@@ -105,6 +127,7 @@
 //! limits and periods). Later versions of the document extend `raw` and
 //! `validate` without changing the meaning of v1 documents.
 
+mod binding;
 mod duration;
 mod error;
 mod keys;
@@ -120,6 +143,7 @@ use std::fmt;
 use std::num::NonZeroU64;
 use std::time::Duration;
 
+pub use crate::limiter::Algorithm;
 pub use error::ConfigError;
 pub use keys::{KeyPart, KeySource, OnMissing, Prefixes, MAX_KEY_PARTS, MAX_LITERAL_BYTES, MAX_PROPERTY_SEGMENTS};
 pub use matching::{HeaderCondition, HeaderMatch, Match, Pattern, MAX_HEADER_MATCHES};
@@ -139,6 +163,9 @@ pub const MAX_NAME_CHARS: usize = 64;
 pub const MAX_WINDOWS: usize = 8;
 /// Largest `limit` of a window.
 pub const MAX_LIMIT: u64 = 1_000_000_000;
+/// Largest `cost` of a `sliding_log` rule: the log stores one entry per unit,
+/// and one call must not write more than this many.
+pub const MAX_LOG_COST: u64 = 10_000;
 /// Longest window period, in milliseconds (366 days).
 pub const MAX_PERIOD_MS: u64 = 366 * 86_400_000;
 
@@ -213,8 +240,13 @@ pub struct Rule {
     /// What identifies a bucket; empty means one bucket shared by all
     /// matching requests.
     pub key: Vec<KeyPart>,
-    /// The windows, in configuration order: 1..=8, with distinct periods.
+    /// The windows, in configuration order: 1..=8, with distinct periods,
+    /// each of which can bind (see the module documentation).
     pub limits: Vec<Limit>,
+    /// How the rule's buckets count (`sliding_log` unless configured).
+    pub algorithm: Algorithm,
+    /// Units one request consumes in every window (1..=every window's limit).
+    pub cost: NonZeroU64,
     /// Shadow rule: decides and consumes as if enforced, but never denies.
     pub shadow: bool,
 }

@@ -116,6 +116,8 @@ pub(crate) struct RawRule {
     pub(crate) matcher: Option<Obj<RawMatch>>,
     pub(crate) key: Option<Vec<StrOrObj<RawKeyPart>>>,
     pub(crate) limits: Vec<Obj<RawLimit>>,
+    pub(crate) algorithm: Option<String>,
+    pub(crate) cost: Option<Number>,
     pub(crate) shadow: Option<bool>,
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Number, Value};
 
+use super::binding::useless_window;
 use super::duration::{self, DurationError};
 use super::error::ConfigError;
 use super::keys::key;
@@ -17,8 +18,8 @@ use super::matching::matcher;
 use super::raw::{Obj, RawConfig, RawLimit, RawRule, RawTesting, RawValkey};
 use super::response::response;
 use super::{
-    Config, FailureMode, Limit, Period, Rule, Testing, ValkeyConfig, DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT_MS,
-    MAX_CLUSTER_BYTES, MAX_LIMIT, MAX_NAME_CHARS, MAX_PERIOD_MS, MAX_TIMEOUT_MS, MAX_WINDOWS,
+    Algorithm, Config, FailureMode, Limit, Period, Rule, Testing, ValkeyConfig, DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT_MS,
+    MAX_CLUSTER_BYTES, MAX_LIMIT, MAX_LOG_COST, MAX_NAME_CHARS, MAX_PERIOD_MS, MAX_TIMEOUT_MS, MAX_WINDOWS,
 };
 
 /// Spelling of [`MAX_TIMEOUT_MS`] in messages.
@@ -142,13 +143,14 @@ fn rules(raw: Vec<Obj<RawRule>>) -> Result<Vec<Rule>, ConfigError> {
             return fail(path, format!("duplicate rule name {name:?} (also rules[{first}].name)"));
         }
         seen.insert(name.clone(), i);
-        out.push(Rule {
-            name,
-            matcher: matcher(i, rule_raw.matcher)?,
-            key: key(i, rule_raw.key)?,
-            limits: limits(i, rule_raw.limits)?,
-            shadow: rule_raw.shadow.unwrap_or(false),
-        });
+        let matcher = matcher(i, rule_raw.matcher)?;
+        let key = key(i, rule_raw.key)?;
+        let limits = limits(i, rule_raw.limits)?;
+        let algorithm = algorithm(i, rule_raw.algorithm)?;
+        let cost = cost(i, rule_raw.cost.as_ref(), algorithm, &limits)?;
+        windows_fit(i, algorithm, cost, &limits)?;
+        let shadow = rule_raw.shadow.unwrap_or(false);
+        out.push(Rule { name, matcher, key, limits, algorithm, cost, shadow });
     }
     Ok(out)
 }
@@ -174,6 +176,81 @@ fn limits(i: usize, raw: Vec<Obj<RawLimit>>) -> Result<Vec<Limit>, ConfigError> 
         out.push(Limit { limit, period: Period { ms, label } });
     }
     Ok(out)
+}
+
+fn algorithm(i: usize, raw: Option<String>) -> Result<Algorithm, ConfigError> {
+    let Some(name) = raw else {
+        return Ok(Algorithm::default());
+    };
+    Algorithm::from_name(&name).map_or_else(
+        || {
+            let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+            fail(
+                format!("rules[{i}].algorithm"),
+                format!("unknown value {name:?}, expected one of {}", names.join(", ")),
+            )
+        },
+        Ok,
+    )
+}
+
+fn cost(i: usize, raw: Option<&Number>, algorithm: Algorithm, limits: &[Limit]) -> Result<NonZeroU64, ConfigError> {
+    let path = format!("rules[{i}].cost");
+    let Some(number) = raw else {
+        return Ok(NonZeroU64::MIN);
+    };
+    let cost = limit_count(&path, number)?;
+    if algorithm == Algorithm::SlidingLog && cost.get() > MAX_LOG_COST {
+        return fail(path, format!("must be <= {MAX_LOG_COST} for sliding_log, which stores one entry per unit"));
+    }
+    if let Some((j, limit)) = limits.iter().enumerate().find(|(_, l)| l.limit < cost) {
+        return fail(
+            path,
+            format!(
+                "cost {cost} is larger than rules[{i}].limits[{j}].limit ({}): no request could ever be admitted",
+                limit.limit
+            ),
+        );
+    }
+    Ok(cost)
+}
+
+/// The rule's windows are computable exactly and each of them can bind.
+fn windows_fit(i: usize, algorithm: Algorithm, cost: NonZeroU64, limits: &[Limit]) -> Result<(), ConfigError> {
+    let show = |l: &Limit| format!("{}/{}", l.limit, l.period.label);
+    if algorithm.needs_exact_product() {
+        for (j, l) in limits.iter().enumerate() {
+            let product = u128::from(l.limit.get()) * u128::from(l.period.ms.get());
+            if product > u128::from(crate::limiter::EXACT_PRODUCT_MAX) {
+                return fail(
+                    format!("rules[{i}].limits[{j}]"),
+                    format!(
+                        "limit × period = {} × {} ms = {product} exceeds 2^53 = {}, the largest that {} computes \
+                         exactly; lower the limit or the period",
+                        l.limit,
+                        l.period.ms,
+                        crate::limiter::EXACT_PRODUCT_MAX,
+                        algorithm.name()
+                    ),
+                );
+            }
+        }
+    }
+    if let Some((j, k, reason)) = useless_window(algorithm, cost.get(), limits) {
+        let (Some(this), Some(other)) = (limits.get(j), limits.get(k)) else {
+            return Ok(());
+        };
+        return fail(
+            format!("rules[{i}].limits[{j}]"),
+            format!(
+                "window {} can never bind next to rules[{i}].limits[{k}] ({}) under {}: {reason}",
+                show(this),
+                show(other),
+                algorithm.name()
+            ),
+        );
+    }
+    Ok(())
 }
 
 fn limit_count(path: &str, number: &Number) -> Result<NonZeroU64, ConfigError> {

@@ -5,7 +5,7 @@
 use super::apply::{apply_answer, apply_failure, deny_from_cache, request_now, set_context};
 use super::root::{now_ms, Shared};
 use crate::batch::Submit;
-use crate::limiter::script::sliding_log;
+use crate::limiter::script::limiter;
 use crate::plan::{plan, RequestView};
 use crate::response::SHADOW_HEADER;
 use crate::store::Failure;
@@ -131,14 +131,8 @@ impl HttpContext for Http {
         }
         shared.arrivals.borrow_mut().insert(self.id, now);
         let timeout_ms = u64::try_from(shared.config.valkey.timeout.as_millis()).unwrap_or(u64::MAX);
-        let submitted = shared.batcher.borrow_mut().submit(
-            sliding_log(),
-            self.id,
-            planned.checks,
-            now_override,
-            now_ms(),
-            timeout_ms,
-        );
+        let submitted =
+            shared.batcher.borrow_mut().submit(limiter(), self.id, planned.checks, now_override, now_ms(), timeout_ms);
         match submitted {
             Submit::Direct(call) => {
                 let valkey = &shared.config.valkey;

@@ -9,7 +9,7 @@ use super::metrics::{count_config_error, Metrics};
 use crate::batch::{Batcher, Limits};
 use crate::cache::DenialCache;
 use crate::config::Config;
-use crate::limiter::script::sliding_log;
+use crate::limiter::script::limiter;
 use crate::store::Failure;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -81,7 +81,7 @@ impl Shared {
     /// Must run with the root as the effective context.
     pub fn pump(&self) {
         loop {
-            let call = self.batcher.borrow_mut().next_call(sliding_log(), now_ms());
+            let call = self.batcher.borrow_mut().next_call(limiter(), now_ms());
             let Some(call) = call else { break };
             let valkey = &self.config.valkey;
             let headers = super::http::store_call_headers();

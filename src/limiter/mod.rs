@@ -1,16 +1,77 @@
 //! The limiter's request/reply model: what one atomic store call is asked
 //! ([`Check`]s, one per matching rule) and what it answers ([`Decision`]).
 //!
-//! The algorithm itself is specified twice: by the pure reference model in
-//! [`model`] (time passed in, no I/O) and by the Lua script
-//! `src/limiter/sliding_log.lua`, which only makes the same algorithm atomic
-//! inside Valkey. The differential tests run one behaviour suite against both.
+//! Each [`Algorithm`] is specified twice: by the pure reference model in
+//! [`model`] (time passed in, no I/O) and by its Lua file in `src/limiter/`
+//! (`sliding_log.lua`, `gcra.lua`, `sliding_window.lua`, `fixed_window.lua`),
+//! which only makes the same algorithm atomic inside Valkey. One script
+//! (`prelude.lua` + the four algorithm files + `decide.lua`, see [`script`])
+//! dispatches per key on the algorithm, so checks of different algorithms are
+//! still decided in one call, all or nothing. The differential tests run one
+//! behaviour suite against the model and the script.
 
 pub mod model;
 pub mod reply;
 pub mod script;
 
 use std::num::NonZeroU64;
+
+/// How a rule's bucket counts (configuration field `algorithm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Algorithm {
+    /// The exact sliding log: one sorted-set entry per admitted unit.
+    #[default]
+    SlidingLog,
+    /// The generic cell rate algorithm: one theoretical arrival time per window.
+    Gcra,
+    /// The sliding-window counter: current and previous fixed-window counts.
+    SlidingWindow,
+    /// Counters aligned to multiples of the period.
+    FixedWindow,
+}
+
+impl Algorithm {
+    /// Every algorithm, in documentation order.
+    pub const ALL: [Algorithm; 4] =
+        [Algorithm::SlidingLog, Algorithm::Gcra, Algorithm::SlidingWindow, Algorithm::FixedWindow];
+
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SlidingLog => "sliding_log",
+            Self::Gcra => "gcra",
+            Self::SlidingWindow => "sliding_window",
+            Self::FixedWindow => "fixed_window",
+        }
+    }
+
+    /// The algorithm named `name` in a configuration.
+    pub fn from_name(name: &str) -> Option<Algorithm> {
+        Self::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// The script's algorithm id and the suffix of the bucket's key, so that
+    /// switching a rule's algorithm never reads another algorithm's data.
+    pub fn id(self) -> &'static str {
+        match self {
+            Self::SlidingLog => "log",
+            Self::Gcra => "gcra",
+            Self::SlidingWindow => "sw",
+            Self::FixedWindow => "fw",
+        }
+    }
+
+    /// Whether the algorithm computes with `limit × period_ms` and so needs it
+    /// to stay within [`EXACT_PRODUCT_MAX`] (exact in Lua's doubles).
+    pub fn needs_exact_product(self) -> bool {
+        matches!(self, Self::Gcra | Self::SlidingWindow)
+    }
+}
+
+/// 2^53: every integer up to this is exact in an IEEE double (Lua 5.1's only
+/// number type). `gcra` and `sliding_window` compute with products no larger
+/// than `limit × period_ms`, which the configuration keeps at or below this.
+pub const EXACT_PRODUCT_MAX: u64 = 1 << 53;
 
 /// One window of one rule: at most `limit` units per `period_ms` milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +91,8 @@ pub struct Check {
     pub windows: Vec<Window>,
     /// Units the request consumes in every window (1 unless configured).
     pub cost: NonZeroU64,
+    /// How the bucket counts.
+    pub algorithm: Algorithm,
 }
 
 /// The state of one window after the decision.
@@ -43,7 +106,8 @@ pub struct WindowOutcome {
     pub period_ms: u64,
     /// Units still available in the window after this decision.
     pub remaining: u64,
-    /// Milliseconds until the oldest counted entry leaves the window (0 if empty).
+    /// Milliseconds until the window is empty again (0 if it is): for the log,
+    /// until the oldest counted entry leaves; see each algorithm's model.
     pub reset_ms: u64,
     /// Milliseconds until this request would fit this window; 0 if it fits now.
     /// A window with `retry_ms > 0` is one that denied the request.

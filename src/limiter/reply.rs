@@ -99,6 +99,7 @@ mod tests {
                 Window { limit: nz(5), period_ms: nz(3_000) },
             ],
             cost: nz(1),
+            algorithm: crate::limiter::Algorithm::SlidingLog,
         }]
     }
 

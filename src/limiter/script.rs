@@ -1,6 +1,10 @@
 //! The store-side half of the limiter: the Lua script, its SHA-1 (computed once)
 //! and the encoding of [`Check`]s into its KEYS/ARGV contract (stated in the
-//! header comment of `sliding_log.lua`).
+//! header comment of `prelude.lua`).
+//!
+//! The script is one body: `prelude.lua`, the four algorithm files and
+//! `decide.lua`, concatenated, so checks of different algorithms are decided
+//! in one atomic call.
 
 use super::Check;
 use crate::resp::encode_command;
@@ -13,11 +17,21 @@ pub struct Script {
     pub sha: String,
 }
 
-/// The transactional multi-window sliding log.
-pub fn sliding_log() -> &'static Script {
+/// The whole script.
+const BODY: &str = concat!(
+    include_str!("prelude.lua"),
+    include_str!("sliding_log.lua"),
+    include_str!("gcra.lua"),
+    include_str!("sliding_window.lua"),
+    include_str!("fixed_window.lua"),
+    include_str!("decide.lua"),
+);
+
+/// The transactional multi-window limiter, every algorithm in one script.
+pub fn limiter() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT.get_or_init(|| {
-        let body = include_str!("sliding_log.lua");
+        let body = BODY;
         Script { body, sha: sha1_smol::Sha1::from(body).hexdigest() }
     })
 }
@@ -37,6 +51,7 @@ pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: 
     owned.extend(checks.iter().map(|c| c.key.clone()));
     owned.push(now_ms.map(|n| n.to_string()).unwrap_or_default());
     for check in checks {
+        owned.push(check.algorithm.id().to_string());
         owned.push(check.cost.to_string());
         owned.push(check.windows.len().to_string());
         for w in &check.windows {
@@ -58,7 +73,7 @@ pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::Window;
+    use crate::limiter::{Algorithm, Window};
     use crate::resp::{decode, Limits, Value};
     use std::num::NonZeroU64;
 
@@ -68,10 +83,13 @@ mod tests {
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn sha_is_the_sha1_of_the_embedded_body() {
-        let s = sliding_log();
+        let s = limiter();
         assert_eq!(s.sha.len(), 40);
         assert_eq!(s.sha, sha1_smol::Sha1::from(s.body).hexdigest());
         assert!(s.body.starts_with("-- tollgate"));
+        for file in ["ALGORITHMS.log =", "ALGORITHMS.gcra =", "ALGORITHMS.sw =", "ALGORITHMS.fw =", "-- Phase 3"] {
+            assert!(s.body.contains(file), "{file}");
+        }
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
@@ -85,35 +103,39 @@ mod tests {
                     Window { limit: nz(5), period_ms: nz(3_000) },
                 ],
                 cost: nz(1),
+                algorithm: Algorithm::SlidingLog,
             },
             Check {
                 rule: 1,
-                key: "p:{b}:log".into(),
+                key: "p:{b}:gcra".into(),
                 windows: vec![Window { limit: nz(7), period_ms: nz(250) }],
                 cost: nz(2),
+                algorithm: Algorithm::Gcra,
             },
         ];
         let mut out = Vec::new();
-        encode_call(&mut out, sliding_log(), Invocation::EvalSha, &checks, Some(1234));
+        encode_call(&mut out, limiter(), Invocation::EvalSha, &checks, Some(1234));
         let (value, used) = decode(&out, &Limits::default()).unwrap();
         assert_eq!(used, out.len());
         let Value::Array(items) = value else { panic!("not an array") };
         let text: Vec<String> =
             items.iter().map(|v| String::from_utf8(v.as_bytes().unwrap().to_vec()).unwrap()).collect();
-        let sha = sliding_log().sha.clone();
+        let sha = limiter().sha.clone();
         let expected = [
             "EVALSHA",
             &sha,
             "2",
             "p:{a:u}:log",
-            "p:{b}:log",
+            "p:{b}:gcra",
             "1234",
+            "log",
             "1",
             "2",
             "20",
             "60000",
             "5",
             "3000",
+            "gcra",
             "2",
             "1",
             "7",
@@ -129,12 +151,13 @@ mod tests {
             key: "k".into(),
             windows: vec![Window { limit: nz(1), period_ms: nz(1) }],
             cost: nz(1),
+            algorithm: Algorithm::FixedWindow,
         }];
         let mut out = Vec::new();
-        encode_call(&mut out, sliding_log(), Invocation::Eval, &checks, None);
+        encode_call(&mut out, limiter(), Invocation::Eval, &checks, None);
         let (Value::Array(items), _) = decode(&out, &Limits::default()).unwrap() else { panic!("not an array") };
         assert_eq!(items[0].as_bytes().unwrap(), b"EVAL");
-        assert_eq!(items[1].as_bytes().unwrap(), sliding_log().body.as_bytes());
+        assert_eq!(items[1].as_bytes().unwrap(), limiter().body.as_bytes());
         assert_eq!(items[4].as_bytes().unwrap(), b"");
     }
 }

@@ -12,10 +12,6 @@ pub use matching::matches;
 use crate::config::{Config, KeySource, OnMissing, Rule};
 use crate::key::bucket_key;
 use crate::limiter::{Check, Window};
-use std::num::NonZeroU64;
-
-/// Suffix of the sorted-set key that holds a rule bucket's sliding log.
-pub const SLIDING_LOG_SUFFIX: &str = "log";
 
 /// The request attributes rules can match and key on.
 pub trait RequestView {
@@ -75,9 +71,12 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
     let parts: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
     Some(Check {
         rule: index,
-        key: bucket_key(&config.valkey.key_prefix, &rule.name, &parts, SLIDING_LOG_SUFFIX),
+        // The suffix names the algorithm, so switching a rule's algorithm
+        // never reads another algorithm's data.
+        key: bucket_key(&config.valkey.key_prefix, &rule.name, &parts, rule.algorithm.id()),
         windows: rule.limits.iter().map(|l| Window { limit: l.limit, period_ms: l.period.ms() }).collect(),
-        cost: NonZeroU64::MIN,
+        cost: rule.cost,
+        algorithm: rule.algorithm,
     })
 }
 

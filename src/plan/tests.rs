@@ -159,3 +159,16 @@ fn users_get_distinct_buckets() {
     let b = plan(&c, &Req::new("POST", "/auth/token").with("x-user-id", "b"));
     assert_ne!(a.checks[0].key, b.checks[0].key);
 }
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn algorithm_and_cost_reach_the_check_and_name_the_key() {
+    let c = config(
+        r#"[ { "name": "a", "algorithm": "sliding_window", "cost": 3, "limits": [ { "limit": 5, "period": 1 } ] },
+             { "name": "b", "limits": [ { "limit": 5, "period": 1 } ] } ]"#,
+    );
+    let checks = plan(&c, &Req::new("GET", "/")).checks;
+    assert_eq!(checks[0].key, "tollgate:{a}:sw");
+    assert_eq!((checks[0].algorithm, checks[0].cost.get()), (crate::limiter::Algorithm::SlidingWindow, 3));
+    assert_eq!(checks[1].key, "tollgate:{b}:log");
+    assert_eq!((checks[1].algorithm, checks[1].cost.get()), (crate::limiter::Algorithm::SlidingLog, 1));
+}

@@ -103,6 +103,7 @@ mod tests {
             key: "k".into(),
             windows: vec![Window { limit: nz(2), period_ms: nz(1_000) }],
             cost: nz(1),
+            algorithm: crate::limiter::Algorithm::SlidingLog,
         }]
     }
 

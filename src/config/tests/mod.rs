@@ -1,5 +1,6 @@
 //! Unit tests of the configuration: shared helpers and the test modules.
 
+mod algorithm;
 mod invalid_shape;
 mod invalid_values;
 mod valid;

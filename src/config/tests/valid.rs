@@ -63,6 +63,8 @@ fn example_parses_to_expected_values() {
                 Limit { limit: nz(20), period: Period::from_millis(nz(60_000)) },
                 Limit { limit: nz(5), period: Period::from_millis(nz(3_000)) },
             ],
+            algorithm: Algorithm::SlidingLog,
+            cost: nz(1),
             shadow: false,
         }],
         response: ResponseConfig::default(),
@@ -177,19 +179,20 @@ fn period_from_millis() {
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn limits_at_the_bounds() {
+    // Every window can bind: limits grow with the period, but slower than it.
     let config = parse(
         r#"{ "valkey": { "cluster": "c" }, "rules": [ { "name": "r", "limits": [
-             { "limit": 1, "period": "1ms" }, { "limit": 1000000000, "period": "2ms" },
-             { "limit": 3, "period": "3ms" }, { "limit": 4, "period": "4ms" },
-             { "limit": 5, "period": "5ms" }, { "limit": 6, "period": "6ms" },
-             { "limit": 7, "period": "7ms" }, { "limit": 8, "period": "8ms" } ] } ] }"#,
+             { "limit": 1, "period": "1ms" }, { "limit": 1000000000, "period": "366d" },
+             { "limit": 5, "period": "10ms" }, { "limit": 40, "period": "100ms" },
+             { "limit": 300, "period": "1s" }, { "limit": 2000, "period": "10s" },
+             { "limit": 10000, "period": "100s" }, { "limit": 50000, "period": "1000s" } ] } ] }"#,
     );
     let limits = &config.rules[0].limits;
     assert_eq!(limits.len(), MAX_WINDOWS);
     assert_eq!(limits[0].limit, nz(1));
     assert_eq!(limits[1].limit, nz(MAX_LIMIT));
     let order: Vec<u64> = limits.iter().map(|l| l.period.ms().get()).collect();
-    assert_eq!(order, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(order, [1, MAX_PERIOD_MS, 10, 100, 1_000, 10_000, 100_000, 1_000_000]);
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

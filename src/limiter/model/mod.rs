@@ -1,0 +1,248 @@
+//! The pure reference model of the four algorithms: the specification.
+//!
+//! The script (`prelude.lua`, one Lua file per algorithm, `decide.lua`) must
+//! give the same decision, remaining, reset and retry for every trace; the
+//! differential tests (`tests/differential*.rs`) check that against a real
+//! Valkey. [`Model::decide`] is the driver both share:
+//!
+//! 1. **check**: for every window of every check, `retry_ms` = how long until
+//!    the request's cost fits that window (0 = fits now). Nothing changes.
+//! 2. **commit**: only if every window of every check fits, record the cost in
+//!    every bucket. A denied request changes nothing anywhere.
+//! 3. **stats**: per window, `remaining` and `reset_ms` after the decision.
+//!
+//! Each algorithm module states what a bucket stores and its three phases.
+//! All arithmetic is on integers (milliseconds, units, and for `gcra` and
+//! `sliding_window` products bounded by `limit × period_ms <= 2^53`), so the
+//! Lua doubles compute exactly the same numbers.
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod sliding_log;
+pub mod sliding_window;
+
+use super::{Algorithm, Check, Decision, Window, WindowOutcome};
+use std::collections::BTreeMap;
+
+/// One algorithm's bucket: its three phases (plus an optional housekeeping
+/// step before phase 1 that never changes a decision).
+pub trait Bucket {
+    /// Drops state that no window can count any more (the log's trimming).
+    fn prepare(&mut self, _windows: &[Window], _now: u64) {}
+    /// Phase 1: ms until `cost` fits window `w` (0 = fits now).
+    fn retry(&self, w: &Window, cost: u64, now: u64) -> u64;
+    /// Phase 2: records `cost` in every window of the bucket.
+    fn commit(&mut self, windows: &[Window], cost: u64, now: u64);
+    /// Phase 3: `(remaining, reset_ms)` of window `w`.
+    fn stats(&self, w: &Window, now: u64) -> (u64, u64);
+}
+
+/// The state of one bucket, whichever algorithm counts it.
+#[derive(Debug, Clone)]
+enum State {
+    Log(sliding_log::Log),
+    Gcra(gcra::Gcra),
+    SlidingWindow(sliding_window::Counters),
+    FixedWindow(fixed_window::Counters),
+}
+
+impl State {
+    fn new(algorithm: Algorithm) -> State {
+        match algorithm {
+            Algorithm::SlidingLog => State::Log(Default::default()),
+            Algorithm::Gcra => State::Gcra(Default::default()),
+            Algorithm::SlidingWindow => State::SlidingWindow(Default::default()),
+            Algorithm::FixedWindow => State::FixedWindow(Default::default()),
+        }
+    }
+
+    fn algorithm(&self) -> Algorithm {
+        match self {
+            State::Log(_) => Algorithm::SlidingLog,
+            State::Gcra(_) => Algorithm::Gcra,
+            State::SlidingWindow(_) => Algorithm::SlidingWindow,
+            State::FixedWindow(_) => Algorithm::FixedWindow,
+        }
+    }
+
+    fn bucket(&self) -> &dyn Bucket {
+        match self {
+            State::Log(b) => b,
+            State::Gcra(b) => b,
+            State::SlidingWindow(b) => b,
+            State::FixedWindow(b) => b,
+        }
+    }
+
+    fn bucket_mut(&mut self) -> &mut dyn Bucket {
+        match self {
+            State::Log(b) => b,
+            State::Gcra(b) => b,
+            State::SlidingWindow(b) => b,
+            State::FixedWindow(b) => b,
+        }
+    }
+}
+
+/// Every bucket, by key. Pass checks with distinct keys to one decision (the
+/// planner does: keys embed the rule name).
+#[derive(Debug, Default, Clone)]
+pub struct Model {
+    buckets: BTreeMap<String, State>,
+}
+
+impl Model {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of log entries stored for `key` (what `ZCARD` would say); 0 for
+    /// other algorithms.
+    pub fn entries(&self, key: &str) -> usize {
+        match self.buckets.get(key) {
+            Some(State::Log(log)) => log.len(),
+            _ => 0,
+        }
+    }
+
+    /// Forgets `key`, as Valkey does when the key expires.
+    pub fn expire(&mut self, key: &str) {
+        self.buckets.remove(key);
+    }
+
+    fn state_mut(&mut self, check: &Check) -> &mut State {
+        let state = self.buckets.entry(check.key.clone()).or_insert_with(|| State::new(check.algorithm));
+        if state.algorithm() != check.algorithm {
+            *state = State::new(check.algorithm);
+        }
+        state
+    }
+
+    fn bucket(&self, check: &Check) -> Option<&dyn Bucket> {
+        self.buckets.get(&check.key).filter(|s| s.algorithm() == check.algorithm).map(State::bucket)
+    }
+
+    /// Decides for all `checks` at once at time `now_ms`.
+    pub fn decide(&mut self, checks: &[Check], now_ms: u64) -> Decision {
+        for check in checks {
+            self.state_mut(check).bucket_mut().prepare(&check.windows, now_ms);
+        }
+
+        let mut retries: Vec<u64> = Vec::new();
+        for check in checks {
+            for w in &check.windows {
+                retries.push(self.bucket(check).map_or(0, |b| b.retry(w, check.cost.get(), now_ms)));
+            }
+        }
+        let allowed = retries.iter().all(|&r| r == 0);
+
+        if allowed {
+            for check in checks {
+                self.state_mut(check).bucket_mut().commit(&check.windows, check.cost.get(), now_ms);
+            }
+        }
+
+        let mut windows = Vec::with_capacity(retries.len());
+        let mut retry = retries.into_iter();
+        for (ci, check) in checks.iter().enumerate() {
+            for (wi, w) in check.windows.iter().enumerate() {
+                let (remaining, reset_ms) = self.bucket(check).map_or((w.limit.get(), 0), |b| b.stats(w, now_ms));
+                windows.push(WindowOutcome {
+                    check: ci,
+                    window: wi,
+                    limit: w.limit.get(),
+                    period_ms: w.period_ms.get(),
+                    remaining,
+                    reset_ms,
+                    retry_ms: retry.next().unwrap_or(0),
+                });
+            }
+        }
+        Decision { allowed, now_ms, windows }
+    }
+}
+
+/// `x` as a `u64`, saturating (all model results fit; this only avoids `as`).
+pub(crate) fn sat(x: i128) -> u64 {
+    u64::try_from(x.max(0)).unwrap_or(u64::MAX)
+}
+
+/// `ceil(a / b)` for `a >= 0`, `b > 0`.
+pub(crate) fn ceil_div(a: i128, b: i128) -> i128 {
+    if b <= 0 {
+        return 0;
+    }
+    (a + b - 1).div_euclid(b)
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use crate::limiter::{Algorithm, Check, Window};
+    use std::num::NonZeroU64;
+
+    pub fn nz(n: u64) -> NonZeroU64 {
+        NonZeroU64::new(n).unwrap()
+    }
+
+    pub fn check(algorithm: Algorithm, key: &str, windows: &[(u64, u64)], cost: u64) -> Check {
+        Check {
+            rule: 0,
+            key: key.into(),
+            windows: windows
+                .iter()
+                .map(|&(limit, period)| Window { limit: nz(limit), period_ms: nz(period) })
+                .collect(),
+            cost: nz(cost),
+            algorithm,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_util::check;
+    use super::*;
+
+    /// The seed article's table (20/60s and 5/3s, calls 1..8 in one instant)
+    /// holds for every algorithm: the first five pass, the 3s window denies.
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn seed_table_for_every_algorithm() {
+        for algorithm in Algorithm::ALL {
+            let mut m = Model::new();
+            let c = [check(algorithm, "u", &[(20, 60_000), (5, 3_000)], 1)];
+            for call in 1..=8u64 {
+                let d = m.decide(&c, 1_800_000_000_000 + call);
+                assert_eq!(d.allowed, call <= 5, "{algorithm:?} call {call}");
+                assert_eq!(d.windows[1].remaining, 5 - call.min(5), "{algorithm:?} call {call}");
+                if call > 5 {
+                    assert_eq!(d.denied_by().map(|w| w.window).collect::<Vec<_>>(), vec![1], "{algorithm:?}");
+                }
+            }
+        }
+    }
+
+    /// Rules of different algorithms in one decision: all or nothing.
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn mixed_algorithms_are_all_or_nothing() {
+        for tight in Algorithm::ALL {
+            for loose in Algorithm::ALL {
+                let mut m = Model::new();
+                let checks = [check(loose, "loose", &[(100, 1_000)], 2), check(tight, "tight", &[(1, 1_000)], 1)];
+                assert!(m.decide(&checks, 10_000).allowed);
+                let d = m.decide(&checks, 10_001);
+                assert!(!d.allowed, "{tight:?} {loose:?}");
+                assert_eq!(d.denied_by().map(|w| w.check).collect::<Vec<_>>(), vec![1]);
+                assert_eq!(d.windows[0].remaining, 98, "{loose:?} consumed nothing on denial");
+            }
+        }
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn helpers() {
+        assert_eq!(ceil_div(0, 3), 0);
+        assert_eq!(ceil_div(7, 3), 3);
+        assert_eq!(ceil_div(9, 3), 3);
+        assert_eq!(sat(-5), 0);
+        assert_eq!(sat(i128::MAX), u64::MAX);
+    }
+}

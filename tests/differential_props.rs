@@ -1,0 +1,130 @@
+//! Differential property tests: random traces (times, keys, costs, several
+//! windows, several rules of any mix of algorithms) must give identical
+//! decisions, remaining, reset and retry in the pure model and in the script
+//! in a real Valkey, with injected time.
+//!
+//! Failing cases are shrunk and their seeds saved next to this file in
+//! `differential_props.proptest-regressions` (commit it): saved cases run
+//! first on every later run. `PROPTEST_CASES` overrides the case count.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod harness;
+mod support;
+
+use harness::{check, Differential};
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+use proptest::test_runner::TestRunner;
+use std::sync::atomic::{AtomicU64, Ordering};
+use support::Valkey;
+use tollgate::limiter::{Algorithm, Check};
+
+use tollgate::config::MAX_LOG_COST;
+
+const PERIODS: [u64; 9] = [1, 7, 50, 250, 1_000, 3_000, 20_000, 60_000, 86_400_000];
+const GAPS: [u64; 12] = [0, 0, 1, 3, 49, 50, 499, 1_000, 2_999, 20_000, 60_000, 86_400_000];
+
+/// One rule: algorithm, windows `(limit, period)`, cost.
+#[derive(Debug, Clone)]
+struct Rule {
+    algorithm: Algorithm,
+    windows: Vec<(u64, u64)>,
+    cost: u64,
+}
+
+fn algorithm() -> impl Strategy<Value = Algorithm> {
+    prop::sample::select(Algorithm::ALL.to_vec())
+}
+
+/// Small limits (so traces hit them), sometimes a large one (exactness of
+/// big products: 104249991 × 1 day is just below 2^53).
+fn limit() -> impl Strategy<Value = u64> {
+    prop_oneof![8 => 1..=8u64, 1 => Just(1_000u64), 1 => Just(104_249_991u64)]
+}
+
+fn rule() -> impl Strategy<Value = Rule> {
+    (algorithm(), prop::collection::vec((limit(), prop::sample::select(PERIODS.to_vec())), 1..=3), any::<bool>())
+        .prop_flat_map(|(algorithm, windows, cost_is_limit)| {
+            let smallest = windows.iter().map(|w| w.0).min().unwrap_or(1);
+            // The log stores one entry per unit: the configuration caps its cost.
+            let most = if algorithm == Algorithm::SlidingLog { smallest.min(MAX_LOG_COST) } else { smallest };
+            let cost = if cost_is_limit { Just(most).boxed() } else { (1..=most.min(3)).boxed() };
+            (Just(algorithm), Just(windows), cost)
+        })
+        .prop_map(|(algorithm, windows, cost)| Rule { algorithm, windows, cost })
+}
+
+/// A step: the gap since the previous step and which rules match (bitmask).
+fn steps() -> impl Strategy<Value = Vec<(u64, u8)>> {
+    prop::collection::vec((prop::sample::select(GAPS.to_vec()), 1..16u8), 1..60)
+}
+
+fn run_trace(valkey: &Valkey, rules: &[Rule], start: u64, steps: &[(u64, u8)]) {
+    static CASE: AtomicU64 = AtomicU64::new(0);
+    let case = CASE.fetch_add(1, Ordering::Relaxed);
+    let checks: Vec<Check> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let key = format!("p:{{c{case}:r{i}}}:{}", r.algorithm.id());
+            check(r.algorithm, i, &key, &r.windows, r.cost)
+        })
+        .collect();
+    let mut diff = Differential::new(valkey);
+    let mut now = start;
+    for &(gap, mask) in steps {
+        now += gap;
+        let chosen: Vec<Check> =
+            checks.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, c)| c.clone()).collect();
+        if !chosen.is_empty() {
+            diff.step(&chosen, now);
+        }
+    }
+}
+
+/// The runner: one Valkey for all cases (each case uses its own keys);
+/// failures are shrunk and their seeds saved in [`REGRESSIONS`].
+fn runner() -> TestRunner {
+    TestRunner::new(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(160),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
+        ..ProptestConfig::default()
+    })
+}
+
+const REGRESSIONS: &str = "tests/differential_props.proptest-regressions";
+
+fn check_result(result: Result<(), proptest::test_runner::TestError<impl std::fmt::Debug>>) {
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn random_traces_agree() {
+    let valkey = Valkey::start();
+    let strategy = (prop::collection::vec(rule(), 1..=4), 1_600_000_000_000u64..1_900_000_000_000, steps());
+    check_result(runner().run(&strategy, |(rules, start, steps)| {
+        run_trace(&valkey, &rules, start, &steps);
+        Ok(())
+    }));
+}
+
+/// Every rule of one algorithm: deeper coverage per algorithm.
+#[test]
+fn single_algorithm_traces_agree() {
+    let valkey = Valkey::start();
+    let strategy = (algorithm(), prop::collection::vec(rule(), 1..=3), steps());
+    check_result(runner().run(&strategy, |(algorithm, rules, steps)| {
+        let rules: Vec<Rule> = rules
+            .into_iter()
+            .map(|r| Rule {
+                algorithm,
+                cost: if algorithm == Algorithm::SlidingLog { r.cost.min(MAX_LOG_COST) } else { r.cost },
+                ..r
+            })
+            .collect();
+        run_trace(&valkey, &rules, 1_700_000_000_000, &steps);
+        Ok(())
+    }));
+}
