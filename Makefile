@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml)
 
-.PHONY: all tools image-tools build image run demo test unit lint wasm-test validate integration algorithms-report clean
+.PHONY: all tools image-tools build image run demo test unit lint wasm-test validate integration algorithms-report bench clean
 
 all: build
 
@@ -41,6 +41,13 @@ demo: build
 # measured against a Valkey the example starts itself.
 algorithms-report: tools
 	cargo run --quiet --example algorithms_report
+
+# Throughput and latency against Envoy's own baselines, one run, as ratios:
+# writes docs/benchmarks.md (a few minutes; not part of `make test`).
+bench: build
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; } \
+	  || { echo "bench needs wrk (Debian package wrk); install it as root" >&2; exit 1; }
+	python3 scripts/bench.py
 
 test: tools lint unit wasm-test build validate image integration
 	@echo "make test: all suites passed"

@@ -7,12 +7,11 @@
 //! proxy's clock); the filter performs the effects (dispatching calls,
 //! resuming requests). Every structure is bounded by [`Limits`]:
 //!
-//! * a lone request goes out at once ([`Batcher::submit`] says
-//!   [`Submit::Direct`]): no added wait at low load;
-//! * otherwise it waits in a queue of at most `max_queue` requests (beyond
-//!   that [`Submit::Overflow`]: `failure_mode` applies) and leaves in the next
-//!   call, with at most `max_batch` requests per call and `max_in_flight` calls
-//!   in flight;
+//! * a new request is queued and a call is sent as soon as a call slot is
+//!   free ([`Batcher::next_call`]), taking every queued request along (up to
+//!   `max_batch`): a lone request goes out at once, batches grow with load;
+//! * at most `max_in_flight` calls are in flight, and at most `max_queue`
+//!   requests wait (beyond that [`Submit::Overflow`]: `failure_mode` applies);
 //! * every request keeps its own deadline (`arrival + timeout`): a queued
 //!   request past it is expired, and a call's timeout is the earliest
 //!   deadline among its requests.
@@ -62,12 +61,10 @@ pub struct Answer {
     pub outcome: Result<Outcome, Failure>,
 }
 
-/// What to do with a new request.
+/// What became of a new request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Submit {
-    /// Send this call now, from the request's own context.
-    Direct(Call),
-    /// The request waits for a slot; call [`Batcher::next_call`] when one frees.
+    /// The request is queued; [`Batcher::next_call`] sends it with the next call.
     Queued,
     /// The queue is full: `failure_mode` applies.
     Overflow,
@@ -93,6 +90,11 @@ impl Batcher {
         self.calls.len()
     }
 
+    /// Whether a call could be sent now: requests wait and a slot is free.
+    pub fn ready(&self) -> bool {
+        !self.queue.is_empty() && self.calls.len() < self.limits.max_in_flight
+    }
+
     pub fn queued(&self) -> usize {
         self.queue.len()
     }
@@ -111,7 +113,6 @@ impl Batcher {
     /// `timeout_ms` to get an answer.
     pub fn submit(
         &mut self,
-        script: &Script,
         id: u32,
         checks: Vec<Check>,
         now_override: Option<u64>,
@@ -120,10 +121,6 @@ impl Batcher {
     ) -> Submit {
         let waiter =
             Waiter { checks, now_override, deadline_ms: now_ms.saturating_add(timeout_ms), how: Invocation::EvalSha };
-        if self.calls.is_empty() && self.queue.is_empty() {
-            self.waiters.insert(id, waiter);
-            return Submit::Direct(self.build(script, vec![id], now_ms));
-        }
         if self.queue.len() >= self.limits.max_queue {
             return Submit::Overflow;
         }
@@ -232,13 +229,6 @@ impl Batcher {
     pub fn cancel(&mut self, id: u32) {
         self.waiters.remove(&id);
         self.queue.retain(|q| *q != id);
-    }
-
-    /// Forgets call `token` (its owner went away and the host cancelled it),
-    /// returning its requests that are still pending.
-    pub fn cancel_call(&mut self, token: u32) -> Vec<u32> {
-        let requests = self.calls.remove(&token).map(|(r, _)| r).unwrap_or_default();
-        requests.into_iter().filter(|id| self.waiters.remove(id).is_some()).collect()
     }
 }
 

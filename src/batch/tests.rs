@@ -35,14 +35,34 @@ fn commands(body: &[u8]) -> Vec<Vec<Vec<u8>>> {
         .collect()
 }
 
+fn queue(b: &mut Batcher, id: u32, now: u64) {
+    assert_eq!(b.submit(id, check(&format!("k{id}")), None, now, 100), Submit::Queued);
+}
+
+/// Fills both slots with calls 10 and 11 (requests 1 and 2).
+fn busy() -> Batcher {
+    let mut b = Batcher::new(limits());
+    for (id, token) in [(1, 10), (2, 11)] {
+        queue(&mut b, id, 0);
+        let call = b.next_call(limiter(), 0).unwrap();
+        assert_eq!(call.requests, vec![id]);
+        b.dispatched(token, call, 0);
+    }
+    assert!(!b.ready());
+    b
+}
+
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn a_lone_request_goes_out_at_once() {
     let mut b = Batcher::new(limits());
-    let Submit::Direct(call) = b.submit(limiter(), 7, check("a"), None, 1_000, 100) else { panic!("not direct") };
+    queue(&mut b, 7, 1_000);
+    assert!(b.ready());
+    let call = b.next_call(limiter(), 1_000).unwrap();
     assert_eq!(call.requests, vec![7]);
     assert_eq!(call.timeout_ms, 100);
     assert_eq!(commands(&call.body).len(), 1);
-    b.dispatched(1, call, 0);
+    b.dispatched(1, call, 1_000);
+    assert_eq!(b.sent_at(1), Some(1_000));
     let out = b.on_reply(1, Some("200"), ok(4).as_bytes());
     assert_eq!(out.len(), 1);
     assert!(matches!(&out[0], Answer { request: 7, outcome: Ok(Outcome::Decided(d)), .. } if d.allowed));
@@ -50,25 +70,26 @@ fn a_lone_request_goes_out_at_once() {
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn requests_arriving_during_a_call_are_coalesced_into_one_pipeline() {
-    let mut b = Batcher::new(limits());
-    let Submit::Direct(first) = b.submit(limiter(), 1, check("a"), None, 0, 100) else { panic!() };
-    b.dispatched(10, first, 0);
-    for id in 2..=6 {
-        assert_eq!(b.submit(limiter(), id, check(&format!("k{id}")), None, 5, 100), Submit::Queued);
+fn requests_wait_only_while_every_slot_is_busy_and_leave_together() {
+    let mut b = busy();
+    for id in 3..=7 {
+        queue(&mut b, id, 5);
     }
-    assert_eq!(b.submit(limiter(), 99, check("x"), None, 5, 100), Submit::Overflow, "queue bound");
-    // One more slot (max_in_flight 2): a batch of max_batch (3) requests.
+    assert_eq!(b.submit(99, check("x"), None, 5, 100), Submit::Overflow, "queue bound");
+    assert!(b.next_call(limiter(), 20).is_none(), "both slots busy");
+    // Call 11 answers; the queue leaves in batches of max_batch (3).
+    let out = b.on_reply(11, Some("200"), ok(3).as_bytes());
+    assert_eq!(out.len(), 1);
+    assert!(b.ready());
     let call = b.next_call(limiter(), 20).unwrap();
-    assert_eq!(call.requests, vec![2, 3, 4]);
+    assert_eq!(call.requests, vec![3, 4, 5]);
     assert_eq!(call.timeout_ms, 85, "the earliest deadline among its requests");
     let keys: Vec<Vec<u8>> = commands(&call.body).into_iter().map(|c| c[3].clone()).collect();
-    assert_eq!(keys, vec![b"k2".to_vec(), b"k3".to_vec(), b"k4".to_vec()]);
-    b.dispatched(11, call, 0);
-    assert!(b.next_call(limiter(), 20).is_none(), "both slots busy");
+    assert_eq!(keys, vec![b"k3".to_vec(), b"k4".to_vec(), b"k5".to_vec()]);
+    b.dispatched(12, call, 20);
     // Each request gets its own reply, in pipeline order.
     let body = format!("{}{}{}", ok(3), ok(2), ok(1));
-    let out = b.on_reply(11, Some("200"), body.as_bytes());
+    let out = b.on_reply(12, Some("200"), body.as_bytes());
     let remaining: Vec<(u32, u64)> = out
         .iter()
         .map(|a| match &a.outcome {
@@ -76,20 +97,18 @@ fn requests_arriving_during_a_call_are_coalesced_into_one_pipeline() {
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(remaining, vec![(2, 3), (3, 2), (4, 1)]);
-    assert_eq!(b.next_call(limiter(), 30).unwrap().requests, vec![5, 6]);
+    assert_eq!(remaining, vec![(3, 3), (4, 2), (5, 1)]);
+    assert_eq!(b.next_call(limiter(), 30).unwrap().requests, vec![6, 7]);
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn noscript_requeues_first_with_eval() {
-    let mut b = Batcher::new(limits());
-    let Submit::Direct(first) = b.submit(limiter(), 1, check("a"), None, 0, 100) else { panic!() };
-    b.dispatched(10, first, 0);
-    b.submit(limiter(), 2, check("b"), None, 1, 100);
+    let mut b = busy();
+    queue(&mut b, 3, 1);
     let out = b.on_reply(10, Some("200"), b"-NOSCRIPT No matching script.\r\n");
     assert!(out.is_empty(), "not answered yet");
     let call = b.next_call(limiter(), 2).unwrap();
-    assert_eq!(call.requests, vec![1, 2]);
+    assert_eq!(call.requests, vec![1, 3]);
     let cmds = commands(&call.body);
     assert_eq!(cmds[0][0], b"EVAL", "the NOSCRIPT request is retried with the body");
     assert_eq!(cmds[1][0], b"EVALSHA");
@@ -97,47 +116,40 @@ fn noscript_requeues_first_with_eval() {
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn failures_reach_every_request_of_the_call() {
-    let mut b = Batcher::new(limits());
-    let Submit::Direct(first) = b.submit(limiter(), 1, check("a"), None, 0, 100) else { panic!() };
-    b.dispatched(10, first, 0);
-    b.submit(limiter(), 2, check("b"), None, 1, 100);
-    b.submit(limiter(), 3, check("c"), None, 1, 100);
+    let mut b = busy();
+    queue(&mut b, 3, 1);
+    queue(&mut b, 4, 1);
+    b.on_reply(10, Some("200"), ok(4).as_bytes());
     let call = b.next_call(limiter(), 2).unwrap();
-    b.dispatched(11, call, 0);
-    let out = b.on_reply(11, None, b"");
-    assert_eq!(out.iter().map(|a| (a.request, a.outcome.is_err())).collect::<Vec<_>>(), vec![(2, true), (3, true)]);
-    let out = b.on_reply(10, Some("200"), ok(4).as_bytes());
-    assert_eq!(out.len(), 1);
+    b.dispatched(12, call, 2);
+    let out = b.on_reply(12, None, b"");
+    assert_eq!(out.iter().map(|a| (a.request, a.outcome.is_err())).collect::<Vec<_>>(), vec![(3, true), (4, true)]);
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn a_reply_with_too_few_results_fails_the_whole_call() {
-    let mut b = Batcher::new(limits());
-    let Submit::Direct(first) = b.submit(limiter(), 1, check("a"), None, 0, 100) else { panic!() };
-    b.dispatched(10, first, 0);
-    b.submit(limiter(), 2, check("b"), None, 1, 100);
-    b.submit(limiter(), 3, check("c"), None, 1, 100);
+    let mut b = busy();
+    queue(&mut b, 3, 1);
+    queue(&mut b, 4, 1);
+    b.on_reply(10, Some("200"), ok(4).as_bytes());
     let call = b.next_call(limiter(), 2).unwrap();
-    b.dispatched(11, call, 0);
-    let out = b.on_reply(11, Some("200"), ok(1).as_bytes());
-    assert!(out.iter().all(|a| a.outcome.is_err()));
+    b.dispatched(12, call, 2);
+    let out = b.on_reply(12, Some("200"), ok(1).as_bytes());
     assert_eq!(out.len(), 2);
+    assert!(out.iter().all(|a| a.outcome.is_err()));
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn queued_requests_expire_at_their_deadline_and_cancelled_ones_are_forgotten() {
-    let mut b = Batcher::new(limits());
-    let Submit::Direct(first) = b.submit(limiter(), 1, check("a"), None, 0, 100) else { panic!() };
-    b.dispatched(10, first, 0);
-    b.submit(limiter(), 2, check("b"), None, 10, 100);
-    b.submit(limiter(), 3, check("c"), None, 50, 100);
-    b.submit(limiter(), 4, check("d"), None, 50, 100);
-    b.cancel(4);
+    let mut b = busy();
+    queue(&mut b, 3, 10);
+    queue(&mut b, 4, 50);
+    queue(&mut b, 5, 50);
+    b.cancel(5);
     assert_eq!(b.expire(109), Vec::<u32>::new());
-    assert_eq!(b.expire(110), vec![2]);
+    assert_eq!(b.expire(110), vec![3]);
     assert_eq!(b.queued(), 1);
-    // The owner of a direct call went away: its call is forgotten.
-    assert_eq!(b.cancel_call(10), vec![1]);
-    assert_eq!(b.in_flight(), 0);
+    // A request cancelled while in a call: its reply is ignored.
+    b.cancel(1);
     assert_eq!(b.on_reply(10, Some("200"), ok(1).as_bytes()), vec![]);
 }

@@ -1,11 +1,11 @@
 //! The per-request context: plan the checks, answer from the denial cache or
-//! hand them to the worker's batcher, and add headers to the response. The
-//! store's answer is applied by [`super::apply`].
+//! hand them to the worker's batcher (the root sends the store calls), and
+//! add headers to the response. The store's answer is applied by
+//! [`super::apply`].
 
-use super::apply::{apply_answer, apply_failure, deny_from_cache, request_now, set_context};
+use super::apply::{apply_failure, deny_from_cache, request_now};
 use super::root::{now_ms, Shared};
 use crate::batch::Submit;
-use crate::limiter::script::limiter;
 use crate::plan::{plan, RequestView};
 use crate::response::SHADOW_HEADER;
 use crate::store::Failure;
@@ -47,25 +47,18 @@ pub fn call_response(num_headers: usize, body_size: usize) -> (Option<String>, V
 pub struct Http {
     id: u32,
     shared: Option<Rc<Shared>>,
-    /// The store call this request sent itself (a lone request), if in flight.
-    direct_call: Option<u32>,
 }
 
 impl Http {
     pub fn new(id: u32, shared: Option<Rc<Shared>>) -> Self {
-        Self { id, shared, direct_call: None }
+        Self { id, shared }
     }
 }
 
 impl Drop for Http {
     fn drop(&mut self) {
         let Some(shared) = &self.shared else { return };
-        let mut batcher = shared.batcher.borrow_mut();
-        batcher.cancel(self.id);
-        if let Some(token) = self.direct_call.take() {
-            batcher.cancel_call(token);
-        }
-        drop(batcher);
+        shared.batcher.borrow_mut().cancel(self.id);
         shared.response_headers.borrow_mut().remove(&self.id);
         shared.arrivals.borrow_mut().remove(&self.id);
     }
@@ -86,25 +79,7 @@ impl RequestView for EnvoyRequest {
     }
 }
 
-impl Context for Http {
-    fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _trailers: usize) {
-        let Some(shared) = self.shared.clone() else { return };
-        self.direct_call = None;
-        let (status, body) = call_response(num_headers, body_size);
-        shared.record_call_time(token);
-        let answers = shared.batcher.borrow_mut().on_reply(token, status.as_deref(), &body);
-        for answer in answers {
-            if answer.request == self.id {
-                apply_answer(&shared, answer, true);
-            } else if set_context(answer.request) {
-                apply_answer(&shared, answer, true);
-                set_context(self.id);
-            }
-        }
-        // Requests queued meanwhile (or answered NOSCRIPT) go out from the root.
-        shared.kick();
-    }
-}
+impl Context for Http {}
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
@@ -131,41 +106,16 @@ impl HttpContext for Http {
         }
         shared.arrivals.borrow_mut().insert(self.id, now);
         let timeout_ms = u64::try_from(shared.config.valkey.timeout.as_millis()).unwrap_or(u64::MAX);
-        let submitted =
-            shared.batcher.borrow_mut().submit(limiter(), self.id, planned.checks, now_override, now_ms(), timeout_ms);
-        match submitted {
-            Submit::Direct(call) => {
-                let valkey = &shared.config.valkey;
-                let timeout = std::time::Duration::from_millis(call.timeout_ms);
-                match hostcalls::dispatch_http_call(
-                    &valkey.cluster,
-                    store_call_headers(),
-                    Some(&call.body),
-                    vec![],
-                    timeout,
-                ) {
-                    Ok(token) => {
-                        shared.metrics.store_call(call.requests.len());
-                        shared.batcher.borrow_mut().dispatched(token, call, now_ms());
-                        self.direct_call = Some(token);
-                        Action::Pause
-                    }
-                    Err(status) => {
-                        shared.batcher.borrow_mut().dispatch_failed(&call);
-                        let why = format!("dispatch to cluster {} failed: {status:?}", valkey.cluster);
-                        apply_failure(&shared, self.id, &Failure::Unavailable(why), false)
-                    }
-                }
-            }
-            Submit::Queued => {
-                shared.kick();
-                Action::Pause
-            }
+        match shared.batcher.borrow_mut().submit(self.id, planned.checks, now_override, now_ms(), timeout_ms) {
+            Submit::Queued => {}
             Submit::Overflow => {
                 shared.metrics.queue_overflow();
-                apply_failure(&shared, self.id, &Failure::Unavailable("store call queue full".into()), false)
+                let failure = Failure::Unavailable("store call queue full".into());
+                return apply_failure(&shared, self.id, &failure, false);
             }
         }
+        shared.kick();
+        Action::Pause
     }
 
     fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {

@@ -1,7 +1,10 @@
 //! The per-worker root context: owns the validated configuration and the
 //! state shared by the worker's requests (coalescing batcher, denial cache,
-//! stats). Calls it dispatches itself (batches of queued requests) come back
-//! here and are applied to each waiting request.
+//! stats). Every store call is dispatched by the root, so it outlives any
+//! one request; its reply comes back here and is applied to each waiting
+//! request. A request that finds a free call slot wakes the root through a
+//! per-worker shared queue (one event-loop turn, no timer); a tick runs only
+//! while requests wait, to expire them at their deadline.
 
 use super::apply::{apply_answer, apply_failure, set_context};
 use super::http::Http;
@@ -20,7 +23,7 @@ use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How often queued requests are checked while any are waiting.
-const TICK: Duration = Duration::from_millis(1);
+const TICK: Duration = Duration::from_millis(5);
 
 /// State shared by the worker's HTTP contexts.
 pub struct Shared {
@@ -34,6 +37,10 @@ pub struct Shared {
     /// Arrival time (ms, the request's clock) of pending requests, by context.
     pub arrivals: RefCell<HashMap<u32, u64>>,
     ticking: Cell<bool>,
+    /// The worker's own shared queue that wakes the root (`on_queue_ready`).
+    wake_queue: Option<u32>,
+    /// A wake-up is pending in the queue.
+    woken: Cell<bool>,
     /// When a store failure was last logged (failures are logged at most
     /// once per [`FAILURE_LOG_INTERVAL`], not once per request).
     last_failure_log: Cell<Option<SystemTime>>,
@@ -70,9 +77,20 @@ impl Shared {
         }
     }
 
-    /// Makes sure queued requests get dispatched (or expired) by the root.
+    /// Makes sure queued requests get dispatched (or expired) by the root:
+    /// wakes it at once when a call slot is free, and keeps the tick on while
+    /// requests wait.
     pub fn kick(&self) {
-        if !self.ticking.get() && self.batcher.borrow().queued() > 0 {
+        let (ready, waiting) = {
+            let b = self.batcher.borrow();
+            (b.ready(), b.queued() > 0)
+        };
+        if ready && !self.woken.get() {
+            if let Some(queue) = self.wake_queue {
+                self.woken.set(hostcalls::enqueue_shared_queue(queue, Some(b"w")).is_ok());
+            }
+        }
+        if waiting && !self.ticking.get() {
             self.ticking.set(hostcalls::set_tick_period(TICK).is_ok());
         }
     }
@@ -108,6 +126,13 @@ impl Shared {
             self.ticking.set(hostcalls::set_tick_period(Duration::ZERO).is_err());
         }
     }
+}
+
+/// Registers this worker's wake-up queue under a name no other worker uses.
+fn wake_queue() -> Option<u32> {
+    use std::hash::{BuildHasher, Hasher};
+    let unique = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    hostcalls::register_shared_queue(&format!("tollgate.wake.{unique:016x}")).ok()
 }
 
 #[derive(Default)]
@@ -167,6 +192,8 @@ impl RootContext for Root {
                     response_headers: RefCell::new(HashMap::new()),
                     arrivals: RefCell::new(HashMap::new()),
                     ticking: Cell::new(false),
+                    wake_queue: wake_queue(),
+                    woken: Cell::new(false),
                     last_failure_log: Cell::new(None),
                 }));
                 true
@@ -177,6 +204,14 @@ impl RootContext for Root {
                 false
             }
         }
+    }
+
+    fn on_queue_ready(&mut self, queue_id: u32) {
+        let Some(shared) = self.shared.clone() else { return };
+        while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue_id) {}
+        shared.woken.set(false);
+        shared.pump();
+        shared.kick();
     }
 
     fn on_tick(&mut self) {
