@@ -58,7 +58,7 @@ impl Http {
     /// Applies `failure_mode`: `Continue` to let the request through.
     fn fail(&mut self, shared: &Shared, failure: &Failure) -> Action {
         shared.log_failure(failure);
-        shared.metrics.store_error();
+        shared.metrics.store_error(failure.kind());
         match shared.config.failure_mode {
             FailureMode::Allow => {
                 shared.metrics.failure_mode(true);
@@ -95,7 +95,7 @@ impl Http {
         match store::interpret(status.as_deref(), &body, &self.checks) {
             Outcome::Decided(decision) => self.apply(shared, &decision),
             Outcome::NoScript if how == Invocation::EvalSha => self.call_store(shared, Invocation::Eval),
-            Outcome::NoScript => self.fail(shared, &Failure::Unavailable("NOSCRIPT after EVAL".into())),
+            Outcome::NoScript => self.fail(shared, &Failure::NoScriptAfterEval),
             Outcome::Failed(failure) => self.fail(shared, &failure),
         }
     }
