@@ -124,16 +124,34 @@ impl Envoy {
         Self::retrying(options, false, extras).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
     }
 
+    /// Starts Envoy with `envoy/envoy.yaml`, rendered, then changed by `edit`
+    /// (e.g. a TLS `transport_socket` on the `valkey` cluster, or raised
+    /// header limits); `Err(log)` if it exits or never becomes ready.
+    pub fn try_start_edited(options: &EnvoyOptions, edit: &dyn Fn(String) -> String) -> Result<Self, String> {
+        Self::retrying_edited(options, false, &Extras::default(), edit)
+    }
+
     fn launch_retrying(options: &EnvoyOptions, dynamic: bool) -> Result<Self, String> {
         Self::retrying(options, dynamic, &Extras::default())
     }
 
     /// Another process may take a chosen port first: retry on fresh ports.
     fn retrying(options: &EnvoyOptions, dynamic: bool, extras: &Extras) -> Result<Self, String> {
-        let mut result = Self::launch(options, dynamic, extras);
+        Self::retrying_edited(options, dynamic, extras, &|text| text)
+    }
+
+    fn retrying_edited(
+        options: &EnvoyOptions,
+        dynamic: bool,
+        extras: &Extras,
+        edit: &dyn Fn(String) -> String,
+    ) -> Result<Self, String> {
+        let mut result = Self::launch(options, dynamic, extras, edit);
         for _ in 0..4 {
             match &result {
-                Err(log) if log.contains("Address already in use") => result = Self::launch(options, dynamic, extras),
+                Err(log) if log.contains("Address already in use") => {
+                    result = Self::launch(options, dynamic, extras, edit)
+                }
                 _ => break,
             }
         }
@@ -146,7 +164,12 @@ impl Envoy {
         Self::launch_retrying(options, true).unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
     }
 
-    fn launch(options: &EnvoyOptions, dynamic: bool, extras: &Extras) -> Result<Self, String> {
+    fn launch(
+        options: &EnvoyOptions,
+        dynamic: bool,
+        extras: &Extras,
+        edit: &dyn Fn(String) -> String,
+    ) -> Result<Self, String> {
         let ports = Ports { listener: free_port(), upstream: free_port(), admin: free_port() };
         let dir = scratch_dir("envoy");
         let lds_dir = dir.join("lds");
@@ -154,7 +177,7 @@ impl Envoy {
         let bootstrap = if dynamic { "envoy-dynamic.yaml" } else { "envoy.yaml" };
         let config = dir.join("envoy.yaml");
         let rendered = render_envoy_config(&read_envoy_file(bootstrap), options, ports, &lds_dir);
-        std::fs::write(&config, extras.apply(rendered, ports.listener)).unwrap();
+        std::fs::write(&config, edit(extras.apply(rendered, ports.listener))).unwrap();
         let log = dir.join("envoy.log");
         let mut envoy = Envoy {
             port: ports.listener,

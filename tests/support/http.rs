@@ -51,7 +51,7 @@ pub fn http_to(host: &str, port: u16, method: &str, path: &str, headers: &[(&str
     parse_response(&raw).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad HTTP response"))
 }
 
-fn parse_response(raw: &[u8]) -> Option<Response> {
+pub fn parse_response(raw: &[u8]) -> Option<Response> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..end]).ok()?;
     let mut lines = head.split("\r\n");
