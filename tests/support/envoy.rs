@@ -249,6 +249,11 @@ impl Envoy {
         }
     }
 
+    /// The Envoy process id (for sampling its memory).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }

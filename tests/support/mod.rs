@@ -10,7 +10,7 @@ pub mod load;
 mod valkey;
 
 pub use envoy::{demo_plugin_config, render_envoy_config, Envoy, EnvoyOptions, Extras, Ports};
-pub use http::{http, Response};
+pub use http::{admin_get, http, Response};
 pub use valkey::{try_command, Valkey};
 
 use std::net::TcpListener;
