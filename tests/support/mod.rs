@@ -7,6 +7,7 @@
 mod envoy;
 mod http;
 pub mod load;
+pub mod tls;
 mod valkey;
 
 pub use envoy::{demo_plugin_config, render_envoy_config, Envoy, EnvoyOptions, Extras, Ports};
