@@ -49,12 +49,14 @@ fn start(valkey: &Valkey, raised: bool) -> Envoy {
     Envoy::try_start_edited(&options, &edit).unwrap_or_else(|log| panic!("envoy did not start:\n{log}"))
 }
 
-fn send(envoy: &Envoy, path: &str, headers: Vec<(String, Vec<u8>)>) -> support::Response {
+fn send(envoy: &Envoy, path: &str, headers: Headers) -> support::Response {
     let request = Request { method: "GET".into(), path: path.into(), headers };
     send_raw(envoy.port, &request, Duration::from_secs(10)).unwrap()
 }
 
-fn user(value: &[u8]) -> Vec<(String, Vec<u8>)> {
+type Headers = Vec<(String, Vec<u8>)>;
+
+fn user(value: &[u8]) -> Headers {
     vec![("x-user-id".to_string(), value.to_vec())]
 }
 
@@ -101,7 +103,7 @@ fn hostile_values_give_bounded_keys_and_no_injection() {
     let injection = "/q?u=a%0D%0A*1%0D%0A$8%0D%0AFLUSHALL%0D%0A";
     let mut many: Vec<_> = (0..1000).map(|i| (format!("x-h-{i}"), b"v".to_vec())).collect();
     many.extend(user(b"many-headers"));
-    let cases: Vec<(&str, Vec<(String, Vec<u8>)>, Option<&str>)> = vec![
+    let cases: Vec<(&str, Headers, Option<&str>)> = vec![
         ("/h", user(&vec![b'a'; 64 * 1024]), None), // hashed: checked below
         ("/h", user(b"\xff\xfe caf\xc3\xa9 \x80"), Some("tollgate:{hdr:%FF%FE%20caf%C3%A9%20%80}:log")),
         ("/h", many, Some("tollgate:{hdr:many-headers}:log")),
