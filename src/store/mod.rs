@@ -7,6 +7,10 @@
 //! moves bytes. Later pipelines (AUTH, batches of many requests' checks) are
 //! built and split here too, so the filter stays unchanged.
 
+mod classify;
+
+pub use classify::FailureKind;
+
 use crate::limiter::reply::{self, ReplyError};
 use crate::limiter::script::{encode_call, Invocation, Script};
 use crate::limiter::{Check, Decision};
@@ -30,21 +34,27 @@ pub enum Outcome {
 pub enum Failure {
     /// The tunnel call failed or answered a non-200 status (Valkey unreachable).
     Unavailable(String),
+    /// The call ended without any response: `valkey.timeout` ran out.
+    NoResponse,
     /// The body is not a complete RESP reply (e.g. an Envoy error page).
     NotResp(DecodeError),
     /// Valkey answered an error reply, e.g. `READONLY`, `OOM`, `WRONGTYPE`.
     ErrorReply { kind: String, message: String },
     /// The script's reply does not have the contract's shape.
     BadReply(ReplyError),
+    /// `NOSCRIPT` again after the script body was sent with `EVAL`.
+    NoScriptAfterEval,
 }
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Unavailable(why) => write!(f, "store unavailable: {why}"),
+            Self::NoResponse => f.write_str("store call timed out (no response)"),
             Self::NotResp(e) => write!(f, "store reply is not RESP: {e}"),
             Self::ErrorReply { message, .. } => write!(f, "store error reply: {message}"),
             Self::BadReply(e) => write!(f, "store reply malformed: {e}"),
+            Self::NoScriptAfterEval => f.write_str("store answered NOSCRIPT to EVAL"),
         }
     }
 }
@@ -62,7 +72,7 @@ pub fn interpret(status: Option<&str>, body: &[u8], checks: &[Check]) -> Outcome
     match status {
         Some("200") => {}
         Some(other) => return Outcome::Failed(Failure::Unavailable(format!("tunnel status {other}"))),
-        None => return Outcome::Failed(Failure::Unavailable("no response".into())),
+        None => return Outcome::Failed(Failure::NoResponse),
     }
     let replies = match decode_all(body, &Limits::default()) {
         Ok(replies) => replies,
@@ -74,6 +84,17 @@ pub fn interpret(status: Option<&str>, body: &[u8], checks: &[Check]) -> Outcome
     interpret_reply(reply, checks)
 }
 
+/// Longest part of an error reply kept for the log (replies are untrusted).
+const MAX_ERROR_TEXT: usize = 256;
+
+/// At most [`MAX_ERROR_TEXT`] bytes of `bytes`, as text with every control
+/// character (a RESP3 bulk error may hold CR/LF) replaced, so that a reply
+/// can neither flood nor forge log lines.
+fn printable(bytes: &[u8]) -> String {
+    let head = bytes.get(..MAX_ERROR_TEXT).unwrap_or(bytes);
+    String::from_utf8_lossy(head).chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
 /// Interprets one script reply.
 pub fn interpret_reply(reply: &Value, checks: &[Check]) -> Outcome {
     if reply.is_error() {
@@ -81,8 +102,9 @@ pub fn interpret_reply(reply: &Value, checks: &[Check]) -> Outcome {
         if kind == "NOSCRIPT" {
             return Outcome::NoScript;
         }
-        let message = reply.as_error().map(String::from_utf8_lossy).unwrap_or_default();
-        return Outcome::Failed(Failure::ErrorReply { kind: kind.to_string(), message: message.into_owned() });
+        let message = reply.as_error().map(printable).unwrap_or_default();
+        let kind = kind.chars().take(MAX_ERROR_TEXT).collect();
+        return Outcome::Failed(Failure::ErrorReply { kind, message });
     }
     match reply::parse(reply, checks) {
         Ok(decision) => Outcome::Decided(decision),
@@ -128,7 +150,7 @@ mod tests {
             interpret(Some("503"), b"upstream connect error", &c),
             Outcome::Failed(Failure::Unavailable(_))
         ));
-        assert!(matches!(interpret(None, b"", &c), Outcome::Failed(Failure::Unavailable(_))));
+        assert!(matches!(interpret(None, b"", &c), Outcome::Failed(Failure::NoResponse)));
         assert!(matches!(interpret(Some("200"), b"upstream connect error", &c), Outcome::Failed(Failure::NotResp(_))));
         assert!(matches!(interpret(Some("200"), b"*5\r\n:1\r\n", &c), Outcome::Failed(Failure::NotResp(_))));
         assert!(matches!(interpret(Some("200"), b"", &c), Outcome::Failed(Failure::Unavailable(_))));
@@ -139,5 +161,18 @@ mod tests {
         };
         assert_eq!(kind, "READONLY");
         assert!(matches!(interpret(Some("200"), b":1\r\n", &c), Outcome::Failed(Failure::BadReply(_))));
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn error_text_is_bounded_and_printable() {
+        let mut reply = b"!2000\r\nOOM ".to_vec();
+        reply.extend(std::iter::repeat_n(b'\n', 1996));
+        reply.extend_from_slice(b"\r\n");
+        let Outcome::Failed(failure @ Failure::ErrorReply { .. }) = interpret(Some("200"), &reply, &checks()) else {
+            panic!("not an error reply")
+        };
+        let text = failure.to_string();
+        assert!(text.len() < 300 && !text.contains('\n'), "{text:?}");
+        assert_eq!(failure.kind(), FailureKind::Oom);
     }
 }

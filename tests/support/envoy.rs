@@ -139,6 +139,13 @@ impl Envoy {
             .unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
     }
 
+    /// Starts Envoy with `envoy/envoy.yaml`, rendered, then changed by `edit`
+    /// (e.g. a TLS `transport_socket` on the `valkey` cluster, or raised
+    /// header limits); `Err(log)` if it exits or never becomes ready.
+    pub fn try_start_edited(options: &EnvoyOptions, edit: &dyn Fn(String) -> String) -> Result<Self, String> {
+        Self::retrying(options, Bootstrap::Static, &wasm_path(), &Extras::default(), edit)
+    }
+
     /// Starts Envoy with the given bootstrap, loading the module at `module`
     /// (for example one pulled from a registry) instead of the built one.
     pub fn start_with(options: &EnvoyOptions, bootstrap: Bootstrap, module: &Path) -> Self {
@@ -153,11 +160,21 @@ impl Envoy {
         module: &Path,
         extras: &Extras,
     ) -> Result<Self, String> {
-        let mut result = Self::launch(options, bootstrap, module, extras);
+        Self::retrying(options, bootstrap, module, extras, &|text| text)
+    }
+
+    fn retrying(
+        options: &EnvoyOptions,
+        bootstrap: Bootstrap,
+        module: &Path,
+        extras: &Extras,
+        edit: &dyn Fn(String) -> String,
+    ) -> Result<Self, String> {
+        let mut result = Self::launch(options, bootstrap, module, extras, edit);
         for _ in 0..4 {
             match &result {
                 Err(log) if log.contains("Address already in use") => {
-                    result = Self::launch(options, bootstrap, module, extras)
+                    result = Self::launch(options, bootstrap, module, extras, edit)
                 }
                 _ => break,
             }
@@ -172,7 +189,13 @@ impl Envoy {
             .unwrap_or_else(|log| panic!("envoy did not become ready:\n{log}"))
     }
 
-    fn launch(options: &EnvoyOptions, bootstrap: Bootstrap, module: &Path, extras: &Extras) -> Result<Self, String> {
+    fn launch(
+        options: &EnvoyOptions,
+        bootstrap: Bootstrap,
+        module: &Path,
+        extras: &Extras,
+        edit: &dyn Fn(String) -> String,
+    ) -> Result<Self, String> {
         let ports = Ports { listener: free_port(), upstream: free_port(), admin: free_port() };
         let dir = scratch_dir("envoy");
         let lds_dir = dir.join("lds");
@@ -184,7 +207,7 @@ impl Envoy {
         };
         let config = dir.join("envoy.yaml");
         let text = render_with_module(&read_envoy_file(file), options, ports, &lds_dir, module);
-        std::fs::write(&config, extras.apply(text, ports.listener)).unwrap();
+        std::fs::write(&config, edit(extras.apply(text, ports.listener))).unwrap();
         let log = dir.join("envoy.log");
         let mut envoy = Envoy {
             port: ports.listener,
@@ -264,6 +287,10 @@ impl Envoy {
         } else {
             "127.0.0.1"
         }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     pub fn is_running(&mut self) -> bool {

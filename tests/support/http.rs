@@ -80,7 +80,7 @@ fn complete_response(raw: &[u8]) -> Option<Response> {
     None
 }
 
-fn parse_response(raw: &[u8]) -> Option<Response> {
+pub fn parse_response(raw: &[u8]) -> Option<Response> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..end]).ok()?;
     let mut lines = head.split("\r\n");

@@ -6,12 +6,14 @@
 
 mod envoy;
 mod http;
+pub mod load;
+pub mod tls;
 mod valkey;
 
 pub use envoy::{
     demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Extras, Ports,
 };
-pub use http::{http, Response};
+pub use http::{admin_get, http, Response};
 pub use valkey::{try_command, Valkey};
 
 use std::net::TcpListener;

@@ -1,0 +1,145 @@
+//! Error replies from a real Valkey, through Envoy: `-READONLY` (a replica),
+//! `maxmemory` reached under `noeviction` (no `-OOM` for the script), `-WRONGTYPE` (a bucket key
+//! holding a string) and `-NOSCRIPT`. Each is counted under its own
+//! `store.errors.<kind>` stat, follows `failure_mode`, and is logged once per
+//! interval per worker, not once per request.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+use support::load::{self, Report, Request};
+use support::{Envoy, EnvoyOptions, Valkey};
+use tollgate::resp::Value;
+
+fn config(failure_mode: &str) -> String {
+    format!(
+        r#"{{
+  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "500ms" }},
+  "failure_mode": "{failure_mode}",
+  "rules": [ {{ "name": "api", "key": [ {{ "header": "x-user-id" }} ],
+               "limits": [ {{ "limit": 5, "period": "60s" }} ] }} ]
+}}"#
+    )
+}
+
+/// One worker, so "once per interval per worker" means exactly one line.
+fn envoy(valkey_port: u16, failure_mode: &str) -> Envoy {
+    Envoy::start(&EnvoyOptions { plugin_config: config(failure_mode), valkey_port, concurrency: 1 })
+}
+
+fn as_user(user: &'static str) -> Arc<load::RequestFn> {
+    Arc::new(move |_, _| Request::new("GET", "/", &[("x-user-id", user)]))
+}
+
+fn stat(envoy: &Envoy, name: &str) -> u64 {
+    envoy.stat(&format!("wasmcustom.tollgate.{name}")).unwrap_or(0)
+}
+
+/// 20 requests from 2 threads, none decided.
+fn twenty_failing(envoy: &Envoy, user: &'static str, failure_mode: &str) -> Report {
+    let report = load::run(envoy.port, 2, 10, as_user(user));
+    println!("{}", report.summary(user));
+    assert_eq!(report.decided(), 0);
+    for s in &report.samples {
+        if failure_mode == "allow" {
+            assert_eq!(s.status(), Some(200), "{s:?}");
+        } else {
+            assert_eq!((s.status(), s.header("retry-after")), (Some(503), Some("1")), "{s:?}");
+        }
+    }
+    report
+}
+
+/// The kind's stat and the total both count every failed request, no other
+/// kind is counted, and the log has exactly one line for the 20 failures.
+fn assert_counted_and_logged_once(envoy: &Envoy, kind: &str, code: &str) {
+    assert_eq!(stat(envoy, &format!("store.errors.{kind}")), 20);
+    assert_eq!(stat(envoy, "store.errors"), 20, "no other kind counted");
+    // Envoy writes its log file every 10 s (`--file-flush-interval-msec`): wait
+    // for the line; every failure happened before it was flushed.
+    support::wait_until("the failure to be logged", Duration::from_secs(30), || {
+        envoy.log_text().contains("tollgate: store error reply")
+    });
+    let log = envoy.log_text();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("tollgate: store error reply")).collect();
+    assert_eq!(lines.len(), 1, "logged once, not per request: {lines:#?}");
+    assert!(lines[0].contains(code), "{}", lines[0]);
+}
+
+fn decided(envoy: &Envoy, user: &str) -> bool {
+    envoy.request("GET", "/", &[("x-user-id", user)]).header("ratelimit").is_some()
+}
+
+#[test]
+fn readonly_replica_is_counted_and_follows_allow() {
+    let master = Valkey::start();
+    let replica = Valkey::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let envoy = envoy(replica.port, "allow");
+    twenty_failing(&envoy, "alice", "allow");
+    assert_counted_and_logged_once(&envoy, "readonly", "READONLY");
+    assert_eq!(stat(&envoy, "failure_mode.allowed"), 20);
+    assert_eq!(replica.int(&["DBSIZE"]), 0, "nothing was written");
+}
+
+/// Valkey out of memory under `noeviction` refuses `SET`, but not tollgate's
+/// script: its first write is a trim (`ZREMRANGEBYSCORE`, not a `denyoom`
+/// command), and a script that has written is allowed to finish, so the later
+/// `ZADD` passes too. Decisions go on; memory grows past `maxmemory` by the
+/// entries admitted meanwhile. (A `-OOM` reply, should a server send one, is
+/// classified `oom`: see `src/store/classify.rs`.)
+#[test]
+fn out_of_memory_valkey_still_decides() {
+    let valkey = Valkey::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"]);
+    let envoy = envoy(valkey.port, "deny");
+    let chunk = "x".repeat(64 * 1024);
+    let oom = |key: &str| {
+        matches!(support::try_command(valkey.port, &[b"SET", key.as_bytes(), chunk.as_bytes()]),
+                 Ok(Value::Error(e)) if e.starts_with(b"OOM"))
+    };
+    assert!((0..200).any(|i| oom(&format!("fill:{i}"))), "Valkey reached maxmemory");
+    // A failed write frees its buffers and leaves Valkey just under the limit;
+    // lower the limit below what is used so that it stays full.
+    let used = || -> u64 {
+        let Value::Bulk(info) = valkey.cmd(&["INFO", "memory"]) else { panic!("INFO") };
+        let info = String::from_utf8(info).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap()
+    };
+    let limit = used() - 256 * 1024;
+    valkey.cmd(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+    assert!(oom("one-more"), "Valkey refuses writes");
+    let report = load::run(envoy.port, 2, 10, as_user("alice"));
+    println!("{}", report.summary("out of memory"));
+    assert_eq!(report.decided(), 20, "every request decided");
+    assert_eq!((report.count(200), report.count(429)), (5, 15));
+    assert_eq!(stat(&envoy, "store.errors"), 0);
+    assert_eq!(valkey.int(&["ZCARD", "tollgate:{api:alice}:log"]), 5);
+    assert!(used() > limit, "still over maxmemory");
+}
+
+#[test]
+fn wrongtype_key_is_counted_and_other_buckets_keep_working() {
+    let valkey = Valkey::start();
+    let envoy = envoy(valkey.port, "allow");
+    let key = "tollgate:{api:mallory}:log";
+    valkey.cmd(&["SET", key, "not a sorted set"]);
+    twenty_failing(&envoy, "mallory", "allow");
+    assert_counted_and_logged_once(&envoy, "wrongtype", "WRONGTYPE");
+    assert!(decided(&envoy, "bob"), "other buckets are unaffected");
+    valkey.cmd(&["DEL", key]);
+    assert!(decided(&envoy, "mallory"), "decided again once the key is gone");
+}
+
+#[test]
+fn noscript_is_reloaded_and_not_a_failure() {
+    let valkey = Valkey::start();
+    let envoy = envoy(valkey.port, "deny");
+    for call in 1..=6 {
+        valkey.cmd(&["SCRIPT", "FLUSH"]);
+        let resp = envoy.request("GET", "/", &[("x-user-id", "alice")]);
+        assert_eq!(resp.status, if call <= 5 { 200 } else { 429 }, "call {call}");
+    }
+    assert_eq!(stat(&envoy, "store.errors"), 0);
+    assert_eq!(stat(&envoy, "store.errors.noscript"), 0);
+}
