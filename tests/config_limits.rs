@@ -24,7 +24,7 @@ fn rule(i: usize) -> String {
     format!(
         r#"{{ "name": "r{i}", "match": {{ "path_prefix": "/r{i}/" }}, "key": [ {{ "header": "x-user-id" }} ],
   "limits": [ {{ "limit": 10, "period": "1s" }}, {{ "limit": 100, "period": "1m" }}, {{ "limit": 1000, "period": "1h" }},
-              {{ "limit": 10000, "period": "1d" }}, {{ "limit": 100000, "period": "7d" }} ] }}"#
+              {{ "limit": 10000, "period": "1d" }}, {{ "limit": 50000, "period": "7d" }} ] }}"#
     )
 }
 
