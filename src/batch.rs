@@ -121,7 +121,10 @@ impl Batcher {
     ) -> Submit {
         let waiter =
             Waiter { checks, now_override, deadline_ms: now_ms.saturating_add(timeout_ms), how: Invocation::EvalSha };
-        if self.queue.len() >= self.limits.max_queue {
+        // The bound applies to requests that must wait: with a call slot free,
+        // the queue leaves with the next call at once.
+        let slot_free = self.calls.len() < self.limits.max_in_flight;
+        if !slot_free && self.queue.len() >= self.limits.max_queue {
             return Submit::Overflow;
         }
         self.waiters.insert(id, waiter);

@@ -141,7 +141,7 @@ fn a_full_queue_applies_failure_mode_and_is_counted() {
     let port = blackhole();
     let rules =
         r#"[ { "name": "u", "key": [ { "header": "x-user" } ], "limits": [ { "limit": 10, "period": "1m" } ] } ]"#;
-    let extra = r#", "timeout": "2s", "max_queue": 0"#;
+    let extra = r#", "timeout": "2s", "max_queue": 0, "max_in_flight": 1"#;
     let options = options(port, rules, extra, 1);
     let mut config: serde_json::Value = serde_json::from_str(&options.plugin_config).unwrap();
     config["failure_mode"] = "deny".into();

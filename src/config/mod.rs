@@ -215,8 +215,8 @@ pub struct ValkeyConfig {
     pub max_in_flight: usize,
     /// Requests coalesced into one store call at most (1..=1024, default 64).
     pub max_batch: usize,
-    /// Requests waiting for a store call per worker at most (0..=100000,
-    /// default 4096); beyond it `failure_mode` applies.
+    /// Requests waiting per worker while every call slot is busy, at most
+    /// (0..=100000, default 4096); beyond it `failure_mode` applies.
     pub max_queue: usize,
 }
 
