@@ -199,10 +199,14 @@ fn client_pause_fails_fast_then_limiting_resumes() {
 
 /// A restart loses the cached script and every key: no request fails (the
 /// filter answers NOSCRIPT with EVAL) and decisions start from the new state.
+/// The local denial cache is off here: with it, denials the store gave before
+/// the restart are kept until their retry time (see docs/performance.md), and
+/// `restart_keeps_cached_denials_until_their_retry_time` shows that.
 #[test]
 fn restart_loses_scripts_and_keys_but_no_request_fails() {
     let mut valkey = Valkey::start();
-    let envoy = envoy(valkey.port, "deny");
+    let no_cache = config("deny").replace(r#""failure_mode""#, r#""denial_cache": { "max_keys": 0 }, "failure_mode""#);
+    let envoy = Envoy::start(&EnvoyOptions { plugin_config: no_cache, valkey_port: valkey.port, concurrency: 2 });
     let shared: Arc<load::RequestFn> = Arc::new(|_, _| Request::new("GET", "/", &[("x-user-id", "shared")]));
     for phase in ["before restart", "after restart"] {
         let report = load::run(envoy.port, THREADS, 10, Arc::clone(&shared));
@@ -215,4 +219,22 @@ fn restart_loses_scripts_and_keys_but_no_request_fails() {
         assert_eq!(valkey.int(&["DBSIZE"]), 0, "the restart lost every key");
     }
     assert_eq!(stat(&envoy, "store.errors"), 0, "NOSCRIPT after the restart is not a failure");
+}
+
+/// With the local denial cache (the default), a restart does not free a
+/// bucket the store had denied: the proxy keeps denying it until the retry
+/// time the store gave, and never admits more than the limit meanwhile.
+#[test]
+fn restart_keeps_cached_denials_until_their_retry_time() {
+    let mut valkey = Valkey::start();
+    let envoy = Envoy::start(&EnvoyOptions { plugin_config: config("deny"), valkey_port: valkey.port, concurrency: 1 });
+    let get = |user: &str| envoy.request("GET", "/", &[("x-user-id", user)]);
+    for _ in 0..5 {
+        assert_eq!(get("cached").status, 200);
+    }
+    assert_eq!(get("cached").status, 429);
+    valkey.restart();
+    assert_eq!(get("cached").status, 429, "still denied from the cache");
+    assert_eq!(valkey.int(&["DBSIZE"]), 0, "without asking the store");
+    assert_eq!(get("fresh").status, 200, "other buckets are decided by the new store");
 }

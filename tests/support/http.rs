@@ -49,6 +49,11 @@ pub fn http_to(host: &str, port: u16, method: &str, path: &str, headers: &[(&str
     // Read until the response is complete by its own framing (content-length
     // or the last chunk), like a real client: Envoy may keep the connection
     // open for its delayed-close grace period after a local reply.
+    read_response(&mut stream)
+}
+
+/// Reads one response, complete by its framing (or at EOF).
+pub fn read_response(stream: &mut TcpStream) -> std::io::Result<Response> {
     let mut raw = Vec::new();
     let mut chunk = [0u8; 8192];
     loop {

@@ -2,7 +2,7 @@
 //! send `per_thread` requests, one connection per request (no keep-alive),
 //! and record per request its status, latency and rate-limit headers.
 
-use super::http::{parse_response, Response};
+use super::http::{read_response, Response};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,7 +62,7 @@ impl Request {
 }
 
 /// Sends `request` (header values as raw bytes, so they may be non-UTF-8)
-/// on a new connection and reads the response to EOF.
+/// on a new connection and reads the response (by its framing).
 pub fn send_raw(port: u16, request: &Request, timeout: Duration) -> std::io::Result<Response> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(timeout))?;
@@ -81,9 +81,7 @@ pub fn send_raw(port: u16, request: &Request, timeout: Duration) -> std::io::Res
     }
     out.extend_from_slice(b"\r\n");
     stream.write_all(&out)?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    parse_response(&raw).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad HTTP response"))
+    read_response(&mut stream)
 }
 
 /// Load running in the background.
