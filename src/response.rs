@@ -114,8 +114,7 @@ pub fn store_unavailable() -> LocalReply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::{Window, WindowOutcome};
-    use std::num::NonZeroU64;
+    use crate::limiter::WindowOutcome;
 
     fn setup() -> (Config, Vec<Check>) {
         let config = Config::from_json(
@@ -123,17 +122,7 @@ mod tests {
                 "limits":[{"limit":20,"period":"60s"},{"limit":5,"period":"3s"}]}]}"#,
         )
         .unwrap();
-        let nz = |n| NonZeroU64::new(n).unwrap();
-        let checks = vec![Check {
-            rule: 0,
-            key: "k".into(),
-            windows: vec![
-                Window { limit: nz(20), period_ms: nz(60_000) },
-                Window { limit: nz(5), period_ms: nz(3_000) },
-            ],
-            cost: nz(1),
-            algorithm: crate::limiter::Algorithm::SlidingLog,
-        }];
+        let checks = vec![Check::for_test(0, "k", &[(20, 60_000), (5, 3_000)], 1)];
         (config, checks)
     }
 

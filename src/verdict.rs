@@ -71,8 +71,7 @@ pub fn verdict(config: &Config, checks: &[Check], decision: &Decision, policy_na
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::{Window, WindowOutcome};
-    use std::num::NonZeroU64;
+    use crate::limiter::WindowOutcome;
 
     fn config(global: bool, a_shadow: bool) -> Config {
         let json = format!(
@@ -84,16 +83,7 @@ mod tests {
     }
 
     fn checks() -> Vec<Check> {
-        let nz = |n| NonZeroU64::new(n).unwrap();
-        (0..2)
-            .map(|rule| Check {
-                rule,
-                key: format!("k{rule}"),
-                windows: vec![Window { limit: nz(1), period_ms: nz(1_000) }],
-                cost: nz(1),
-                algorithm: crate::limiter::Algorithm::SlidingLog,
-            })
-            .collect()
+        (0..2).map(|rule| Check::for_test(rule, &format!("k{rule}"), &[(1, 1_000)], 1)).collect()
     }
 
     /// Rule a (check 0) denies, rule b has room.

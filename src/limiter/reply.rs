@@ -86,21 +86,9 @@ pub fn parse(value: &Value, checks: &[Check]) -> Result<Decision, ReplyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::Window;
-    use std::num::NonZeroU64;
 
     fn checks() -> Vec<Check> {
-        let nz = |n| NonZeroU64::new(n).unwrap();
-        vec![Check {
-            rule: 3,
-            key: "k".into(),
-            windows: vec![
-                Window { limit: nz(20), period_ms: nz(60_000) },
-                Window { limit: nz(5), period_ms: nz(3_000) },
-            ],
-            cost: nz(1),
-            algorithm: crate::limiter::Algorithm::SlidingLog,
-        }]
+        vec![Check::for_test(3, "k", &[(20, 60_000), (5, 3_000)], 1)]
     }
 
     fn ints(v: &[i64]) -> Value {
