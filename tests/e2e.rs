@@ -5,7 +5,7 @@
 mod support;
 
 use std::time::{Duration, Instant};
-use support::{Envoy, EnvoyOptions, Response, Valkey};
+use support::{remaining, Envoy, EnvoyOptions, Response, Valkey};
 
 const NOW: &str = "x-tollgate-test-now-ms";
 
@@ -35,20 +35,6 @@ fn start(valkey: &Valkey, config: String, concurrency: u32) -> Envoy {
 fn token(envoy: &Envoy, user: &str, now_ms: u64) -> Response {
     let now = now_ms.to_string();
     envoy.request("POST", "/auth/token", &[("x-user-id", user), (NOW, &now)])
-}
-
-/// `"name";r=R;t=T` items of a RateLimit header, as (name, r).
-fn remaining(resp: &Response) -> Vec<(String, u64)> {
-    let header = resp.header("ratelimit").unwrap_or_else(|| panic!("no RateLimit header: {resp:?}"));
-    header
-        .split(", ")
-        .map(|item| {
-            let mut parts = item.split(';');
-            let name = parts.next().unwrap().trim_matches('"').to_string();
-            let r = parts.find_map(|p| p.strip_prefix("r=")).unwrap().parse().unwrap();
-            (name, r)
-        })
-        .collect()
 }
 
 const KEY_ALICE: &str = "tollgate:{auth.createToken:alice}:log";

@@ -5,7 +5,7 @@
 
 mod support;
 
-use support::{Envoy, EnvoyOptions, Response, Valkey};
+use support::{remaining, Envoy, EnvoyOptions, Response, Valkey};
 use tollgate::resp::Value;
 
 const NOW: &str = "x-tollgate-test-now-ms";
@@ -32,20 +32,6 @@ fn config() -> String {
 fn call(envoy: &Envoy, user: &str, now_ms: u64) -> Response {
     let now = now_ms.to_string();
     envoy.request("POST", "/auth/token", &[("x-user-id", user), (NOW, &now)])
-}
-
-/// `(policy, r)` of every item of the RateLimit header.
-fn remaining(resp: &Response) -> Vec<(String, u64)> {
-    let header = resp.header("ratelimit").unwrap_or_else(|| panic!("no RateLimit header: {resp:?}"));
-    header
-        .split(", ")
-        .map(|item| {
-            let mut parts = item.split(';');
-            let name = parts.next().unwrap().trim_matches('"').to_string();
-            let r = parts.find_map(|p| p.strip_prefix("r=")).unwrap().parse().unwrap();
-            (name, r)
-        })
-        .collect()
 }
 
 fn violated(resp: &Response) -> Vec<String> {

@@ -115,3 +115,17 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
         data = data.get(size + 2..)?;
     }
 }
+
+/// `(policy, r)` of every item of a response's `RateLimit` header.
+pub fn remaining(resp: &Response) -> Vec<(String, u64)> {
+    let header = resp.header("ratelimit").unwrap_or_else(|| panic!("no RateLimit header: {resp:?}"));
+    header
+        .split(", ")
+        .map(|item| {
+            let mut parts = item.split(';');
+            let name = parts.next().unwrap_or_default().trim_matches('"').to_string();
+            let r = parts.find_map(|p| p.strip_prefix("r=")).and_then(|r| r.parse().ok()).unwrap_or(u64::MAX);
+            (name, r)
+        })
+        .collect()
+}

@@ -13,7 +13,7 @@ mod valkey;
 pub use envoy::{
     demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Extras, Ports,
 };
-pub use http::{admin_get, http, Response};
+pub use http::{admin_get, http, remaining, Response};
 pub use valkey::{try_command, Valkey};
 
 use std::net::TcpListener;
