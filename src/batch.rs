@@ -193,12 +193,17 @@ impl Batcher {
             None => Err(Failure::NoResponse),
         };
         let lead = self.preamble.replies;
+        // A failed AUTH fails the call whatever follows it: an unauthenticated
+        // client's long commands are refused with a protocol error and the
+        // connection closed, so the count of replies may fall short.
         let replies = match replies {
-            Ok(mut r) if r.len() == lead + requests.len() => match r.iter().take(lead).find_map(preamble_failure) {
+            Ok(r) => match r.iter().take(lead).find_map(preamble_failure) {
                 Some(failure) => Err(failure),
-                None => Ok(r.split_off(lead)),
+                None if r.len() == lead + requests.len() => Ok(r.into_iter().skip(lead).collect::<Vec<_>>()),
+                None => {
+                    Err(Failure::Unavailable(format!("expected {} replies, got {}", lead + requests.len(), r.len())))
+                }
             },
-            Ok(r) => Err(Failure::Unavailable(format!("expected {} replies, got {}", lead + requests.len(), r.len()))),
             Err(e) => Err(e),
         };
         let mut out = Vec::with_capacity(requests.len());

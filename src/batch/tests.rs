@@ -197,6 +197,16 @@ fn a_failed_auth_fails_the_whole_call_as_auth() {
         }
         assert_eq!(b.pending(), 0);
     }
+    // Valkey closes an unauthenticated connection on a long command: the
+    // replies fall short, and the failed AUTH is still what is reported.
+    let mut b = auth_batcher();
+    queue(&mut b, 1, 0);
+    let call = b.next_call(limiter(), 0).unwrap();
+    b.dispatched(10, call, 0);
+    let reply =
+        "-WRONGPASS invalid username-password pair\r\n-ERR Protocol error: unauthenticated multibulk length\r\n";
+    let answers = b.on_reply(10, Some("200"), reply.as_bytes());
+    assert!(matches!(&answers[0].outcome, Err(f) if f.kind() == crate::store::FailureKind::Auth), "{answers:?}");
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
