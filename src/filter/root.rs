@@ -6,7 +6,8 @@
 //! per-worker shared queue (one event-loop turn, no timer); a tick runs
 //! while requests wait, to expire them at their deadline, and, with
 //! Sentinel discovery, every [`IDLE_TICK`] to send the lookups that are due
-//! (see [`super::discovery`]).
+//! (see [`super::discovery`]). Discovery starts with a worker's first
+//! request, which wakes the root to send the first lookup.
 
 use super::apply::{apply_answer, apply_failure, set_context};
 use super::http::Http;
@@ -48,6 +49,10 @@ pub struct Shared {
     tick: Cell<Duration>,
     /// Sentinel discovery of the master, when configured.
     pub discovery: Option<RefCell<Discovery>>,
+    /// This root serves requests (a worker's root; Envoy's main-thread root
+    /// never does, and cannot reach the internal listeners, so it never
+    /// asks the Sentinels).
+    serving: Cell<bool>,
     /// The worker's own shared queue that wakes the root (`on_queue_ready`).
     wake_queue: Option<u32>,
     /// A wake-up is pending in the queue.
@@ -96,6 +101,11 @@ impl Shared {
             let b = self.batcher.borrow();
             (b.ready(), b.queued() > 0)
         };
+        // Without a known master nothing can be sent: the tick expires the
+        // queue (or a lookup's reply pumps it), no wake-up loop. The first
+        // request of a worker wakes the root once to start discovery.
+        let first = self.discovery.is_some() && !self.serving.replace(true);
+        let ready = first || (ready && self.destination().is_ok());
         if ready && !self.woken.get() {
             if let Some(queue) = self.wake_queue {
                 self.woken.set(hostcalls::enqueue_shared_queue(queue, Some(b"w")).is_ok());
@@ -117,7 +127,7 @@ impl Shared {
     fn retick(&self) {
         let want = if self.batcher.borrow().queued() > 0 {
             TICK
-        } else if self.discovery.is_some() {
+        } else if self.discovery.is_some() && self.serving.get() {
             IDLE_TICK
         } else {
             Duration::ZERO
@@ -249,14 +259,11 @@ impl RootContext for Root {
                     response_headers: RefCell::new(HashMap::new()),
                     arrivals: RefCell::new(HashMap::new()),
                     tick: Cell::new(Duration::ZERO),
+                    serving: Cell::new(false),
                     wake_queue: wake_queue(),
                     woken: Cell::new(false),
                     last_failure_log: Cell::new(None),
                 });
-                // With Sentinel, the first tick sends the first lookup.
-                if shared.discovery.is_some() {
-                    shared.set_tick(TICK);
-                }
                 self.shared = Some(shared);
                 true
             }
@@ -272,6 +279,7 @@ impl RootContext for Root {
         let Some(shared) = self.shared.clone() else { return };
         while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue_id) {}
         shared.woken.set(false);
+        shared.lookup();
         shared.pump();
         shared.kick();
     }
