@@ -150,8 +150,7 @@ impl Shared {
     /// Dispatches queued requests as root-owned calls while slots are free.
     /// Must run with the root as the effective context.
     pub fn pump(&self) {
-        loop {
-            let Ok(master) = self.destination() else { break };
+        while let Ok(master) = self.destination() {
             let call = self.batcher.borrow_mut().next_call(limiter(), now_ms());
             let Some(call) = call else { break };
             let valkey = &self.config.valkey;
