@@ -14,12 +14,14 @@
 //!   requests wait (beyond that [`Submit::Overflow`]: `failure_mode` applies);
 //! * every request keeps its own deadline (`arrival + timeout`): a queued
 //!   request past it is expired, and a call's timeout is the earliest
-//!   deadline among its requests.
+//!   deadline among its requests;
+//! * a [`Preamble`] (`AUTH`) leads every call body; its replies are checked
+//!   first and an error reply among them fails the whole call.
 
 use crate::limiter::script::{encode_call, Invocation, Script};
 use crate::limiter::Check;
 use crate::resp::{decode_all, Limits as RespLimits};
-use crate::store::{interpret_reply, Failure, Outcome};
+use crate::store::{interpret_reply, preamble_failure, Failure, Outcome, Preamble};
 use std::collections::{HashMap, VecDeque};
 
 /// Bounds of the batcher (per worker).
@@ -79,11 +81,18 @@ pub struct Batcher {
     /// Calls in flight by token: the requests of each, in pipeline order,
     /// and when it was sent.
     calls: HashMap<u32, (Vec<u32>, u64)>,
+    /// Commands leading every call body.
+    preamble: Preamble,
 }
 
 impl Batcher {
     pub fn new(limits: Limits) -> Batcher {
         Batcher { limits, ..Batcher::default() }
+    }
+
+    /// A batcher whose every call starts with `preamble` (e.g. `AUTH`).
+    pub fn with_preamble(limits: Limits, preamble: Preamble) -> Batcher {
+        Batcher { limits, preamble, ..Batcher::default() }
     }
 
     pub fn in_flight(&self) -> usize {
@@ -143,7 +152,8 @@ impl Batcher {
     }
 
     fn build(&self, script: &Script, requests: Vec<u32>, now_ms: u64) -> Call {
-        let mut body = Vec::with_capacity(256 * requests.len());
+        let mut body = Vec::with_capacity(self.preamble.bytes.len() + 256 * requests.len());
+        body.extend_from_slice(&self.preamble.bytes);
         let mut deadline = u64::MAX;
         for id in &requests {
             if let Some(w) = self.waiters.get(id) {
@@ -182,9 +192,18 @@ impl Batcher {
             Some(other) => Err(Failure::Unavailable(format!("tunnel status {other}"))),
             None => Err(Failure::NoResponse),
         };
+        let lead = self.preamble.replies;
+        // A failed AUTH fails the call whatever follows it: an unauthenticated
+        // client's long commands are refused with a protocol error and the
+        // connection closed, so the count of replies may fall short.
         let replies = match replies {
-            Ok(r) if r.len() == requests.len() => Ok(r),
-            Ok(r) => Err(Failure::Unavailable(format!("expected {} replies, got {}", requests.len(), r.len()))),
+            Ok(r) => match r.iter().take(lead).find_map(preamble_failure) {
+                Some(failure) => Err(failure),
+                None if r.len() == lead + requests.len() => Ok(r.into_iter().skip(lead).collect::<Vec<_>>()),
+                None => {
+                    Err(Failure::Unavailable(format!("expected {} replies, got {}", lead + requests.len(), r.len())))
+                }
+            },
             Err(e) => Err(e),
         };
         let mut out = Vec::with_capacity(requests.len());

@@ -153,3 +153,69 @@ fn queued_requests_expire_at_their_deadline_and_cancelled_ones_are_forgotten() {
     b.cancel(1);
     assert_eq!(b.on_reply(10, Some("200"), ok(1).as_bytes()), vec![]);
 }
+
+fn auth_batcher() -> Batcher {
+    let auth =
+        crate::config::Auth { username: Some("lim".into()), password: crate::config::Secret::new(b"pw".to_vec()) };
+    Batcher::with_preamble(limits(), Preamble::auth(Some(&auth)))
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn the_preamble_leads_every_call_and_its_reply_is_skipped() {
+    let mut b = auth_batcher();
+    queue(&mut b, 1, 0);
+    queue(&mut b, 2, 0);
+    let call = b.next_call(limiter(), 0).unwrap();
+    let cmds = commands(&call.body);
+    assert_eq!(cmds.len(), 3);
+    assert_eq!(cmds[0], [&b"AUTH"[..], b"lim", b"pw"]);
+    assert!(cmds[1..].iter().all(|c| c[0] == b"EVALSHA"));
+    b.dispatched(10, call, 0);
+    let reply = format!("+OK\r\n{}{}", ok(4), ok(3));
+    let answers = b.on_reply(10, Some("200"), reply.as_bytes());
+    assert_eq!(answers.len(), 2);
+    assert!(answers.iter().all(|a| matches!(a.outcome, Ok(Outcome::Decided(_)))), "{answers:?}");
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_failed_auth_fails_the_whole_call_as_auth() {
+    for auth_reply in
+        ["-WRONGPASS invalid username-password pair or user is disabled.\r\n", "-NOAUTH Authentication required.\r\n"]
+    {
+        let mut b = auth_batcher();
+        queue(&mut b, 1, 0);
+        queue(&mut b, 2, 0);
+        let call = b.next_call(limiter(), 0).unwrap();
+        b.dispatched(10, call, 0);
+        // The scripts still ran (as the default user) and answered: ignored.
+        let reply = format!("{auth_reply}{}{}", ok(4), ok(3));
+        let answers = b.on_reply(10, Some("200"), reply.as_bytes());
+        assert_eq!(answers.len(), 2);
+        for a in answers {
+            let Err(failure) = &a.outcome else { panic!("{a:?}") };
+            assert_eq!(failure.kind(), crate::store::FailureKind::Auth, "{failure}");
+        }
+        assert_eq!(b.pending(), 0);
+    }
+    // Valkey closes an unauthenticated connection on a long command: the
+    // replies fall short, and the failed AUTH is still what is reported.
+    let mut b = auth_batcher();
+    queue(&mut b, 1, 0);
+    let call = b.next_call(limiter(), 0).unwrap();
+    b.dispatched(10, call, 0);
+    let reply =
+        "-WRONGPASS invalid username-password pair\r\n-ERR Protocol error: unauthenticated multibulk length\r\n";
+    let answers = b.on_reply(10, Some("200"), reply.as_bytes());
+    assert!(matches!(&answers[0].outcome, Err(f) if f.kind() == crate::store::FailureKind::Auth), "{answers:?}");
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_reply_missing_the_preamble_is_a_count_mismatch() {
+    let mut b = auth_batcher();
+    queue(&mut b, 1, 0);
+    let call = b.next_call(limiter(), 0).unwrap();
+    b.dispatched(10, call, 0);
+    let answers = b.on_reply(10, Some("200"), ok(4).as_bytes());
+    let Err(Failure::Unavailable(why)) = &answers[0].outcome else { panic!("{answers:?}") };
+    assert_eq!(why, "expected 2 replies, got 1");
+}

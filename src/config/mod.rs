@@ -41,6 +41,11 @@
 //! | `valkey.cluster` | yes | Envoy cluster of the Valkey server: 1..=255 bytes, no whitespace or control characters |
 //! | `valkey.timeout` | no, `100ms` | a duration, > 0 and <= 60s |
 //! | `valkey.key_prefix` | no, `tollgate` | 1..=64 characters from `[A-Za-z0-9._:-]` |
+//! | `valkey.username` | no | ACL user for `AUTH`, 1..=128 bytes without whitespace; requires `password_env` |
+//! | `valkey.password_env` | no | name of the VM environment variable holding the password (`[A-Za-z_][A-Za-z0-9_]*`, at most 128 bytes); read at configuration time |
+//! | `valkey.sentinel.cluster` | with `sentinel` | Envoy cluster that tunnels to the Sentinels (as `valkey.cluster`) |
+//! | `valkey.sentinel.master_name` | with `sentinel` | the monitored master's name, 1..=128 bytes without whitespace |
+//! | `valkey.sentinel.refresh` | no, `5s` | a duration, > 0 and <= 1h: how often the master is asked for |
 //! | `failure_mode` | no, `allow` | `allow` or `deny`: what to do when Valkey cannot answer |
 //! | `rules` | yes | non-empty list of rules |
 //! | `rules[i].name` | yes | 1..=64 characters from `[A-Za-z0-9._:-]`, unique |
@@ -76,11 +81,17 @@
 //! | missing required field | the missing field | `missing field` |
 //! | field given twice | the field | `duplicate field` |
 //! | wrong JSON type | the value | `invalid type: FOUND, expected EXPECTED` (e.g. `invalid type: array, expected an object`, ``invalid type: integer `5`, expected a string``) |
-//! | empty string or list | the field | `must not be empty` (`valkey.cluster`, `valkey.key_prefix`, `rules`, `rules[i].name`, `rules[i].match.methods`, `rules[i].limits`) |
+//! | empty string or list | the field | `must not be empty` (`valkey.cluster`, `valkey.username`, `valkey.password_env`, `valkey.sentinel.cluster`, `valkey.sentinel.master_name`, `valkey.key_prefix`, `rules`, `rules[i].name`, `rules[i].match.methods`, `rules[i].limits`) |
 //! | cluster too long | `valkey.cluster` | `must be at most 255 bytes (got N)` |
 //! | cluster with a bad character | `valkey.cluster` | `invalid character ' ' in "...": whitespace and control characters are not allowed` |
 //! | name/prefix with a bad character | `rules[i].name`, `valkey.key_prefix` | `invalid character '/' in "...": allowed are A-Z, a-z, 0-9, '.', '_', ':' and '-'` |
 //! | name/prefix too long | `rules[i].name`, `valkey.key_prefix` | `must be at most 64 characters (got N)` |
+//! | username without password | `valkey.username` | `requires valkey.password_env` |
+//! | bad environment variable name | `valkey.password_env` | `invalid environment variable name "...": expected [A-Za-z_][A-Za-z0-9_]*` |
+//! | variable not set / empty | `valkey.password_env` | `environment variable "NAME" is not set` / `environment variable "NAME" is empty` |
+//! | username/master name with whitespace | `valkey.username`, `valkey.sentinel.master_name` | `invalid character ' ' in "...": whitespace and control characters are not allowed` |
+//! | username/master name/variable name too long | same, `valkey.password_env` | `must be at most 128 bytes (got N)` |
+//! | refresh too long | `valkey.sentinel.refresh` | `must be <= 1h` |
 //! | unknown failure mode | `failure_mode` | `unknown value "...", expected one of allow, deny` |
 //! | duplicate rule name | `rules[i].name` | `duplicate rule name "..." (also rules[J].name)` |
 //! | path prefix without leading slash | `rules[i].match.path_prefix` | `must start with '/'` |
@@ -127,6 +138,7 @@
 //! limits and periods). Later versions of the document extend `raw` and
 //! `validate` without changing the meaning of v1 documents.
 
+mod access;
 mod binding;
 mod duration;
 mod error;
@@ -144,6 +156,9 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 pub use crate::limiter::Algorithm;
+pub use access::{
+    Auth, Secret, SentinelConfig, DEFAULT_SENTINEL_REFRESH_MS, MAX_ACCESS_NAME_BYTES, MAX_SENTINEL_REFRESH_MS,
+};
 pub use error::ConfigError;
 pub use keys::{KeyPart, KeySource, OnMissing, Prefixes, MAX_KEY_PARTS, MAX_LITERAL_BYTES, MAX_PROPERTY_SEGMENTS};
 pub use matching::{HeaderCondition, HeaderMatch, Match, Pattern, MAX_HEADER_MATCHES};
@@ -194,11 +209,17 @@ impl Config {
     /// Returns the first problem found; see the [module documentation](self)
     /// for the document and every error message.
     pub fn from_json(bytes: &[u8]) -> Result<Config, ConfigError> {
+        Config::from_json_with_env(bytes, &|name| std::env::var(name).ok())
+    }
+
+    /// [`Config::from_json`] with environment variables (`valkey.password_env`)
+    /// looked up by `env` instead of the process (VM) environment.
+    pub fn from_json_with_env(bytes: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let mut deserializer = serde_json::Deserializer::from_slice(bytes);
         let raw::Obj(document): raw::Obj<raw::RawConfig> =
             serde_path_to_error::deserialize(&mut deserializer).map_err(error::from_serde)?;
         deserializer.end().map_err(|err| error::from_json_syntax(&err))?;
-        validate::config(document)
+        validate::config(document, env)
     }
 }
 
@@ -218,6 +239,10 @@ pub struct ValkeyConfig {
     /// Requests waiting per worker while every call slot is busy, at most
     /// (0..=100000, default 4096); beyond it `failure_mode` applies.
     pub max_queue: usize,
+    /// `AUTH` credentials sent at the head of every store call, if any.
+    pub auth: Option<Auth>,
+    /// Sentinel discovery of the master, if configured.
+    pub sentinel: Option<SentinelConfig>,
 }
 
 /// What happens to a request when Valkey cannot decide (timeout, error,

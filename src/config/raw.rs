@@ -98,6 +98,18 @@ pub(crate) struct RawValkey {
     pub(crate) max_in_flight: Option<u64>,
     pub(crate) max_batch: Option<u64>,
     pub(crate) max_queue: Option<u64>,
+    pub(crate) username: Option<String>,
+    pub(crate) password_env: Option<String>,
+    pub(crate) sentinel: Option<Obj<RawSentinel>>,
+}
+
+/// `valkey.sentinel`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSentinel {
+    pub(crate) cluster: String,
+    pub(crate) master_name: String,
+    pub(crate) refresh: Option<Value>,
 }
 
 /// `denial_cache`.

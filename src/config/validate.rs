@@ -36,10 +36,10 @@ pub(crate) fn fail<T>(path: impl Into<String>, message: impl Into<String>) -> Re
     Err(ConfigError::new(path, message))
 }
 
-pub(crate) fn config(raw: RawConfig) -> Result<Config, ConfigError> {
+pub(crate) fn config(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
     let Obj(valkey_raw) = raw.valkey;
     Ok(Config {
-        valkey: valkey(valkey_raw)?,
+        valkey: valkey(valkey_raw, env)?,
         failure_mode: failure_mode(raw.failure_mode)?,
         rules: rules(raw.rules)?,
         response: response(raw.response)?,
@@ -54,7 +54,7 @@ pub(crate) fn config(raw: RawConfig) -> Result<Config, ConfigError> {
     })
 }
 
-fn valkey(raw: RawValkey) -> Result<ValkeyConfig, ConfigError> {
+fn valkey(raw: RawValkey, env: &dyn Fn(&str) -> Option<String>) -> Result<ValkeyConfig, ConfigError> {
     let cluster = cluster_name(raw.cluster)?;
     let timeout_ms = match raw.timeout {
         None => DEFAULT_TIMEOUT_MS,
@@ -74,6 +74,8 @@ fn valkey(raw: RawValkey) -> Result<ValkeyConfig, ConfigError> {
         max_in_flight: bounded_count("valkey.max_in_flight", raw.max_in_flight, 4, 1, 64)?,
         max_batch: bounded_count("valkey.max_batch", raw.max_batch, 64, 1, 1024)?,
         max_queue: bounded_count("valkey.max_queue", raw.max_queue, 4096, 0, 100_000)?,
+        auth: super::access::auth(raw.username, raw.password_env, env)?,
+        sentinel: super::access::sentinel(raw.sentinel)?,
     })
 }
 
@@ -91,18 +93,22 @@ fn bounded_count(path: &str, value: Option<u64>, default: usize, min: u64, max: 
 }
 
 fn cluster_name(cluster: String) -> Result<String, ConfigError> {
-    const PATH: &str = "valkey.cluster";
+    envoy_cluster("valkey.cluster", cluster)
+}
+
+/// An Envoy cluster name: 1..=255 bytes, no whitespace or control characters.
+pub(crate) fn envoy_cluster(path: &str, cluster: String) -> Result<String, ConfigError> {
     if cluster.is_empty() {
-        return fail(PATH, "must not be empty");
+        return fail(path, "must not be empty");
     }
     if let Some(c) = cluster.chars().find(|c| c.is_whitespace() || c.is_control()) {
         return fail(
-            PATH,
+            path,
             format!("invalid character {c:?} in {cluster:?}: whitespace and control characters are not allowed"),
         );
     }
     if cluster.len() > MAX_CLUSTER_BYTES {
-        return fail(PATH, format!("must be at most {MAX_CLUSTER_BYTES} bytes (got {})", cluster.len()));
+        return fail(path, format!("must be at most {MAX_CLUSTER_BYTES} bytes (got {})", cluster.len()));
     }
     Ok(cluster)
 }
@@ -272,7 +278,12 @@ fn limit_count(path: &str, number: &Number) -> Result<NonZeroU64, ConfigError> {
 
 /// A duration in `(0, max_ms]` and its label (the string as written, or
 /// `"<N>s"` for an integer).
-fn duration(value: &Value, path: &str, max_ms: u64, max_label: &str) -> Result<(NonZeroU64, String), ConfigError> {
+pub(crate) fn duration(
+    value: &Value,
+    path: &str,
+    max_ms: u64,
+    max_label: &str,
+) -> Result<(NonZeroU64, String), ConfigError> {
     let (parsed, label) = match value {
         Value::String(text) => (duration::parse_str(text), text.clone()),
         Value::Number(n) => match n.as_u64() {

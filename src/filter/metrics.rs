@@ -1,7 +1,7 @@
 //! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
 //! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
 //! Handles are defined once per worker VM at configuration time: their number
-//! is bounded by 4 per rule plus 10, plus one per [`FailureKind`] (12).
+//! is bounded by 4 per rule plus 13, plus one per [`FailureKind`] (12).
 
 use crate::config::Config;
 use crate::store::FailureKind;
@@ -32,6 +32,9 @@ pub struct Metrics {
     store_requests: Option<u32>,
     cache_hits: Option<u32>,
     queue_overflow: Option<u32>,
+    sentinel_lookups: Option<u32>,
+    sentinel_failures: Option<u32>,
+    sentinel_switches: Option<u32>,
 }
 
 fn define(kind: MetricType, name: &str) -> Option<u32> {
@@ -79,6 +82,9 @@ impl Metrics {
             store_requests: counter("tollgate.store.requests"),
             cache_hits: counter("tollgate.cache.hits"),
             queue_overflow: counter("tollgate.queue.overflow"),
+            sentinel_lookups: counter("tollgate.sentinel.lookups"),
+            sentinel_failures: counter("tollgate.sentinel.failures"),
+            sentinel_switches: counter("tollgate.sentinel.switches"),
         }
     }
 
@@ -121,6 +127,21 @@ impl Metrics {
     /// A request that found the store call queue full.
     pub fn queue_overflow(&self) {
         increment(self.queue_overflow);
+    }
+
+    /// A master lookup sent to the Sentinels.
+    pub fn sentinel_lookup(&self) {
+        increment(self.sentinel_lookups);
+    }
+
+    /// A master lookup that gave no master (sent or not).
+    pub fn sentinel_failure(&self) {
+        increment(self.sentinel_failures);
+    }
+
+    /// The Sentinels reported a master other than the one in use.
+    pub fn sentinel_switch(&self) {
+        increment(self.sentinel_switches);
     }
 
     /// Records one store call's duration, in milliseconds.

@@ -6,6 +6,7 @@
 //! whose results are handled instead of unwrapped.
 
 mod apply;
+mod discovery;
 mod http;
 mod metrics;
 mod root;

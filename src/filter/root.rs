@@ -3,8 +3,11 @@
 //! stats). Every store call is dispatched by the root, so it outlives any
 //! one request; its reply comes back here and is applied to each waiting
 //! request. A request that finds a free call slot wakes the root through a
-//! per-worker shared queue (one event-loop turn, no timer); a tick runs only
-//! while requests wait, to expire them at their deadline.
+//! per-worker shared queue (one event-loop turn, no timer); a tick runs
+//! while requests wait, to expire them at their deadline, and, with
+//! Sentinel discovery, every [`IDLE_TICK`] to send the lookups that are due
+//! (see [`super::discovery`]). Discovery starts with a worker's first
+//! request, which wakes the root to send the first lookup.
 
 use super::apply::{apply_answer, apply_failure, set_context};
 use super::http::Http;
@@ -13,7 +16,8 @@ use crate::batch::{Batcher, Limits};
 use crate::cache::DenialCache;
 use crate::config::Config;
 use crate::limiter::script::limiter;
-use crate::store::Failure;
+use crate::store::sentinel::Discovery;
+use crate::store::{Failure, Preamble};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
@@ -24,6 +28,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How often queued requests are checked while any are waiting.
 const TICK: Duration = Duration::from_millis(5);
+/// The tick while no request waits, when Sentinel lookups may fall due.
+pub const IDLE_TICK: Duration = Duration::from_millis(100);
+/// The header that makes the tunnel's `ORIGINAL_DST` cluster connect to the
+/// master learned from the Sentinels.
+pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 
 /// State shared by the worker's HTTP contexts.
 pub struct Shared {
@@ -36,7 +45,14 @@ pub struct Shared {
     pub response_headers: RefCell<HashMap<u32, Vec<(String, String)>>>,
     /// Arrival time (ms, the request's clock) of pending requests, by context.
     pub arrivals: RefCell<HashMap<u32, u64>>,
-    ticking: Cell<bool>,
+    /// The tick period currently set (zero: no tick).
+    tick: Cell<Duration>,
+    /// Sentinel discovery of the master, when configured.
+    pub discovery: Option<RefCell<Discovery>>,
+    /// This root serves requests (a worker's root; Envoy's main-thread root
+    /// never does, and cannot reach the internal listeners, so it never
+    /// asks the Sentinels).
+    serving: Cell<bool>,
     /// The worker's own shared queue that wakes the root (`on_queue_ready`).
     wake_queue: Option<u32>,
     /// A wake-up is pending in the queue.
@@ -85,24 +101,63 @@ impl Shared {
             let b = self.batcher.borrow();
             (b.ready(), b.queued() > 0)
         };
+        // Without a known master nothing can be sent: the tick expires the
+        // queue (or a lookup's reply pumps it), no wake-up loop. The first
+        // request of a worker wakes the root once to start discovery.
+        let first = self.discovery.is_some() && !self.serving.replace(true);
+        let ready = first || (ready && self.destination().is_ok());
         if ready && !self.woken.get() {
             if let Some(queue) = self.wake_queue {
                 self.woken.set(hostcalls::enqueue_shared_queue(queue, Some(b"w")).is_ok());
             }
         }
-        if waiting && !self.ticking.get() {
-            self.ticking.set(hostcalls::set_tick_period(TICK).is_ok());
+        if waiting && self.tick.get() != TICK {
+            self.set_tick(TICK);
+        }
+    }
+
+    fn set_tick(&self, period: Duration) {
+        if hostcalls::set_tick_period(period).is_ok() {
+            self.tick.set(period);
+        }
+    }
+
+    /// The tick this worker needs now: fast while requests wait, slow for
+    /// Sentinel lookups, none otherwise.
+    fn retick(&self) {
+        let want = if self.batcher.borrow().queued() > 0 {
+            TICK
+        } else if self.discovery.is_some() && self.serving.get() {
+            IDLE_TICK
+        } else {
+            Duration::ZERO
+        };
+        if self.tick.get() != want {
+            self.set_tick(want);
+        }
+    }
+
+    /// Where store calls go: `Ok(None)` straight to `valkey.cluster`,
+    /// `Ok(Some(addr))` to the master the Sentinels reported, `Err(())` when
+    /// Sentinel is configured but no master is known yet (calls wait).
+    fn destination(&self) -> Result<Option<String>, ()> {
+        match &self.discovery {
+            None => Ok(None),
+            Some(d) => d.borrow().master().map(|m| Some(m.to_string())).ok_or(()),
         }
     }
 
     /// Dispatches queued requests as root-owned calls while slots are free.
     /// Must run with the root as the effective context.
     pub fn pump(&self) {
-        loop {
+        while let Ok(master) = self.destination() {
             let call = self.batcher.borrow_mut().next_call(limiter(), now_ms());
             let Some(call) = call else { break };
             let valkey = &self.config.valkey;
-            let headers = super::http::store_call_headers();
+            let mut headers = super::http::store_call_headers();
+            if let Some(master) = &master {
+                headers.push((ORIGINAL_DST_HEADER, master.as_str()));
+            }
             let timeout = Duration::from_millis(call.timeout_ms);
             match hostcalls::dispatch_http_call(&valkey.cluster, headers, Some(&call.body), vec![], timeout) {
                 Ok(token) => {
@@ -122,9 +177,7 @@ impl Shared {
                 }
             }
         }
-        if self.ticking.get() && self.batcher.borrow().queued() == 0 {
-            self.ticking.set(hostcalls::set_tick_period(Duration::ZERO).is_err());
-        }
+        self.retick();
     }
 }
 
@@ -151,14 +204,21 @@ impl Context for Root {
     fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _trailers: usize) {
         let Some(shared) = self.shared.clone() else { return };
         let (status, body) = super::http::call_response(num_headers, body_size);
+        if shared.on_lookup_reply(token, status.as_deref(), &body) {
+            shared.pump();
+            shared.kick();
+            return;
+        }
         shared.record_call_time(token);
         let answers = shared.batcher.borrow_mut().on_reply(token, status.as_deref(), &body);
+        shared.suspect_master(&answers);
         for answer in answers {
             if set_context(answer.request) {
                 apply_answer(&shared, answer, true);
             }
         }
         set_context(self.id);
+        shared.lookup();
         shared.pump();
         shared.kick();
     }
@@ -183,19 +243,27 @@ impl RootContext for Root {
                     max_batch: valkey.max_batch,
                     max_queue: valkey.max_queue,
                 };
-                self.shared = Some(Rc::new(Shared {
-                    batcher: RefCell::new(Batcher::new(limits)),
+                let preamble = Preamble::auth(valkey.auth.as_ref());
+                let discovery = valkey.sentinel.as_ref().map(|s| {
+                    let refresh = u64::try_from(s.refresh.as_millis()).unwrap_or(u64::MAX);
+                    RefCell::new(Discovery::new(refresh))
+                });
+                let shared = Rc::new(Shared {
+                    batcher: RefCell::new(Batcher::with_preamble(limits, preamble)),
+                    discovery,
                     cache: RefCell::new(DenialCache::new(config.denial_cache_keys)),
                     config,
                     metrics,
                     root_id: self.id,
                     response_headers: RefCell::new(HashMap::new()),
                     arrivals: RefCell::new(HashMap::new()),
-                    ticking: Cell::new(false),
+                    tick: Cell::new(Duration::ZERO),
+                    serving: Cell::new(false),
                     wake_queue: wake_queue(),
                     woken: Cell::new(false),
                     last_failure_log: Cell::new(None),
-                }));
+                });
+                self.shared = Some(shared);
                 true
             }
             Err(e) => {
@@ -210,6 +278,7 @@ impl RootContext for Root {
         let Some(shared) = self.shared.clone() else { return };
         while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue_id) {}
         shared.woken.set(false);
+        shared.lookup();
         shared.pump();
         shared.kick();
     }
@@ -217,13 +286,17 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         let Some(shared) = self.shared.clone() else { return };
         let expired = shared.batcher.borrow_mut().expire(now_ms());
-        let failure = Failure::Unavailable("timed out waiting for a store call".into());
+        let failure = match shared.destination() {
+            Err(()) => Failure::Unavailable("no master known from the Sentinels yet".into()),
+            Ok(_) => Failure::Unavailable("timed out waiting for a store call".into()),
+        };
         for id in expired {
             if set_context(id) {
                 apply_failure(&shared, id, &failure, true);
             }
         }
         set_context(self.id);
+        shared.lookup();
         shared.pump();
     }
 

@@ -8,13 +8,15 @@
 //! built and split here too, so the filter stays unchanged.
 
 mod classify;
+pub mod sentinel;
 
 pub use classify::FailureKind;
 
+use crate::config::Auth;
 use crate::limiter::reply::{self, ReplyError};
 use crate::limiter::script::{encode_call, Invocation, Script};
 use crate::limiter::{Check, Decision};
-use crate::resp::{decode_all, DecodeError, Limits, Value};
+use crate::resp::{decode_all, encode_command, DecodeError, Limits, Value};
 use std::fmt;
 
 /// What the filter does with a store call's reply.
@@ -57,6 +59,46 @@ impl fmt::Display for Failure {
             Self::NoScriptAfterEval => f.write_str("store answered NOSCRIPT to EVAL"),
         }
     }
+}
+
+/// Commands that lead every store call (`AUTH`), and how many replies they
+/// give: those replies are checked and skipped before the scripts' replies.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Preamble {
+    pub bytes: Vec<u8>,
+    pub replies: usize,
+}
+
+impl fmt::Debug for Preamble {
+    /// The bytes may hold a password: never shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Preamble {{ bytes: *** ({} bytes), replies: {} }}", self.bytes.len(), self.replies)
+    }
+}
+
+impl Preamble {
+    /// `AUTH [username] password` when credentials are configured, else nothing.
+    pub fn auth(auth: Option<&Auth>) -> Preamble {
+        let Some(auth) = auth else { return Preamble::default() };
+        let mut bytes = Vec::with_capacity(64);
+        let password = auth.password.expose();
+        match &auth.username {
+            Some(user) => encode_command(&mut bytes, &[b"AUTH", user.as_bytes(), password]),
+            None => encode_command(&mut bytes, &[b"AUTH", password]),
+        }
+        Preamble { bytes, replies: 1 }
+    }
+}
+
+/// The failure a preamble reply means: an error reply (`-WRONGPASS`,
+/// `-NOAUTH`, ...) fails the whole call; anything else (`+OK`) passes.
+pub fn preamble_failure(reply: &Value) -> Option<Failure> {
+    if !reply.is_error() {
+        return None;
+    }
+    let kind = reply.error_kind().unwrap_or_default().chars().take(MAX_ERROR_TEXT).collect();
+    let message = reply.as_error().map(printable).unwrap_or_default();
+    Some(Failure::ErrorReply { kind, message })
 }
 
 /// The body of the store call deciding `checks` atomically.
@@ -135,6 +177,31 @@ mod tests {
         let Outcome::Decided(d) = out else { panic!("{out:?}") };
         assert!(d.allowed);
         assert_eq!((d.now_ms, d.windows[0].remaining), (42, 1));
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn auth_preamble_names_the_user_and_hides_the_password() {
+        use crate::config::Secret;
+        assert_eq!(Preamble::auth(None), Preamble::default());
+        let pw = Secret::new(b"p4ss".to_vec());
+        let plain = Preamble::auth(Some(&Auth { username: None, password: pw.clone() }));
+        assert_eq!((plain.bytes.as_slice(), plain.replies), (&b"*2\r\n$4\r\nAUTH\r\n$4\r\np4ss\r\n"[..], 1));
+        let acl = Preamble::auth(Some(&Auth { username: Some("lim".into()), password: pw }));
+        assert_eq!(acl.bytes, b"*3\r\n$4\r\nAUTH\r\n$3\r\nlim\r\n$4\r\np4ss\r\n");
+        assert!(!format!("{acl:?}").contains("p4ss"), "{acl:?}");
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn preamble_errors_are_auth_failures() {
+        assert_eq!(preamble_failure(&Value::Simple(b"OK".to_vec())), None);
+        for reply in [
+            &b"WRONGPASS invalid username-password pair or user is disabled."[..],
+            b"NOAUTH Authentication required.",
+            b"NOPERM User limiter has no permissions to run the 'evalsha' command",
+        ] {
+            let failure = preamble_failure(&Value::Error(reply.to_vec())).unwrap();
+            assert_eq!(failure.kind(), FailureKind::Auth, "{failure}");
+        }
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

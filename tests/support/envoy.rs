@@ -25,6 +25,8 @@ pub enum Bootstrap {
     Lds,
     /// `envoy/envoy-ecds.yaml`: the tollgate filter from file-based ECDS.
     Ecds,
+    /// `envoy/envoy-sentinel.yaml`: the master from Sentinel discovery.
+    Sentinel,
 }
 
 /// A real Envoy running the repository's `envoy/envoy.yaml`, with only its
@@ -146,6 +148,16 @@ impl Envoy {
         Self::retrying(options, Bootstrap::Static, &wasm_path(), &Extras::default(), edit)
     }
 
+    /// Starts Envoy with `bootstrap`, rendered, then changed by `edit` (e.g.
+    /// the Sentinels' ports); `Err(log)` if it exits or never becomes ready.
+    pub fn try_start_bootstrap_edited(
+        options: &EnvoyOptions,
+        bootstrap: Bootstrap,
+        edit: &dyn Fn(String) -> String,
+    ) -> Result<Self, String> {
+        Self::retrying(options, bootstrap, &wasm_path(), &Extras::default(), edit)
+    }
+
     /// Starts Envoy with the given bootstrap, loading the module at `module`
     /// (for example one pulled from a registry) instead of the built one.
     pub fn start_with(options: &EnvoyOptions, bootstrap: Bootstrap, module: &Path) -> Self {
@@ -204,6 +216,7 @@ impl Envoy {
             Bootstrap::Static => "envoy.yaml",
             Bootstrap::Lds => "envoy-dynamic.yaml",
             Bootstrap::Ecds => "envoy-ecds.yaml",
+            Bootstrap::Sentinel => "envoy-sentinel.yaml",
         };
         let config = dir.join("envoy.yaml");
         let text = render_with_module(&read_envoy_file(file), options, ports, &lds_dir, module);
@@ -221,7 +234,7 @@ impl Envoy {
             ipv6: extras.ipv6,
         };
         match bootstrap {
-            Bootstrap::Static => {}
+            Bootstrap::Static | Bootstrap::Sentinel => {}
             Bootstrap::Lds => envoy.reload(&options.plugin_config),
             Bootstrap::Ecds => envoy.write_dynamic("tollgate-filter.yaml", &options.plugin_config),
         }

@@ -49,6 +49,8 @@ fn example_parses_to_expected_values() {
             max_in_flight: 4,
             max_batch: 64,
             max_queue: 4096,
+            auth: None,
+            sentinel: None,
         },
         failure_mode: FailureMode::Allow,
         rules: vec![Rule {
