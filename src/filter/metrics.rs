@@ -1,7 +1,8 @@
 //! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
 //! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
 //! Handles are defined once per worker VM at configuration time: their number
-//! is bounded by 4 per rule plus 13, plus one per [`FailureKind`] (12).
+//! is bounded: 4 per rule, 11 others and one per [`FailureKind`] (12); plus
+//! `tollgate.config.errors`, defined only when a configuration is refused.
 
 use crate::config::Config;
 use crate::store::FailureKind;
