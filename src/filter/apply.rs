@@ -3,7 +3,7 @@
 //! request's context as the effective one: from its own callback, or from
 //! the root after [`set_context`].
 
-use super::root::{now_ms, Shared};
+use super::root::Shared;
 use crate::batch::Answer;
 use crate::config::FailureMode;
 use crate::limiter::{Check, Decision};
@@ -139,9 +139,4 @@ pub fn deny_from_cache(shared: &Shared, checks: &[Check], now: u64) -> Option<Ac
     shared.metrics.rule(rule, crate::verdict::RuleOutcome::Denied);
     send(&response::denied(&shared.config, &single, &decision));
     Some(Action::Pause)
-}
-
-/// The request's clock: the test clock when set, else the proxy's.
-pub fn request_now(now_override: Option<u64>) -> u64 {
-    now_override.unwrap_or_else(now_ms)
 }

@@ -3,7 +3,7 @@
 //! add headers to the response. The store's answer is applied by
 //! [`super::apply`].
 
-use super::apply::{apply_failure, deny_from_cache, request_now};
+use super::apply::{apply_failure, deny_from_cache};
 use super::root::{now_ms, Shared};
 use crate::batch::Submit;
 use crate::plan::{plan, RequestView};
@@ -91,8 +91,11 @@ impl HttpContext for Http {
             // The test clock never reaches the upstream.
             let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
         }
-        // A client must not be able to forge the shadow-mode report.
-        let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, SHADOW_HEADER);
+        // A client must not be able to forge the shadow-mode report (only
+        // meaningful, and so only removed, where shadow mode is configured).
+        if shared.any_shadow {
+            let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, SHADOW_HEADER);
+        }
         let planned = plan(&shared.config, &EnvoyRequest);
         for rule in &planned.skipped {
             shared.metrics.skipped(*rule);
@@ -100,13 +103,14 @@ impl HttpContext for Http {
         if planned.checks.is_empty() {
             return Action::Continue;
         }
-        let now = request_now(now_override);
+        let local_ms = now_ms();
+        let now = now_override.unwrap_or(local_ms);
         if let Some(action) = deny_from_cache(&shared, &planned.checks, now) {
             return action;
         }
         shared.arrivals.borrow_mut().insert(self.id, now);
         let timeout_ms = u64::try_from(shared.config.valkey.timeout.as_millis()).unwrap_or(u64::MAX);
-        match shared.batcher.borrow_mut().submit(self.id, planned.checks, now_override, now_ms(), timeout_ms) {
+        match shared.batcher.borrow_mut().submit(self.id, planned.checks, now_override, local_ms, timeout_ms) {
             Submit::Queued => {}
             Submit::Overflow => {
                 shared.metrics.queue_overflow();

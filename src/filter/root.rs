@@ -38,6 +38,8 @@ pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 pub struct Shared {
     pub config: Config,
     pub metrics: Metrics,
+    /// Whether any rule (or the whole filter) is in shadow mode.
+    pub any_shadow: bool,
     pub root_id: u32,
     pub batcher: RefCell<Batcher>,
     pub cache: RefCell<DenialCache>,
@@ -248,7 +250,9 @@ impl RootContext for Root {
                     let refresh = u64::try_from(s.refresh.as_millis()).unwrap_or(u64::MAX);
                     RefCell::new(Discovery::new(refresh))
                 });
+                let any_shadow = config.shadow || config.rules.iter().any(|r| r.shadow);
                 let shared = Rc::new(Shared {
+                    any_shadow,
                     batcher: RefCell::new(Batcher::with_preamble(limits, preamble)),
                     discovery,
                     cache: RefCell::new(DenialCache::new(config.denial_cache_keys)),
