@@ -137,20 +137,12 @@ impl Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::{Check, Window};
+    use crate::limiter::Check;
     use crate::store::interpret;
     use std::collections::HashSet;
-    use std::num::NonZeroU64;
 
     fn checks() -> Vec<Check> {
-        let nz = |n| NonZeroU64::new(n).unwrap();
-        vec![Check {
-            rule: 0,
-            key: "k".into(),
-            windows: vec![Window { limit: nz(2), period_ms: nz(1_000) }],
-            cost: nz(1),
-            algorithm: crate::limiter::Algorithm::SlidingLog,
-        }]
+        vec![Check::for_test(0, "k", &[(2, 1_000)], 1)]
     }
 
     fn kind_of(status: Option<&str>, body: &[u8]) -> FailureKind {

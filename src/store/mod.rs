@@ -157,18 +157,9 @@ pub fn interpret_reply(reply: &Value, checks: &[Check]) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::Window;
-    use std::num::NonZeroU64;
 
     fn checks() -> Vec<Check> {
-        let nz = |n| NonZeroU64::new(n).unwrap();
-        vec![Check {
-            rule: 0,
-            key: "k".into(),
-            windows: vec![Window { limit: nz(2), period_ms: nz(1_000) }],
-            cost: nz(1),
-            algorithm: crate::limiter::Algorithm::SlidingLog,
-        }]
+        vec![Check::for_test(0, "k", &[(2, 1_000)], 1)]
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
