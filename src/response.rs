@@ -22,21 +22,19 @@ pub struct LocalReply {
 }
 
 /// Policy names (`"<rule>/<period>"`), one per window of the decision.
-pub fn policy_names(config: &Config, checks: &[Check], decision: &Decision) -> Vec<String> {
+/// (Built at configuration time; see [`crate::config::Rule::policy_names`].)
+pub fn policy_names<'a>(config: &'a Config, checks: &[Check], decision: &Decision) -> Vec<&'a str> {
     decision
         .windows
         .iter()
         .map(|w| {
             let rule = checks.get(w.check).and_then(|c| config.rules.get(c.rule));
-            match rule.and_then(|r| r.limits.get(w.window).map(|l| (r, l))) {
-                Some((rule, limit)) => format!("{}/{}", rule.name, limit.period.label()),
-                None => format!("rule{}/window{}", w.check, w.window),
-            }
+            rule.and_then(|r| r.policy_names.get(w.window)).map_or("unknown", String::as_str)
         })
         .collect()
 }
 
-fn stats<'a>(names: &'a [String], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
+fn stats<'a>(names: &[&'a str], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
     names.iter().zip(&decision.windows).map(|(name, outcome)| PolicyStat { name, outcome }).collect()
 }
 

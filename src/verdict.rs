@@ -55,7 +55,7 @@ pub fn rule_outcomes(config: &Config, checks: &[Check], decision: &Decision) -> 
 }
 
 /// The verdict for a decided request.
-pub fn verdict(config: &Config, checks: &[Check], decision: &Decision, policy_names: &[String]) -> Verdict {
+pub fn verdict(config: &Config, checks: &[Check], decision: &Decision, policy_names: &[&str]) -> Verdict {
     if decision.allowed {
         return Verdict::Admit { shadow_denied: Vec::new() };
     }
@@ -63,8 +63,13 @@ pub fn verdict(config: &Config, checks: &[Check], decision: &Decision, policy_na
     if enforced_denial {
         return Verdict::Deny;
     }
-    let shadow_denied =
-        decision.windows.iter().zip(policy_names).filter(|(w, _)| w.denied()).map(|(_, name)| name.clone()).collect();
+    let shadow_denied = decision
+        .windows
+        .iter()
+        .zip(policy_names)
+        .filter(|(w, _)| w.denied())
+        .map(|(_, name)| (*name).to_owned())
+        .collect();
     Verdict::Admit { shadow_denied }
 }
 
@@ -100,8 +105,8 @@ mod tests {
         Decision { allowed: false, now_ms: 0, windows: vec![w(0, 500), w(1, 0)] }
     }
 
-    fn names() -> Vec<String> {
-        vec!["a/1s".into(), "b/1s".into()]
+    fn names() -> Vec<&'static str> {
+        vec!["a/1s", "b/1s"]
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

@@ -274,6 +274,9 @@ pub struct Rule {
     pub cost: NonZeroU64,
     /// Shadow rule: decides and consumes as if enforced, but never denies.
     pub shadow: bool,
+    /// The policy name of each window, `"<name>/<period label>"` (as in the
+    /// `RateLimit` headers), built once here instead of on every request.
+    pub policy_names: Vec<String>,
 }
 
 /// One window of a rule: at most `limit` requests per `period`.

@@ -156,7 +156,8 @@ fn rules(raw: Vec<Obj<RawRule>>) -> Result<Vec<Rule>, ConfigError> {
         let cost = cost(i, rule_raw.cost.as_ref(), algorithm, &limits)?;
         windows_fit(i, algorithm, cost, &limits)?;
         let shadow = rule_raw.shadow.unwrap_or(false);
-        out.push(Rule { name, matcher, key, limits, algorithm, cost, shadow });
+        let policy_names = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
+        out.push(Rule { name, matcher, key, limits, algorithm, cost, shadow, policy_names });
     }
     Ok(out)
 }

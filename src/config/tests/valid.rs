@@ -68,6 +68,7 @@ fn example_parses_to_expected_values() {
             algorithm: Algorithm::SlidingLog,
             cost: nz(1),
             shadow: false,
+            policy_names: vec!["auth.createToken/60s".into(), "auth.createToken/3s".into()],
         }],
         response: ResponseConfig::default(),
         shadow: false,
