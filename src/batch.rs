@@ -200,9 +200,7 @@ impl Batcher {
             Ok(r) => match r.iter().take(lead).find_map(preamble_failure) {
                 Some(failure) => Err(failure),
                 None if r.len() == lead + requests.len() => Ok(r.into_iter().skip(lead).collect::<Vec<_>>()),
-                None => {
-                    Err(Failure::Unavailable(format!("expected {} replies, got {}", lead + requests.len(), r.len())))
-                }
+                None => Err(Failure::Lost(format!("expected {} replies, got {}", lead + requests.len(), r.len()))),
             },
             Err(e) => Err(e),
         };
@@ -220,7 +218,7 @@ impl Batcher {
                     }
                     Some(Outcome::NoScript) => Err(Failure::NoScriptAfterEval),
                     Some(outcome) => Ok(outcome),
-                    None => Err(Failure::Unavailable("missing reply".into())),
+                    None => Err(Failure::Lost("missing reply".into())),
                 },
             };
             if let Some(waiter) = self.waiters.remove(&id) {

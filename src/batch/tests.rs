@@ -216,6 +216,7 @@ fn a_reply_missing_the_preamble_is_a_count_mismatch() {
     let call = b.next_call(limiter(), 0).unwrap();
     b.dispatched(10, call, 0);
     let answers = b.on_reply(10, Some("200"), ok(4).as_bytes());
-    let Err(Failure::Unavailable(why)) = &answers[0].outcome else { panic!("{answers:?}") };
+    let Err(Failure::Lost(why)) = &answers[0].outcome else { panic!("{answers:?}") };
     assert_eq!(why, "expected 2 replies, got 1");
+    assert!(answers[0].outcome.as_ref().is_err_and(Failure::may_have_run), "sent, no whole reply: may have run");
 }

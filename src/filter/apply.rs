@@ -58,6 +58,9 @@ pub fn apply_failure(shared: &Shared, id: u32, failure: &Failure, resume: bool) 
 fn fail(shared: &Shared, _id: u32, failure: &Failure) -> Action {
     shared.log_failure(failure);
     shared.metrics.store_error(failure.kind());
+    if failure.may_have_run() {
+        shared.metrics.unknown_outcome();
+    }
     match shared.config.failure_mode {
         FailureMode::Allow => {
             shared.metrics.failure_mode(true);

@@ -1,7 +1,7 @@
 //! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
 //! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
 //! Handles are defined once per worker VM at configuration time: their number
-//! is bounded: 4 per rule, 11 others and one per [`FailureKind`] (12); plus
+//! is bounded: 4 per rule, 12 others and one per [`FailureKind`] (12); plus
 //! `tollgate.config.errors`, defined only when a configuration is refused.
 
 use crate::config::Config;
@@ -28,6 +28,7 @@ pub struct Metrics {
     store_errors_by_kind: [Option<u32>; FailureKind::ALL.len()],
     failure_mode_allowed: Option<u32>,
     failure_mode_denied: Option<u32>,
+    unknown_outcome: Option<u32>,
     store_rq_time: Option<u32>,
     store_calls: Option<u32>,
     store_requests: Option<u32>,
@@ -78,6 +79,7 @@ impl Metrics {
             store_errors_by_kind: FailureKind::ALL.map(|k| counter(&format!("tollgate.store.errors.{}", k.name()))),
             failure_mode_allowed: counter("tollgate.failure_mode.allowed"),
             failure_mode_denied: counter("tollgate.failure_mode.denied"),
+            unknown_outcome: counter("tollgate.store.unknown_outcome"),
             store_rq_time: define(MetricType::Histogram, "tollgate.store.rq_time"),
             store_calls: counter("tollgate.store.calls"),
             store_requests: counter("tollgate.store.requests"),
@@ -106,6 +108,12 @@ impl Metrics {
     pub fn store_error(&self, kind: FailureKind) {
         increment(self.store_errors);
         increment(self.store_errors_by_kind.get(kind.index()).copied().flatten());
+    }
+
+    /// A failed request whose call may have run on the store (and so may be
+    /// charged): see [`crate::store::Failure::may_have_run`].
+    pub fn unknown_outcome(&self) {
+        increment(self.unknown_outcome);
     }
 
     pub fn failure_mode(&self, allowed: bool) {

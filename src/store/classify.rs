@@ -124,7 +124,7 @@ impl Failure {
     /// The kind this failure is counted under.
     pub fn kind(&self) -> FailureKind {
         match self {
-            Failure::Unavailable(_) => FailureKind::Unavailable,
+            Failure::Unavailable(_) | Failure::Lost(_) => FailureKind::Unavailable,
             Failure::NoResponse => FailureKind::Timeout,
             Failure::NotResp(_) => FailureKind::NotResp,
             Failure::BadReply(_) => FailureKind::BadReply,

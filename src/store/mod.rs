@@ -38,6 +38,9 @@ pub enum Failure {
     Unavailable(String),
     /// The call ended without any response: `valkey.timeout` ran out.
     NoResponse,
+    /// The connection to the store closed after the call was sent and before
+    /// every reply arrived (e.g. the store was killed).
+    Lost(String),
     /// The body is not a complete RESP reply (e.g. an Envoy error page).
     NotResp(DecodeError),
     /// Valkey answered an error reply, e.g. `READONLY`, `OOM`, `WRONGTYPE`.
@@ -53,11 +56,24 @@ impl fmt::Display for Failure {
         match self {
             Self::Unavailable(why) => write!(f, "store unavailable: {why}"),
             Self::NoResponse => f.write_str("store call timed out (no response)"),
+            Self::Lost(why) => write!(f, "store connection lost before the reply: {why}"),
             Self::NotResp(e) => write!(f, "store reply is not RESP: {e}"),
             Self::ErrorReply { message, .. } => write!(f, "store error reply: {message}"),
             Self::BadReply(e) => write!(f, "store reply malformed: {e}"),
             Self::NoScriptAfterEval => f.write_str("store answered NOSCRIPT to EVAL"),
         }
+    }
+}
+
+impl Failure {
+    /// Whether the call may have run on the store although no decision came
+    /// back: it was sent, and its reply never arrived whole (timeout, a
+    /// connection lost, a truncated reply). Such a request may be charged in
+    /// every window it asked for; it is never sent again. Every other failure
+    /// is known not to have recorded anything: the call was never sent or
+    /// never reached the store, or the store answered it.
+    pub fn may_have_run(&self) -> bool {
+        matches!(self, Failure::NoResponse | Failure::Lost(_) | Failure::NotResp(_))
     }
 }
 
@@ -219,6 +235,22 @@ mod tests {
         };
         assert_eq!(kind, "READONLY");
         assert!(matches!(interpret(Some("200"), b":1\r\n", &c), Outcome::Failed(Failure::BadReply(_))));
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn only_failures_after_sending_may_have_run() {
+        let c = checks();
+        let outcome = |status, body: &[u8]| match interpret(status, body, &c) {
+            Outcome::Failed(f) => f.may_have_run(),
+            other => panic!("not a failure: {other:?}"),
+        };
+        assert!(outcome(None, b""), "no response: the call may have run");
+        assert!(outcome(Some("200"), b"*5\r\n:1\r\n"), "truncated reply");
+        assert!(Failure::Lost("expected 2 replies, got 1".into()).may_have_run());
+        assert!(!outcome(Some("503"), b"upstream connect error"), "never reached the store");
+        assert!(!outcome(Some("200"), b"-READONLY replica\r\n"), "the store answered");
+        assert!(!Failure::Unavailable("store call queue full".into()).may_have_run());
+        assert!(!Failure::NoScriptAfterEval.may_have_run());
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
