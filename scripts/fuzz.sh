@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
 RUNS="${FUZZ_RUNS:-10000000}"
-TARGETS="${FUZZ_TARGETS:-resp_decode store_reply config_parse}"
+TARGETS="${FUZZ_TARGETS:-resp_decode store_stream config_parse}"
 
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   rustup toolchain install nightly --profile minimal

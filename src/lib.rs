@@ -8,11 +8,14 @@
 //! for every window of every matching rule at once: the request is admitted only
 //! if all of them have room, and a rejected request consumes nothing anywhere.
 //!
-//! The crate is a *pure core with thin glue*: only [`filter`] (and the wasm entry
-//! point below) touches `proxy_wasm`. Everything else — configuration, rule
-//! matching, key building, the RESP codec, the script contract and the header
-//! formatting — is plain Rust that runs and is tested on the host with time
-//! passed in.
+//! The crate is a *pure core with thin glue*: only `filter` (and the wasm
+//! entry point below) touches `proxy_wasm`, and it only turns callbacks into
+//! the [`worker::Worker`]'s events and the worker's [`worker::Host`] calls
+//! into host calls. Everything else — configuration, rule matching, key
+//! building, the RESP codec, the script contract, the header formatting and
+//! the worker itself (requests from arrival to answer over one store stream,
+//! deadlines, bounds, the denial cache, Sentinel discovery) — is plain Rust
+//! that runs and is tested on the host with time passed in.
 //!
 //! ```
 //! use tollgate::config::Config;
@@ -48,9 +51,9 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
 
-pub mod batch;
 pub mod cache;
 pub mod config;
+pub mod framing;
 pub mod headers;
 pub mod key;
 pub mod limiter;
@@ -58,7 +61,10 @@ pub mod plan;
 pub mod resp;
 pub mod response;
 pub mod store;
-pub mod verdict;
+pub mod worker;
+
+#[cfg(test)]
+mod testing;
 
 #[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
 pub mod filter;

@@ -21,8 +21,10 @@ pub struct LocalReply {
     pub body: Vec<u8>,
 }
 
-/// Policy names (`"<rule>/<period>"`), one per window of the decision.
-/// (Built at configuration time; see [`crate::config::Rule::policy_names`].)
+/// Policy names (`"<rule>/<period>"`), one per window of the decision,
+/// borrowed from the names built at configuration time
+/// ([`crate::config::Rule::policy_names`]). Computed once per request and
+/// passed to the builders below.
 pub fn policy_names<'a>(config: &'a Config, checks: &[Check], decision: &Decision) -> Vec<&'a str> {
     decision
         .windows
@@ -40,10 +42,10 @@ fn stats<'a>(names: &[&'a str], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
 
 /// The rate-limit headers of the configured families (`response.headers`):
 /// draft-10 `RateLimit-Policy`/`RateLimit` for every window, and/or
-/// `X-RateLimit-*` for the most constrained window.
-pub fn ratelimit_headers(config: &Config, checks: &[Check], decision: &Decision) -> Vec<(String, String)> {
-    let names = policy_names(config, checks, decision);
-    let all = stats(&names, decision);
+/// `X-RateLimit-*` for the most constrained window. `names` are the
+/// decision's [`policy_names`].
+pub fn ratelimit_headers(config: &Config, names: &[&str], decision: &Decision) -> Vec<(String, String)> {
+    let all = stats(names, decision);
     let mut out = Vec::new();
     if all.is_empty() {
         return out;
@@ -65,9 +67,9 @@ pub fn ratelimit_headers(config: &Config, checks: &[Check], decision: &Decision)
 
 /// Headers for the upstream's response to an admitted request (none when
 /// `response.on_allowed` is false).
-pub fn allowed_headers(config: &Config, checks: &[Check], decision: &Decision) -> Vec<(String, String)> {
+pub fn allowed_headers(config: &Config, names: &[&str], decision: &Decision) -> Vec<(String, String)> {
     if config.response.on_allowed {
-        ratelimit_headers(config, checks, decision)
+        ratelimit_headers(config, names, decision)
     } else {
         Vec::new()
     }
@@ -75,12 +77,11 @@ pub fn allowed_headers(config: &Config, checks: &[Check], decision: &Decision) -
 
 /// The denial: the configured status, rate-limit headers, `Retry-After`
 /// (always) and the configured body.
-pub fn denied(config: &Config, checks: &[Check], decision: &Decision) -> LocalReply {
-    let names = policy_names(config, checks, decision);
-    let all = stats(&names, decision);
+pub fn denied(config: &Config, names: &[&str], decision: &Decision) -> LocalReply {
+    let all = stats(names, decision);
     let violated: Vec<PolicyStat<'_>> = all.iter().filter(|s| s.outcome.denied()).copied().collect();
     let retry_ms = decision.retry_after_ms();
-    let mut headers = ratelimit_headers(config, checks, decision);
+    let mut headers = ratelimit_headers(config, names, decision);
     headers.push(("retry-after".to_string(), retry_after_secs(retry_ms).to_string()));
     let status = config.response.status;
     let body = match &config.response.body {
@@ -95,6 +96,20 @@ pub fn denied(config: &Config, checks: &[Check], decision: &Decision) -> LocalRe
         Body::None => Vec::new(),
     };
     LocalReply { status: u32::from(status), headers, body }
+}
+
+/// The 503 of a request refused because the worker is overloaded: its
+/// queue is full, or it waited `max_wait` for a store that keeps answering
+/// others. Never admitted unchecked.
+pub fn overloaded() -> LocalReply {
+    LocalReply {
+        status: 503,
+        headers: vec![
+            ("retry-after".to_string(), "1".to_string()),
+            ("content-type".to_string(), "text/plain".to_string()),
+        ],
+        body: b"rate limiter overloaded\n".to_vec(),
+    }
 }
 
 /// The 503 of `failure_mode: deny` when the store cannot answer.
@@ -144,7 +159,8 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn denial_names_the_violated_window_and_rounds_retry_up() {
         let (config, checks) = setup();
-        let reply = denied(&config, &checks, &decision(2_100));
+        let d = decision(2_100);
+        let reply = denied(&config, &policy_names(&config, &checks, &d), &d);
         assert_eq!(reply.status, 429);
         let header = |n: &str| reply.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
         assert_eq!(header("retry-after").as_deref(), Some("3"));
@@ -172,7 +188,8 @@ mod tests {
                 "response":{"status":403,"headers":["x-ratelimit"],"body":"text","text":"slow down","on_allowed":false}}"#,
         )
         .unwrap();
-        let reply = denied(&config, &checks, &decision(2_100));
+        let d = decision(2_100);
+        let reply = denied(&config, &policy_names(&config, &checks, &d), &d);
         assert_eq!(reply.status, 403);
         let names: Vec<&str> = reply.headers.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
@@ -183,13 +200,15 @@ mod tests {
         assert_eq!(reply.headers[1].1, "0");
         assert_eq!(reply.headers[2].1, "3");
         assert_eq!(reply.body, b"slow down");
-        assert!(allowed_headers(&config, &checks, &decision(0)).is_empty(), "on_allowed: false");
+        let d = decision(0);
+        assert!(allowed_headers(&config, &policy_names(&config, &checks, &d), &d).is_empty(), "on_allowed: false");
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn admitted_requests_get_both_headers() {
         let (config, checks) = setup();
-        let headers = ratelimit_headers(&config, &checks, &decision(0));
+        let d = decision(0);
+        let headers = ratelimit_headers(&config, &policy_names(&config, &checks, &d), &d);
         let names: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, vec!["ratelimit-policy", "ratelimit"]);
     }

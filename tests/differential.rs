@@ -147,7 +147,9 @@ fn keys_expire_after_their_ttl_with_the_server_clock() {
 fn bad_arguments_are_error_replies() {
     let valkey = Valkey::start();
     let c = check(Algorithm::Gcra, 0, "t:{bad}:gcra", &[(1, 1_000)], 1);
-    let body = tollgate::store::pipeline(
+    let mut body = Vec::new();
+    tollgate::limiter::script::encode_call(
+        &mut body,
         tollgate::limiter::script::limiter(),
         tollgate::limiter::script::Invocation::Eval,
         std::slice::from_ref(&c),

@@ -193,7 +193,15 @@ fn store_down_with_allow_passes_and_recovers() {
         assert!(took < Duration::from_millis(150), "took {took:?}");
     }
     valkey.restart();
-    for _ in 0..5 {
+    // The worker reconnects within its backoff (at most 800 ms); meanwhile
+    // failure_mode still applies. The first decided request is the first of
+    // five on the new (empty) state.
+    let restarted = Instant::now();
+    support::wait_until("limiting to resume", Duration::from_secs(1), || {
+        token(&envoy, "alice", t0).header("ratelimit").is_some()
+    });
+    println!("limiting resumed {:?} after the restart", restarted.elapsed());
+    for _ in 0..4 {
         assert_eq!(token(&envoy, "alice", t0).status, 200);
     }
     assert_eq!(token(&envoy, "alice", t0).status, 429, "limiting resumed on the new state");
@@ -212,7 +220,9 @@ fn store_down_with_deny_answers_503_and_recovers() {
     // Requests no rule matches never need the store.
     assert_eq!(envoy.request("GET", "/other", &[]).status, 200);
     valkey.restart();
-    assert_eq!(token(&envoy, "alice", t0).status, 200);
+    // Within the reconnect backoff (at most 800 ms) the store decides again.
+    support::wait_until("limiting to resume", Duration::from_secs(1), || token(&envoy, "alice", t0).status == 200);
+    assert!(token(&envoy, "alice", t0).header("ratelimit").is_some());
 }
 
 /// A store that accepts connections but never answers (a blackholed port):

@@ -1,7 +1,8 @@
-//! Coalescing and the local denial cache, through a real Envoy and Valkey:
-//! concurrent requests share store calls (one Valkey connection each),
-//! known denials are answered without a store call, queues are bounded and
-//! every request keeps its own timeout.
+//! The store stream and the local denial cache, through a real Envoy and
+//! Valkey: concurrent requests share each worker's one stream (one Valkey
+//! connection per worker, however many decisions), known denials are
+//! answered without a store call, the queue is bounded and every request
+//! keeps its own timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 mod support;
@@ -41,16 +42,26 @@ fn burst(envoy: &Envoy, n: usize, header: impl Fn(usize) -> String) -> Vec<u16> 
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
+/// Clients connected to Valkey, by `CLIENT LIST` (minus the one asking).
+fn clients(valkey: &Valkey) -> usize {
+    match valkey.cmd(&["CLIENT", "LIST"]) {
+        tollgate::resp::Value::Bulk(b) => String::from_utf8_lossy(&b).lines().count() - 1,
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
-fn concurrent_requests_share_store_calls_and_connections() {
+fn concurrent_requests_share_one_stream_and_one_connection_per_worker() {
     let valkey = Valkey::start();
     let rules =
         r#"[ { "name": "u", "key": [ { "header": "x-user" } ], "limits": [ { "limit": 1000, "period": "1m" } ] } ]"#;
-    let envoy = Envoy::start(&options(valkey.port, rules, r#", "timeout": "2s""#, 1));
-    // Load the script first (the first call is answered NOSCRIPT, then EVAL).
-    assert_eq!(envoy.request("GET", "/", &[("x-user", "warm-up")]).status, 200);
+    let envoy = Envoy::start(&options(valkey.port, rules, r#", "timeout": "2s""#, 2));
+    // Each worker opens its stream with its first request.
+    wait_until("both workers' streams", Duration::from_secs(10), || {
+        envoy.request("GET", "/", &[("x-user", "warm-up")]);
+        envoy.stat("wasmcustom.tollgate.stream.opens") == Some(2)
+    });
     let requests_before = envoy.stat("wasmcustom.tollgate.store.requests").unwrap();
-    let calls_before = envoy.stat("wasmcustom.tollgate.store.calls").unwrap();
     let connections_before = info(&valkey, "total_connections_received");
     let mut statuses = Vec::new();
     for round in 0..4 {
@@ -58,14 +69,16 @@ fn concurrent_requests_share_store_calls_and_connections() {
     }
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     let requests = envoy.stat("wasmcustom.tollgate.store.requests").unwrap() - requests_before;
-    let calls = envoy.stat("wasmcustom.tollgate.store.calls").unwrap() - calls_before;
+    let messages = envoy.stat("wasmcustom.tollgate.store.calls").unwrap();
     // Minus one: the INFO that reads the counter is a connection too.
     let connections = info(&valkey, "total_connections_received") - connections_before - 1;
     assert_eq!(requests, 192, "every decision went through the store");
-    assert!(calls < requests, "coalesced: {calls} calls for {requests} decisions");
-    assert_eq!(connections, calls, "one Valkey connection per store call");
+    assert_eq!(connections, 0, "no connection per call: every decision rode a worker's stream");
+    assert_eq!(clients(&valkey), 2, "one connection per worker");
+    assert_eq!(envoy.stat("wasmcustom.tollgate.stream.opens"), Some(2));
     assert_eq!(valkey.int(&["DBSIZE"]), 193, "each request was decided in its own bucket");
-    println!("{requests} decisions in {calls} store calls");
+    assert_eq!(envoy.stat("wasmcustom.tollgate.stream.in_flight"), Some(0), "nothing left awaiting a reply");
+    println!("{requests} decisions in {messages} messages on 2 streams, 0 new connections");
 }
 
 #[test]
@@ -137,28 +150,34 @@ fn every_queued_request_keeps_its_own_timeout() {
 }
 
 #[test]
-fn a_full_queue_applies_failure_mode_and_is_counted() {
+fn a_full_queue_refuses_explicitly_and_is_counted() {
     let port = blackhole();
     let rules =
         r#"[ { "name": "u", "key": [ { "header": "x-user" } ], "limits": [ { "limit": 10, "period": "1m" } ] } ]"#;
     let extra = r#", "timeout": "2s", "max_queue": 0, "max_in_flight": 1"#;
     let options = options(port, rules, extra, 1);
     let mut config: serde_json::Value = serde_json::from_str(&options.plugin_config).unwrap();
-    config["failure_mode"] = "deny".into();
+    config["failure_mode"] = "allow".into();
     let envoy = Envoy::start(&EnvoyOptions { plugin_config: config.to_string(), ..options });
     let port = envoy.port;
-    // The first request's call hangs in the blackhole (in flight for 2 s) ...
-    let first = std::thread::spawn(move || support::http(port, "GET", "/", &[("x-user", "first")]).unwrap().status);
-    wait_until("the first store call", Duration::from_secs(5), || {
-        envoy.stat("wasmcustom.tollgate.store.calls") == Some(1)
+    // The first request's decision hangs in the blackhole (in flight for 2 s) ...
+    let first = std::thread::spawn(move || support::http(port, "GET", "/", &[("x-user", "first")]).unwrap());
+    wait_until("the first decision sent", Duration::from_secs(5), || {
+        envoy.stat("wasmcustom.tollgate.store.requests") == Some(1)
     });
-    // ... so with no queue, the next ones fail at once.
+    // ... so with no room on the stream and no queue, the next ones are
+    // refused at once: overload, never admitted unchecked by failure_mode.
     for i in 0..5 {
         let sent = Instant::now();
         let resp = envoy.request("GET", "/", &[("x-user", &format!("u{i}"))]);
-        assert_eq!(resp.status, 503, "failure_mode deny");
+        assert_eq!(resp.status, 503);
+        assert_eq!(resp.body, b"rate limiter overloaded\n");
+        assert_eq!(resp.header("retry-after"), Some("1"));
         assert!(sent.elapsed() < Duration::from_millis(500), "not queued: {:?}", sent.elapsed());
     }
-    assert_eq!(envoy.stat("wasmcustom.tollgate.queue.overflow"), Some(5));
-    assert_eq!(first.join().unwrap(), 503, "the first times out after 2 s");
+    assert_eq!(envoy.stat("wasmcustom.tollgate.overloaded"), Some(5));
+    assert_eq!(envoy.stat("wasmcustom.tollgate.failure_mode.allowed"), Some(0));
+    let first = first.join().unwrap();
+    assert_eq!((first.status, first.header("ratelimit")), (200, None), "the first: failure_mode after 2 s");
+    assert_eq!(envoy.stat("wasmcustom.tollgate.store.errors.timeout"), Some(1));
 }

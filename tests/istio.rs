@@ -97,7 +97,7 @@ fn every_manifest_has_what_its_crd_requires() {
     let patches = filter["configPatches"].as_array().expect("configPatches is required");
     assert!(!patches.is_empty());
     for p in patches {
-        one_of(&p["applyTo"], &["LISTENER", "CLUSTER"], "applyTo (this file adds listeners and clusters)");
+        one_of(&p["applyTo"], &["LISTENER", "CLUSTER", "EXTENSION_CONFIG"], "applyTo (listeners, clusters, the shim)");
         one_of(&p["match"]["context"], &["ANY", "SIDECAR_INBOUND", "SIDECAR_OUTBOUND", "GATEWAY"], "match.context");
         one_of(&p["patch"]["operation"], &["ADD"], "patch.operation");
         assert!(p["patch"]["value"]["name"].is_string(), "a named Envoy object: {p}");
@@ -147,7 +147,14 @@ fn bootstrap(admin_port: u16, stand_in: Option<(&str, u16)>, extra_listeners: Ve
     let values = |kind: &str| -> Vec<Json> {
         patches.iter().filter(|p| p["applyTo"] == kind).map(|p| p["patch"]["value"].clone()).collect()
     };
+    // What istio-agent makes of the shim's extension config: served over
+    // ECDS with the module fetched from the registry into a local file. The
+    // test inlines it, with the built module, where the listener asks for it.
+    let extensions = values("EXTENSION_CONFIG");
     let mut listeners = values("LISTENER");
+    for listener in &mut listeners {
+        inline_extension_configs(listener, &extensions);
+    }
     listeners.extend(extra_listeners);
     let mut clusters = values("CLUSTER");
     if let Some((address, port)) = stand_in {
@@ -173,6 +180,25 @@ fn bootstrap(admin_port: u16, stand_in: Option<(&str, u16)>, extra_listeners: Ve
             "buffer_size_kb": 64 } } ],
         "static_resources": { "listeners": listeners, "clusters": clusters }
     })
+}
+
+/// Replaces every filter that asks for an extension config (`config_discovery`)
+/// by that config, its remote module by the built one.
+fn inline_extension_configs(value: &mut Json, extensions: &[Json]) {
+    match value {
+        Json::Object(map) if map.contains_key("config_discovery") => {
+            let name = map["name"].clone();
+            let found = extensions.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no extension {name}"));
+            let mut typed = found["typed_config"].clone();
+            let remote = &typed["config"]["vm_config"]["code"]["remote"]["http_uri"]["uri"];
+            assert_eq!(remote, &manifest("WasmPlugin")["spec"]["url"], "the shim comes from the WasmPlugin's image");
+            typed["config"]["vm_config"]["code"] = json!({ "local": { "filename": wasm_path() } });
+            *value = json!({ "name": name, "typed_config": typed });
+        }
+        Json::Object(map) => map.values_mut().for_each(|v| inline_extension_configs(v, extensions)),
+        Json::Array(items) => items.iter_mut().for_each(|v| inline_extension_configs(v, extensions)),
+        _ => {}
+    }
 }
 
 fn write_bootstrap(name: &str, bootstrap: &Json) -> std::path::PathBuf {

@@ -175,7 +175,10 @@ fn limiting_resumes_on_the_promoted_replica_after_the_master_is_killed() {
     });
     assert!(stat(&envoy, "sentinel.lookups") >= 1);
 
-    // Steady load on one bucket: 4 threads, at most 20,000 requests in all.
+    // Steady load on one bucket: 4 threads, each at most one request per
+    // millisecond (while the store is down, requests fail in microseconds:
+    // unpaced, the load would be over before the promotion) and at most
+    // 15,000 requests each.
     let stop = Arc::new(AtomicBool::new(false));
     let admitted = Arc::new(AtomicUsize::new(0));
     let outcomes = Arc::new(Mutex::new(Vec::<Outcome>::new()));
@@ -184,9 +187,16 @@ fn limiting_resumes_on_the_promoted_replica_after_the_master_is_killed() {
             let (stop, admitted, outcomes, port) = (stop.clone(), admitted.clone(), outcomes.clone(), envoy.port);
             std::thread::spawn(move || {
                 let request = Request::new("GET", "/", &[("x-user-id", "hot")]);
-                for _ in 0..5_000 {
+                let started = Instant::now();
+                for i in 0..15_000u32 {
                     if stop.load(Ordering::Relaxed) {
                         break;
+                    }
+                    // Pacing, not waiting for a condition: the next slot.
+                    if let Some(ahead) =
+                        (started + Duration::from_millis(u64::from(i))).checked_duration_since(Instant::now())
+                    {
+                        std::thread::sleep(ahead);
                     }
                     let r = send_raw(port, &request, Duration::from_secs(5)).expect("every request is answered");
                     let decided = r.header("ratelimit").is_some();

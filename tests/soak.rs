@@ -1,5 +1,5 @@
 //! The soak: steady load through a real Envoy for `SOAK_SECONDS` (600 by
-//! default), sampling Envoy's memory and the pending store calls. Ignored by
+//! default), sampling Envoy's memory and the decisions awaiting replies. Ignored by
 //! `make test`; `make soak` runs it (`scripts/soak.sh`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -77,14 +77,14 @@ fn soak_steady_load_keeps_memory_flat_and_nothing_pending() {
         .collect();
 
     println!(
-        "t_s,requests,ok,limited,other,errors,rss_kib,heap_bytes,store_calls_active,downstream_active,store_errors"
+        "t_s,requests,ok,limited,other,errors,rss_kib,heap_bytes,decisions_in_flight,downstream_active,store_errors"
     );
     let start = Instant::now();
     let mut samples = Vec::new();
     while start.elapsed() < Duration::from_secs(seconds) {
         std::thread::sleep(Duration::from_secs(10).min(Duration::from_secs(seconds)));
         let c: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-        let pending = envoy.stat("cluster.tollgate_valkey.upstream_rq_active").unwrap_or(0);
+        let pending = envoy.stat("wasmcustom.tollgate.stream.in_flight").unwrap_or(0);
         let active = envoy.stat("http.demo.downstream_rq_active").unwrap_or(0);
         let errors = envoy.stat("wasmcustom.tollgate.store.errors").unwrap_or(0);
         let (rss, heap) = (rss_kib(pid), heap_allocated(envoy.admin_port));
@@ -112,7 +112,7 @@ fn soak_steady_load_keeps_memory_flat_and_nothing_pending() {
     let (first, last) = (warm.first().unwrap(), warm.last().unwrap());
     let max_pending = samples.iter().map(|s| s.3).max().unwrap_or(0);
     println!(
-        "soak: {seconds} s, {} requests; RSS {} KiB -> {} KiB, heap {} -> {} bytes after warm-up; pending store calls at most {max_pending}",
+        "soak: {seconds} s, {} requests; RSS {} KiB -> {} KiB, heap {} -> {} bytes after warm-up; decisions in flight at most {max_pending}",
         c.iter().sum::<u64>(),
         first.1,
         last.1,
@@ -120,5 +120,5 @@ fn soak_steady_load_keeps_memory_flat_and_nothing_pending() {
         last.2
     );
     assert!(last.1 * 100 <= first.1 * 105, "RSS grew from {} to {} KiB", first.1, last.1);
-    assert!(max_pending <= THREADS, "pending store calls bounded by the clients in flight: {max_pending}");
+    assert!(max_pending <= THREADS, "decisions in flight bounded by the clients in flight: {max_pending}");
 }

@@ -232,14 +232,16 @@ pub struct ValkeyConfig {
     pub timeout: Duration,
     /// First component of every key (`[A-Za-z0-9._:-]{1,64}`).
     pub key_prefix: String,
-    /// Store calls in flight at once per worker (1..=64, default 4).
+    /// Decisions sent on the worker's store stream and awaiting replies, at
+    /// most (1..=16384, default 1024).
     pub max_in_flight: usize,
-    /// Requests coalesced into one store call at most (1..=1024, default 64).
+    /// Decisions sent in one message on the stream at most (1..=1024,
+    /// default 64).
     pub max_batch: usize,
-    /// Requests waiting per worker while every call slot is busy, at most
-    /// (0..=100000, default 4096); beyond it `failure_mode` applies.
+    /// Requests waiting per worker to be sent, at most (0..=100000, default
+    /// 4096); beyond it a request is refused as overload.
     pub max_queue: usize,
-    /// `AUTH` credentials sent at the head of every store call, if any.
+    /// `AUTH` credentials sent first on every store stream, if any.
     pub auth: Option<Auth>,
     /// Sentinel discovery of the master, if configured.
     pub sentinel: Option<SentinelConfig>,

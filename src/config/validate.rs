@@ -71,7 +71,7 @@ fn valkey(raw: RawValkey, env: &dyn Fn(&str) -> Option<String>) -> Result<Valkey
         cluster,
         timeout: Duration::from_millis(timeout_ms),
         key_prefix,
-        max_in_flight: bounded_count("valkey.max_in_flight", raw.max_in_flight, 4, 1, 64)?,
+        max_in_flight: bounded_count("valkey.max_in_flight", raw.max_in_flight, 1024, 1, 16_384)?,
         max_batch: bounded_count("valkey.max_batch", raw.max_batch, 64, 1, 1024)?,
         max_queue: bounded_count("valkey.max_queue", raw.max_queue, 4096, 0, 100_000)?,
         auth: super::access::auth(raw.username, raw.password_env, env)?,

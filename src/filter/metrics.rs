@@ -1,12 +1,14 @@
 //! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
 //! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
 //! Handles are defined once per worker VM at configuration time: their number
-//! is bounded: 4 per rule, 12 others and one per [`FailureKind`] (12); plus
-//! `tollgate.config.errors`, defined only when a configuration is refused.
+//! is bounded: 4 per rule, 14 others, one per [`FailureKind`] (12) and one
+//! per [`Reset`] (6); plus `tollgate.config.errors`, defined only when a
+//! configuration is refused.
 
 use crate::config::Config;
 use crate::store::FailureKind;
-use crate::verdict::RuleOutcome;
+use crate::worker::respond::RuleOutcome;
+use crate::worker::{Gauge, Reset, Stat};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 
@@ -26,17 +28,21 @@ pub struct Metrics {
     store_errors: Option<u32>,
     /// `tollgate.store.errors.<kind>`, indexed by [`FailureKind::index`].
     store_errors_by_kind: [Option<u32>; FailureKind::ALL.len()],
+    unknown_outcome: Option<u32>,
     failure_mode_allowed: Option<u32>,
     failure_mode_denied: Option<u32>,
-    unknown_outcome: Option<u32>,
     store_rq_time: Option<u32>,
     store_calls: Option<u32>,
     store_requests: Option<u32>,
     cache_hits: Option<u32>,
-    queue_overflow: Option<u32>,
+    overloaded: Option<u32>,
     sentinel_lookups: Option<u32>,
     sentinel_failures: Option<u32>,
     sentinel_switches: Option<u32>,
+    stream_opens: Option<u32>,
+    /// `tollgate.stream.resets.<cause>`, in [`Reset::ALL`] order.
+    stream_resets: [Option<u32>; Reset::ALL.len()],
+    in_flight: Option<u32>,
 }
 
 fn define(kind: MetricType, name: &str) -> Option<u32> {
@@ -49,12 +55,12 @@ fn counter(name: &str) -> Option<u32> {
 
 /// Counts a configuration the filter refused (`tollgate.config.errors`).
 pub fn count_config_error() {
-    increment(counter("tollgate.config.errors"));
+    add(counter("tollgate.config.errors"), 1);
 }
 
-fn increment(handle: Option<u32>) {
+fn add(handle: Option<u32>, by: i64) {
     if let Some(id) = handle {
-        let _ = hostcalls::increment_metric(id, 1);
+        let _ = hostcalls::increment_metric(id, by);
     }
 }
 
@@ -77,83 +83,63 @@ impl Metrics {
             rules,
             store_errors: counter("tollgate.store.errors"),
             store_errors_by_kind: FailureKind::ALL.map(|k| counter(&format!("tollgate.store.errors.{}", k.name()))),
+            unknown_outcome: counter("tollgate.store.unknown_outcome"),
             failure_mode_allowed: counter("tollgate.failure_mode.allowed"),
             failure_mode_denied: counter("tollgate.failure_mode.denied"),
-            unknown_outcome: counter("tollgate.store.unknown_outcome"),
             store_rq_time: define(MetricType::Histogram, "tollgate.store.rq_time"),
             store_calls: counter("tollgate.store.calls"),
             store_requests: counter("tollgate.store.requests"),
             cache_hits: counter("tollgate.cache.hits"),
-            queue_overflow: counter("tollgate.queue.overflow"),
+            overloaded: counter("tollgate.overloaded"),
             sentinel_lookups: counter("tollgate.sentinel.lookups"),
             sentinel_failures: counter("tollgate.sentinel.failures"),
             sentinel_switches: counter("tollgate.sentinel.switches"),
+            stream_opens: counter("tollgate.stream.opens"),
+            stream_resets: Reset::ALL.map(|r| counter(&format!("tollgate.stream.resets.{}", r.name()))),
+            in_flight: define(MetricType::Gauge, "tollgate.stream.in_flight"),
         }
     }
 
-    pub fn rule(&self, rule: usize, outcome: RuleOutcome) {
-        let Some(m) = self.rules.get(rule) else { return };
-        increment(match outcome {
-            RuleOutcome::Allowed => m.allowed,
-            RuleOutcome::Denied => m.denied,
-            RuleOutcome::ShadowDenied => m.shadow_denied,
-        });
-    }
-
-    pub fn skipped(&self, rule: usize) {
-        increment(self.rules.get(rule).and_then(|m| m.skipped));
-    }
-
-    /// Counts a store failure in `store.errors` and `store.errors.<kind>`.
-    pub fn store_error(&self, kind: FailureKind) {
-        increment(self.store_errors);
-        increment(self.store_errors_by_kind.get(kind.index()).copied().flatten());
-    }
-
-    /// A failed request whose call may have run on the store (and so may be
-    /// charged): see [`crate::store::Failure::may_have_run`].
-    pub fn unknown_outcome(&self) {
-        increment(self.unknown_outcome);
-    }
-
-    pub fn failure_mode(&self, allowed: bool) {
-        increment(if allowed { self.failure_mode_allowed } else { self.failure_mode_denied });
-    }
-
-    /// One store call dispatched, carrying `requests` requests' checks.
-    pub fn store_call(&self, requests: usize) {
-        increment(self.store_calls);
-        if let Some(id) = self.store_requests {
-            let _ = hostcalls::increment_metric(id, i64::try_from(requests).unwrap_or(i64::MAX));
+    fn handle(&self, stat: Stat) -> Option<u32> {
+        let rule = |i: usize| self.rules.get(i).copied().unwrap_or_default();
+        match stat {
+            Stat::Rule(i, RuleOutcome::Allowed) => rule(i).allowed,
+            Stat::Rule(i, RuleOutcome::Denied) => rule(i).denied,
+            Stat::Rule(i, RuleOutcome::ShadowDenied) => rule(i).shadow_denied,
+            Stat::RuleSkipped(i) => rule(i).skipped,
+            Stat::StoreError(_) => self.store_errors,
+            Stat::UnknownOutcome => self.unknown_outcome,
+            Stat::FailureMode { allowed: true } => self.failure_mode_allowed,
+            Stat::FailureMode { allowed: false } => self.failure_mode_denied,
+            Stat::StoreMessages => self.store_calls,
+            Stat::StoreRequests => self.store_requests,
+            Stat::CacheHit => self.cache_hits,
+            Stat::Overloaded => self.overloaded,
+            Stat::SentinelLookup => self.sentinel_lookups,
+            Stat::SentinelFailure => self.sentinel_failures,
+            Stat::SentinelSwitch => self.sentinel_switches,
+            Stat::StreamOpen => self.stream_opens,
+            Stat::StreamReset(r) => {
+                Reset::ALL.iter().position(|x| *x == r).and_then(|i| self.stream_resets.get(i)).copied().flatten()
+            }
         }
     }
 
-    /// A request denied from the local denial cache, without a store call.
-    pub fn cache_hit(&self) {
-        increment(self.cache_hits);
+    pub fn count(&self, stat: Stat, by: u64) {
+        let by = i64::try_from(by).unwrap_or(i64::MAX);
+        add(self.handle(stat), by);
+        if let Stat::StoreError(kind) = stat {
+            add(self.store_errors_by_kind.get(kind.index()).copied().flatten(), by);
+        }
     }
 
-    /// A request that found the store call queue full.
-    pub fn queue_overflow(&self) {
-        increment(self.queue_overflow);
+    pub fn gauge(&self, gauge: Gauge, delta: i64) {
+        match gauge {
+            Gauge::InFlight => add(self.in_flight, delta),
+        }
     }
 
-    /// A master lookup sent to the Sentinels.
-    pub fn sentinel_lookup(&self) {
-        increment(self.sentinel_lookups);
-    }
-
-    /// A master lookup that gave no master (sent or not).
-    pub fn sentinel_failure(&self) {
-        increment(self.sentinel_failures);
-    }
-
-    /// The Sentinels reported a master other than the one in use.
-    pub fn sentinel_switch(&self) {
-        increment(self.sentinel_switches);
-    }
-
-    /// Records one store call's duration, in milliseconds.
+    /// Records one store round trip, in milliseconds.
     pub fn store_time(&self, ms: u64) {
         if let Some(id) = self.store_rq_time {
             let _ = hostcalls::record_metric(id, ms);

@@ -1,15 +1,14 @@
 //! The thin proxy-wasm glue: the only module (with the entry point in
-//! `lib.rs`) that touches `proxy_wasm`. It reads the plugin configuration,
-//! turns request headers into a [`crate::plan::RequestView`], sends the
-//! store call through the Envoy cluster, and copies the pure core's answer
-//! back into Envoy. Host calls are made through `proxy_wasm::hostcalls`,
-//! whose results are handled instead of unwrapped.
+//! `lib.rs`) that touches `proxy_wasm`. It turns callbacks into the
+//! [`crate::worker::Worker`]'s events and carries out what the worker asks
+//! of its host ([`host`]); as the store tunnel's framing shim ([`shim`]) it
+//! moves body chunks through [`crate::framing`]. No decision is made here.
 
-mod apply;
-mod discovery;
+mod host;
 mod http;
 mod metrics;
 mod root;
+mod shim;
 
 use proxy_wasm::traits::RootContext;
 use proxy_wasm::types::LogLevel;

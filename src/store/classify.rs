@@ -20,13 +20,13 @@ use super::Failure;
 /// The kind of a store failure: one stat `tollgate.store.errors.<name>` each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailureKind {
-    /// The tunnel could not reach the store (connection refused or reset,
-    /// non-200 tunnel status, the dispatch itself failed, or the store closed
-    /// the connection without a reply).
+    /// The store could not be reached (connection refused, no master known,
+    /// the stream could not be opened), or its stream closed before the
+    /// request's reply arrived.
     Unavailable,
-    /// The call produced no response before `valkey.timeout`.
+    /// The request was sent and no reply came within `valkey.timeout`.
     Timeout,
-    /// The body is not RESP (or is truncated, or exceeds the decoder limits).
+    /// The store's bytes are not RESP (or exceed the decoder limits).
     NotResp,
     /// A RESP reply that does not have the script's reply shape.
     BadReply,
@@ -137,16 +137,11 @@ impl Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::Check;
-    use crate::store::interpret;
+    use crate::store::tests::outcome;
     use std::collections::HashSet;
 
-    fn checks() -> Vec<Check> {
-        vec![Check::for_test(0, "k", &[(2, 1_000)], 1)]
-    }
-
-    fn kind_of(status: Option<&str>, body: &[u8]) -> FailureKind {
-        match interpret(status, body, &checks()) {
+    fn kind_of(reply: &[u8]) -> FailureKind {
+        match outcome(reply) {
             crate::store::Outcome::Failed(f) => f.kind(),
             other => panic!("not a failure: {other:?}"),
         }
@@ -191,7 +186,7 @@ mod tests {
             (b"-\r\n", FailureKind::Other, false),
             (b"!9\r\nBUSY busy\r\n", FailureKind::Busy, true),
         ] {
-            let got = kind_of(Some("200"), reply);
+            let got = kind_of(reply);
             assert_eq!(got, kind, "{}", String::from_utf8_lossy(reply));
             assert_eq!(got.is_transient(), transient, "{}", String::from_utf8_lossy(reply));
         }
@@ -199,12 +194,11 @@ mod tests {
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn transport_failures_are_classified() {
-        assert_eq!(kind_of(Some("503"), b"upstream connect error"), FailureKind::Unavailable);
-        assert_eq!(kind_of(None, b""), FailureKind::Timeout);
-        assert_eq!(kind_of(Some("200"), b""), FailureKind::Unavailable);
-        assert_eq!(kind_of(Some("200"), b"<html>"), FailureKind::NotResp);
-        assert_eq!(kind_of(Some("200"), b"*5\r\n:1\r\n"), FailureKind::NotResp);
-        assert_eq!(kind_of(Some("200"), b":1\r\n"), FailureKind::BadReply);
+        assert_eq!(Failure::Unavailable("connection refused".into()).kind(), FailureKind::Unavailable);
+        assert_eq!(Failure::Lost("stream closed".into()).kind(), FailureKind::Unavailable);
+        assert_eq!(Failure::NoResponse.kind(), FailureKind::Timeout);
+        assert_eq!(kind_of(b"<html>"), FailureKind::NotResp);
+        assert_eq!(kind_of(b":1\r\n"), FailureKind::BadReply);
         assert_eq!(Failure::NoScriptAfterEval.kind(), FailureKind::NoScript);
         assert!(FailureKind::Timeout.is_transient() && !FailureKind::NotResp.is_transient());
     }

@@ -1,11 +1,7 @@
-//! The one seam between the filter and the store: building the RESP pipeline
-//! of a store call and interpreting the tunnel's reply.
-//!
-//! A store call is an HTTP POST through Envoy whose body is a RESP pipeline;
-//! the internal tunnel listener forwards it to Valkey as raw TCP and the reply
-//! body is Valkey's raw RESP reply. Everything here is pure: the filter only
-//! moves bytes. Later pipelines (AUTH, batches of many requests' checks) are
-//! built and split here too, so the filter stays unchanged.
+//! What a store reply means: one script reply to an [`Outcome`], the
+//! failures and their kinds, the `AUTH` preamble of a stream, and Sentinel
+//! discovery ([`sentinel`]). Pure: the worker pairs replies with requests
+//! (in order, on its stream) and hands each one here.
 
 mod classify;
 pub mod sentinel;
@@ -14,12 +10,11 @@ pub use classify::FailureKind;
 
 use crate::config::Auth;
 use crate::limiter::reply::{self, ReplyError};
-use crate::limiter::script::{encode_call, Invocation, Script};
 use crate::limiter::{Check, Decision};
-use crate::resp::{decode_all, encode_command, DecodeError, Limits, Value};
+use crate::resp::{encode_command, DecodeError, Value};
 use std::fmt;
 
-/// What the filter does with a store call's reply.
+/// What one script reply means.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The store decided.
@@ -34,14 +29,15 @@ pub enum Outcome {
 /// Why a store call gave no decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
-    /// The tunnel call failed or answered a non-200 status (Valkey unreachable).
+    /// The store could not be reached, or the request could not be sent to
+    /// it in time (connection refused, no master known yet).
     Unavailable(String),
-    /// The call ended without any response: `valkey.timeout` ran out.
+    /// The request was sent and no reply came within `valkey.timeout`.
     NoResponse,
-    /// The connection to the store closed after the call was sent and before
-    /// every reply arrived (e.g. the store was killed).
+    /// The stream to the store closed after the request was sent and before
+    /// its reply arrived (e.g. the store was killed).
     Lost(String),
-    /// The body is not a complete RESP reply (e.g. an Envoy error page).
+    /// The store's bytes are not RESP.
     NotResp(DecodeError),
     /// Valkey answered an error reply, e.g. `READONLY`, `OOM`, `WRONGTYPE`.
     ErrorReply { kind: String, message: String },
@@ -113,43 +109,18 @@ pub fn preamble_failure(reply: &Value) -> Option<Failure> {
         return None;
     }
     let kind = reply.error_kind().unwrap_or_default().chars().take(MAX_ERROR_TEXT).collect();
-    let message = reply.as_error().map(printable).unwrap_or_default();
+    let message = reply.as_error().map(|e| printable(e, MAX_ERROR_TEXT)).unwrap_or_default();
     Some(Failure::ErrorReply { kind, message })
-}
-
-/// The body of the store call deciding `checks` atomically.
-pub fn pipeline(script: &Script, how: Invocation, checks: &[Check], now_ms: Option<u64>) -> Vec<u8> {
-    let mut body = Vec::with_capacity(256);
-    encode_call(&mut body, script, how, checks, now_ms);
-    body
-}
-
-/// Interprets a tunnel call's reply: `status` is the HTTP `:status` (`None`
-/// when the call produced no response), `body` the raw reply bytes.
-pub fn interpret(status: Option<&str>, body: &[u8], checks: &[Check]) -> Outcome {
-    match status {
-        Some("200") => {}
-        Some(other) => return Outcome::Failed(Failure::Unavailable(format!("tunnel status {other}"))),
-        None => return Outcome::Failed(Failure::NoResponse),
-    }
-    let replies = match decode_all(body, &Limits::default()) {
-        Ok(replies) => replies,
-        Err(e) => return Outcome::Failed(Failure::NotResp(e)),
-    };
-    let [reply] = replies.as_slice() else {
-        return Outcome::Failed(Failure::Unavailable(format!("expected 1 reply, got {}", replies.len())));
-    };
-    interpret_reply(reply, checks)
 }
 
 /// Longest part of an error reply kept for the log (replies are untrusted).
 const MAX_ERROR_TEXT: usize = 256;
 
-/// At most [`MAX_ERROR_TEXT`] bytes of `bytes`, as text with every control
-/// character (a RESP3 bulk error may hold CR/LF) replaced, so that a reply
-/// can neither flood nor forge log lines.
-fn printable(bytes: &[u8]) -> String {
-    let head = bytes.get(..MAX_ERROR_TEXT).unwrap_or(bytes);
+/// At most `max` bytes of `bytes`, as text with every control character (a
+/// RESP3 bulk error may hold CR/LF) replaced, so that an untrusted reply can
+/// neither flood nor forge log lines.
+pub fn printable(bytes: &[u8], max: usize) -> String {
+    let head = bytes.get(..max).unwrap_or(bytes);
     String::from_utf8_lossy(head).chars().map(|c| if c.is_control() { '?' } else { c }).collect()
 }
 
@@ -160,7 +131,7 @@ pub fn interpret_reply(reply: &Value, checks: &[Check]) -> Outcome {
         if kind == "NOSCRIPT" {
             return Outcome::NoScript;
         }
-        let message = reply.as_error().map(printable).unwrap_or_default();
+        let message = reply.as_error().map(|e| printable(e, MAX_ERROR_TEXT)).unwrap_or_default();
         let kind = kind.chars().take(MAX_ERROR_TEXT).collect();
         return Outcome::Failed(Failure::ErrorReply { kind, message });
     }
@@ -173,15 +144,23 @@ pub fn interpret_reply(reply: &Value, checks: &[Check]) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resp::{decode, Limits};
 
     fn checks() -> Vec<Check> {
         vec![Check::for_test(0, "k", &[(2, 1_000)], 1)]
     }
 
+    /// What the worker makes of these bytes as one reply.
+    pub(crate) fn outcome(bytes: &[u8]) -> Outcome {
+        match decode(bytes, &Limits::default()) {
+            Ok((value, _)) => interpret_reply(&value, &checks()),
+            Err(e) => Outcome::Failed(Failure::NotResp(e)),
+        }
+    }
+
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn decides_on_a_well_formed_reply() {
-        let out = interpret(Some("200"), b"*5\r\n:1\r\n:42\r\n:1\r\n:1000\r\n:0\r\n", &checks());
-        let Outcome::Decided(d) = out else { panic!("{out:?}") };
+        let Outcome::Decided(d) = outcome(b"*5\r\n:1\r\n:42\r\n:1\r\n:1000\r\n:0\r\n") else { panic!("no decision") };
         assert!(d.allowed);
         assert_eq!((d.now_ms, d.windows[0].remaining), (42, 1));
     }
@@ -213,43 +192,29 @@ mod tests {
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn noscript_asks_for_eval() {
-        let out = interpret(Some("200"), b"-NOSCRIPT No matching script.\r\n", &checks());
-        assert_eq!(out, Outcome::NoScript);
+        assert_eq!(outcome(b"-NOSCRIPT No matching script.\r\n"), Outcome::NoScript);
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn failures_are_classified_not_panicked() {
-        let c = checks();
-        assert!(matches!(
-            interpret(Some("503"), b"upstream connect error", &c),
-            Outcome::Failed(Failure::Unavailable(_))
-        ));
-        assert!(matches!(interpret(None, b"", &c), Outcome::Failed(Failure::NoResponse)));
-        assert!(matches!(interpret(Some("200"), b"upstream connect error", &c), Outcome::Failed(Failure::NotResp(_))));
-        assert!(matches!(interpret(Some("200"), b"*5\r\n:1\r\n", &c), Outcome::Failed(Failure::NotResp(_))));
-        assert!(matches!(interpret(Some("200"), b"", &c), Outcome::Failed(Failure::Unavailable(_))));
+        assert!(matches!(outcome(b"upstream connect error"), Outcome::Failed(Failure::NotResp(_))));
         let Outcome::Failed(Failure::ErrorReply { kind, .. }) =
-            interpret(Some("200"), b"-READONLY You can't write against a read only replica.\r\n", &c)
+            outcome(b"-READONLY You can't write against a read only replica.\r\n")
         else {
             panic!("not an error reply")
         };
         assert_eq!(kind, "READONLY");
-        assert!(matches!(interpret(Some("200"), b":1\r\n", &c), Outcome::Failed(Failure::BadReply(_))));
+        assert!(matches!(outcome(b":1\r\n"), Outcome::Failed(Failure::BadReply(_))));
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn only_failures_after_sending_may_have_run() {
-        let c = checks();
-        let outcome = |status, body: &[u8]| match interpret(status, body, &c) {
-            Outcome::Failed(f) => f.may_have_run(),
-            other => panic!("not a failure: {other:?}"),
-        };
-        assert!(outcome(None, b""), "no response: the call may have run");
-        assert!(outcome(Some("200"), b"*5\r\n:1\r\n"), "truncated reply");
-        assert!(Failure::Lost("expected 2 replies, got 1".into()).may_have_run());
-        assert!(!outcome(Some("503"), b"upstream connect error"), "never reached the store");
-        assert!(!outcome(Some("200"), b"-READONLY replica\r\n"), "the store answered");
-        assert!(!Failure::Unavailable("store call queue full".into()).may_have_run());
+        assert!(Failure::NoResponse.may_have_run(), "sent, no reply in time");
+        assert!(Failure::Lost("stream closed".into()).may_have_run());
+        assert!(Failure::NotResp(DecodeError::Incomplete).may_have_run());
+        let Outcome::Failed(answered) = outcome(b"-READONLY replica\r\n") else { panic!("not a failure") };
+        assert!(!answered.may_have_run(), "the store answered");
+        assert!(!Failure::Unavailable("connection refused".into()).may_have_run());
         assert!(!Failure::NoScriptAfterEval.may_have_run());
     }
 
@@ -258,7 +223,7 @@ mod tests {
         let mut reply = b"!2000\r\nOOM ".to_vec();
         reply.extend(std::iter::repeat_n(b'\n', 1996));
         reply.extend_from_slice(b"\r\n");
-        let Outcome::Failed(failure @ Failure::ErrorReply { .. }) = interpret(Some("200"), &reply, &checks()) else {
+        let Outcome::Failed(failure @ Failure::ErrorReply { .. }) = outcome(&reply) else {
             panic!("not an error reply")
         };
         let text = failure.to_string();

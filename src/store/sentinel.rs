@@ -1,27 +1,29 @@
 //! Sentinel discovery, the pure part: the lookup command, its reply, and
-//! when to ask (time passed in, in ms of the proxy's clock). The root context
-//! sends the lookups through `valkey.sentinel.cluster` and routes store calls
-//! to the master learned here (`x-envoy-original-dst-host`).
+//! when to ask (time passed in, in ms of the proxy's clock). The worker sends
+//! the lookups on its stream to `valkey.sentinel.cluster` and opens its store
+//! stream to the master learned here (`x-envoy-original-dst-host`).
 //!
 //! Only an address a Sentinel reported is ever used: an IP literal and a port
 //! (a hostname, from `resolve-hostnames yes`, is rejected), never anything a
 //! request carries.
 //!
 //! ```
+//! use tollgate::resp::decode;
 //! use tollgate::store::sentinel::{parse_lookup, Change, Discovery};
 //!
 //! let mut d = Discovery::new(5_000);
 //! assert!(d.due(0));
-//! d.sent(7, 0);
-//! let reply = b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6380\r\n";
-//! assert_eq!(parse_lookup(Some("200"), reply).unwrap().to_string(), "127.0.0.1:6380");
-//! let change = d.on_reply(7, Some("200"), reply, 3).unwrap();
+//! d.sent(0);
+//! let (reply, _) = decode(b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6380\r\n", &Default::default()).unwrap();
+//! assert_eq!(parse_lookup(&reply).unwrap().to_string(), "127.0.0.1:6380");
+//! let change = d.on_reply(parse_lookup(&reply), 3);
 //! assert!(matches!(change, Ok(Change::First(_))));
 //! assert_eq!(d.master().unwrap().to_string(), "127.0.0.1:6380");
 //! assert!(!d.due(4_999) && d.due(5_003));
 //! ```
 
-use crate::resp::{decode_all, encode_command, DecodeError, Limits, Value};
+use crate::resp::{encode_command, Value};
+use crate::store::printable;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
@@ -38,10 +40,8 @@ pub fn lookup_command(master_name: &str) -> Vec<u8> {
 /// Why a lookup gave no master.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LookupError {
-    /// The tunnel call failed, timed out (`None` status) or answered non-200.
+    /// The Sentinel could not be reached, or its stream failed or timed out.
     Unavailable(String),
-    /// The body is not one complete RESP reply.
-    NotResp(DecodeError),
     /// A nil reply: the Sentinel monitors no master of that name.
     UnknownMaster,
     /// The Sentinel answered an error.
@@ -54,7 +54,6 @@ impl fmt::Display for LookupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Unavailable(why) => write!(f, "sentinel unavailable: {why}"),
-            Self::NotResp(e) => write!(f, "sentinel reply is not RESP: {e}"),
             Self::UnknownMaster => f.write_str("sentinel knows no master of that name"),
             Self::ErrorReply(e) => write!(f, "sentinel error reply: {e}"),
             Self::BadReply(e) => write!(f, "sentinel reply malformed: {e}"),
@@ -66,21 +65,11 @@ impl fmt::Display for LookupError {
 const MAX_TEXT: usize = 128;
 
 fn text(bytes: &[u8]) -> String {
-    let head = bytes.get(..MAX_TEXT).unwrap_or(bytes);
-    String::from_utf8_lossy(head).chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    printable(bytes, MAX_TEXT)
 }
 
-/// The master's address from a lookup call's `:status` and body.
-pub fn parse_lookup(status: Option<&str>, body: &[u8]) -> Result<SocketAddr, LookupError> {
-    match status {
-        Some("200") => {}
-        Some(other) => return Err(LookupError::Unavailable(format!("tunnel status {other}"))),
-        None => return Err(LookupError::Unavailable("no response".into())),
-    }
-    let replies = decode_all(body, &Limits::default()).map_err(LookupError::NotResp)?;
-    let [reply] = replies.as_slice() else {
-        return Err(LookupError::Unavailable(format!("expected 1 reply, got {}", replies.len())));
-    };
+/// The master's address from a lookup's reply.
+pub fn parse_lookup(reply: &Value) -> Result<SocketAddr, LookupError> {
     match reply {
         Value::Nil => Err(LookupError::UnknownMaster),
         Value::Error(e) => Err(LookupError::ErrorReply(text(e))),
@@ -121,8 +110,8 @@ pub enum Change {
 #[derive(Debug, Clone)]
 pub struct Discovery {
     master: Option<SocketAddr>,
-    /// The token of the lookup in flight (one at a time).
-    in_flight: Option<u32>,
+    /// A lookup is in flight (one at a time).
+    in_flight: bool,
     /// When the next lookup is due.
     next_at: u64,
     /// When the last lookup was sent.
@@ -133,7 +122,7 @@ pub struct Discovery {
 impl Discovery {
     /// Nothing known yet: the first lookup is due at once.
     pub fn new(refresh_ms: u64) -> Discovery {
-        Discovery { master: None, in_flight: None, next_at: 0, last_sent: None, refresh_ms: refresh_ms.max(1) }
+        Discovery { master: None, in_flight: false, next_at: 0, last_sent: None, refresh_ms: refresh_ms.max(1) }
     }
 
     /// The master last reported (kept when a later lookup fails).
@@ -143,25 +132,21 @@ impl Discovery {
 
     /// A lookup should be sent now.
     pub fn due(&self, now: u64) -> bool {
-        self.in_flight.is_none() && now >= self.next_at
+        !self.in_flight && now >= self.next_at
     }
 
-    /// A lookup was dispatched under `token`.
-    pub fn sent(&mut self, token: u32, now: u64) {
-        self.in_flight = Some(token);
+    /// A lookup was sent.
+    pub fn sent(&mut self, now: u64) {
+        self.in_flight = true;
         self.last_sent = Some(now);
     }
 
-    /// The lookup could not be dispatched: try again after the minimum interval.
-    pub fn send_failed(&mut self, now: u64) {
-        self.in_flight = None;
+    /// The lookup could not be sent, or its stream failed: try again after
+    /// the minimum interval, keeping the master known so far.
+    pub fn failed(&mut self, now: u64) {
+        self.in_flight = false;
         self.last_sent = Some(now);
         self.next_at = now.saturating_add(MIN_LOOKUP_INTERVAL_MS);
-    }
-
-    /// Whether call `token` is the lookup in flight.
-    pub fn is_lookup(&self, token: u32) -> bool {
-        self.in_flight == Some(token)
     }
 
     /// The master seems gone (a store call failed to connect, timed out or
@@ -171,33 +156,23 @@ impl Discovery {
         self.next_at = self.next_at.min(earliest);
     }
 
-    /// The reply of lookup `token` (`None` if it is not the lookup in flight).
-    /// Success schedules the next lookup after `refresh`; failure after the
-    /// minimum interval, keeping the master known so far.
-    pub fn on_reply(
-        &mut self,
-        token: u32,
-        status: Option<&str>,
-        body: &[u8],
-        now: u64,
-    ) -> Option<Result<Change, LookupError>> {
-        if !self.is_lookup(token) {
-            return None;
-        }
-        self.in_flight = None;
-        match parse_lookup(status, body) {
+    /// The lookup's answer. Success schedules the next lookup after
+    /// `refresh`; failure after the minimum interval, keeping the master known
+    /// so far.
+    pub fn on_reply(&mut self, result: Result<SocketAddr, LookupError>, now: u64) -> Result<Change, LookupError> {
+        self.in_flight = false;
+        match result {
             Ok(addr) => {
                 self.next_at = now.saturating_add(self.refresh_ms);
-                let change = match self.master.replace(addr) {
+                Ok(match self.master.replace(addr) {
                     None => Change::First(addr),
                     Some(old) if old == addr => Change::Same,
                     Some(old) => Change::Switched { from: old, to: addr },
-                };
-                Some(Ok(change))
+                })
             }
             Err(e) => {
                 self.next_at = now.saturating_add(MIN_LOOKUP_INTERVAL_MS);
-                Some(Err(e))
+                Err(e)
             }
         }
     }

@@ -7,7 +7,7 @@ use crate::support::{try_command, Valkey};
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use tollgate::limiter::model::Model;
-use tollgate::limiter::script::{limiter, Invocation};
+use tollgate::limiter::script::{encode_call, limiter, Invocation};
 use tollgate::limiter::{Algorithm, Check, Decision, Window};
 use tollgate::resp::Value;
 use tollgate::store::{self, Outcome};
@@ -15,7 +15,8 @@ use tollgate::store::{self, Outcome};
 /// The script, called directly; `now_ms` `None` means Valkey's clock.
 pub fn store_decide_at(valkey: &Valkey, checks: &[Check], now_ms: Option<u64>) -> Decision {
     for how in [Invocation::EvalSha, Invocation::Eval] {
-        let body = store::pipeline(limiter(), how, checks, now_ms);
+        let mut body = Vec::new();
+        encode_call(&mut body, limiter(), how, checks, now_ms);
         let reply = raw_call(valkey.port, &body);
         match store::interpret_reply(&reply, checks) {
             Outcome::Decided(d) => return d,

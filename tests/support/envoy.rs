@@ -41,6 +41,8 @@ pub struct Envoy {
     valkey_port: u16,
     module: PathBuf,
     ipv6: bool,
+    /// The network namespace it runs in (see [`super::netns`]), if not ours.
+    netns: Option<String>,
 }
 
 /// Test-only changes to the rendered configuration, beyond the substitutions.
@@ -121,6 +123,15 @@ pub fn render_with_module(text: &str, options: &EnvoyOptions, ports: Ports, lds_
     out
 }
 
+/// `--log-level info`, or what TOLLGATE_ENVOY_LOG_LEVEL asks for.
+fn log_level_args() -> Vec<String> {
+    match std::env::var("TOLLGATE_ENVOY_LOG_LEVEL") {
+        Ok(level) if level.contains(':') => vec!["--component-log-level".into(), level],
+        Ok(level) => vec!["--log-level".into(), level],
+        Err(_) => vec!["--log-level".into(), "info".into()],
+    }
+}
+
 fn read_envoy_file(name: &str) -> String {
     std::fs::read_to_string(repo_root().join("envoy").join(name)).unwrap()
 }
@@ -182,16 +193,43 @@ impl Envoy {
         extras: &Extras,
         edit: &dyn Fn(String) -> String,
     ) -> Result<Self, String> {
-        let mut result = Self::launch(options, bootstrap, module, extras, edit);
+        Self::retrying_in(options, bootstrap, module, extras, edit, None)
+    }
+
+    fn retrying_in(
+        options: &EnvoyOptions,
+        bootstrap: Bootstrap,
+        module: &Path,
+        extras: &Extras,
+        edit: &dyn Fn(String) -> String,
+        netns: Option<&str>,
+    ) -> Result<Self, String> {
+        let mut result = Self::launch(options, bootstrap, module, extras, edit, netns);
         for _ in 0..4 {
             match &result {
                 Err(log) if log.contains("Address already in use") => {
-                    result = Self::launch(options, bootstrap, module, extras, edit)
+                    result = Self::launch(options, bootstrap, module, extras, edit, netns)
                 }
                 _ => break,
             }
         }
         result
+    }
+
+    /// Starts Envoy with `envoy/envoy.yaml`, rendered and changed by `edit`,
+    /// inside network namespace `netns`; every request and stat of the
+    /// returned Envoy is made from inside it too.
+    pub fn start_in(options: &EnvoyOptions, netns: &str, edit: &dyn Fn(String) -> String) -> Self {
+        Self::retrying_in(options, Bootstrap::Static, &wasm_path(), &Extras::default(), edit, Some(netns))
+            .unwrap_or_else(|log| panic!("envoy did not become ready in {netns}:\n{log}"))
+    }
+
+    /// Runs `f` where this Envoy's sockets are (its namespace, or ours).
+    pub fn net<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        match &self.netns {
+            Some(ns) => super::netns::within(ns, f),
+            None => f(),
+        }
     }
 
     /// Starts Envoy with `envoy/envoy-dynamic.yaml`: the demo listener comes
@@ -207,6 +245,7 @@ impl Envoy {
         module: &Path,
         extras: &Extras,
         edit: &dyn Fn(String) -> String,
+        netns: Option<&str>,
     ) -> Result<Self, String> {
         let ports = Ports { listener: free_port(), upstream: free_port(), admin: free_port() };
         let dir = scratch_dir("envoy");
@@ -232,17 +271,29 @@ impl Envoy {
             valkey_port: options.valkey_port,
             module: module.to_path_buf(),
             ipv6: extras.ipv6,
+            netns: netns.map(str::to_owned),
         };
         match bootstrap {
             Bootstrap::Static | Bootstrap::Sentinel => {}
             Bootstrap::Lds => envoy.reload(&options.plugin_config),
             Bootstrap::Ecds => envoy.write_dynamic("tollgate-filter.yaml", &options.plugin_config),
         }
-        let child = Command::new(envoy_bin())
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(envoy_bin());
+                c
+            }
+            None => Command::new(envoy_bin()),
+        };
+        let child = command
             .arg("-c")
             .arg(&config)
             .args(["--concurrency", &options.concurrency.to_string(), "--use-dynamic-base-id"])
-            .args(["--log-level", "info", "--log-path"])
+            // TOLLGATE_ENVOY_LOG_LEVEL=debug (or a component list such as
+            // `wasm:debug,grpc:debug`) to debug a test; its log is kept when it fails.
+            .args(log_level_args())
+            .arg("--log-path")
             .arg(&envoy.log)
             .current_dir(repo_root())
             .stdout(Stdio::null())
@@ -255,8 +306,10 @@ impl Envoy {
             if !envoy.is_running() {
                 return Err(envoy.log_text());
             }
-            let ready = admin_get(envoy.admin_port, "/ready").is_some_and(|r| r.status == 200)
-                && TcpStream::connect((envoy.host(), envoy.port)).is_ok();
+            let (admin, host, port) = (envoy.admin_port, envoy.host(), envoy.port);
+            let ready = envoy.net(|| {
+                admin_get(admin, "/ready").is_some_and(|r| r.status == 200) && TcpStream::connect((host, port)).is_ok()
+            });
             if ready {
                 return Ok(envoy);
             }
@@ -291,7 +344,8 @@ impl Envoy {
     }
 
     pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
-        http_to(self.host(), self.port, method, path, headers).unwrap()
+        let (host, port) = (self.host(), self.port);
+        self.net(|| http_to(host, port, method, path, headers)).unwrap()
     }
 
     fn host(&self) -> &'static str {
@@ -312,7 +366,9 @@ impl Envoy {
 
     /// The value of one counter or gauge from `/stats`.
     pub fn stat(&self, name: &str) -> Option<u64> {
-        let body = admin_get(self.admin_port, &format!("/stats?filter=^{name}$"))?.body;
+        let path = format!("/stats?filter=^{name}$");
+        let admin = self.admin_port;
+        let body = self.net(|| admin_get(admin, &path))?.body;
         let text = String::from_utf8_lossy(&body).into_owned();
         text.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
     }

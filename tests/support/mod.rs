@@ -7,6 +7,7 @@
 mod envoy;
 mod http;
 pub mod load;
+pub mod netns;
 pub mod tls;
 mod valkey;
 

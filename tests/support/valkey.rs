@@ -14,6 +14,8 @@ pub struct Valkey {
     child: Option<Child>,
     dir: PathBuf,
     extra: Vec<String>,
+    /// The network namespace it runs in (see [`super::netns`]), if not ours.
+    netns: Option<String>,
 }
 
 impl Valkey {
@@ -28,12 +30,40 @@ impl Valkey {
                 child: None,
                 dir: scratch_dir("valkey"),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
+                netns: None,
             };
             if v.try_restart() {
                 return v;
             }
         }
         panic!("valkey-server did not start on 5 different ports");
+    }
+
+    /// A valkey-server inside network namespace `netns` on port 6379 (the
+    /// namespace is the test's own), listening on `ip` and its loopback;
+    /// commands are sent from inside the namespace.
+    pub fn start_in(netns: &str, ip: &str) -> Self {
+        let mut v = Valkey {
+            port: 6379,
+            child: None,
+            dir: scratch_dir("valkey"),
+            extra: vec!["--bind".into(), format!("{ip} 127.0.0.1"), "--protected-mode".into(), "no".into()],
+            netns: Some(netns.to_string()),
+        };
+        assert!(v.try_restart(), "valkey-server did not start in {netns}");
+        v
+    }
+
+    fn ping(&self) -> bool {
+        let port = self.port;
+        self.net(|| matches!(try_command(port, &[b"PING"]), Ok(Value::Simple(s)) if s == b"PONG"))
+    }
+
+    fn net<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        match &self.netns {
+            Some(ns) => super::netns::within(ns, f),
+            None => f(),
+        }
     }
 
     /// Starts (again) on the same port.
@@ -44,7 +74,14 @@ impl Valkey {
     /// Starts on `self.port`; false if the server exits (port taken).
     fn try_restart(&mut self) -> bool {
         self.stop();
-        let mut cmd = Command::new(valkey_bin());
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(valkey_bin());
+                c
+            }
+            None => Command::new(valkey_bin()),
+        };
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
@@ -54,7 +91,7 @@ impl Valkey {
         let mut child = cmd.spawn().expect("start valkey-server (run `make tools`)");
         let start = Instant::now();
         loop {
-            if matches!(try_command(self.port, &[b"PING"]), Ok(Value::Simple(s)) if s == b"PONG") {
+            if self.ping() {
                 self.child = Some(child);
                 return true;
             }
@@ -77,7 +114,8 @@ impl Valkey {
     /// One command, one connection; panics on I/O errors.
     pub fn cmd(&self, args: &[&str]) -> Value {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        try_command(self.port, &args).unwrap()
+        let port = self.port;
+        self.net(|| try_command(port, &args)).unwrap()
     }
 
     pub fn int(&self, args: &[&str]) -> i64 {

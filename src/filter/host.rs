@@ -1,0 +1,108 @@
+//! [`Host`] over proxy-wasm: each of the worker's requests is one host call
+//! (or a few), whose failures are handled, never unwrapped. Effects on
+//! another request than the one whose callback runs make it the effective
+//! context first and give the callback's own context back after.
+
+use super::metrics::Metrics;
+use crate::response::{LocalReply, SHADOW_HEADER};
+use crate::worker::{Gauge, Host, Level, Stat};
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::MapType;
+use std::time::Duration;
+
+/// The gRPC service and method of the store stream: the tunnel's route
+/// matches any path, the names only show up in Envoy's logs.
+pub const STREAM_SERVICE: &str = "tollgate.Store";
+pub const STREAM_METHOD: &str = "Pipe";
+
+/// The host as seen from one callback of context `current`.
+pub struct EnvoyHost<'a> {
+    pub current: u32,
+    pub metrics: &'a Metrics,
+    pub wake_queue: Option<u32>,
+}
+
+impl EnvoyHost<'_> {
+    /// Runs `f` with request `id` as the effective context; false if it is
+    /// gone.
+    fn on(&self, id: u32, f: impl FnOnce()) -> bool {
+        if id != self.current && hostcalls::set_effective_context(id).is_err() {
+            return false;
+        }
+        f();
+        if id != self.current {
+            let _ = hostcalls::set_effective_context(self.current);
+        }
+        true
+    }
+}
+
+impl Host for EnvoyHost<'_> {
+    fn open_stream(&mut self, cluster: &str, metadata: &[(&str, &str)]) -> Result<u32, String> {
+        let metadata: Vec<(&str, &[u8])> = metadata.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+        hostcalls::open_grpc_stream(cluster, STREAM_SERVICE, STREAM_METHOD, metadata).map_err(|s| format!("{s:?}"))
+    }
+
+    fn send(&mut self, stream: u32, bytes: &[u8]) -> Result<(), String> {
+        hostcalls::send_grpc_stream_message(stream, Some(bytes), false).map_err(|s| format!("{s:?}"))
+    }
+
+    fn cancel(&mut self, stream: u32) {
+        let _ = hostcalls::cancel_grpc_stream(stream);
+    }
+
+    fn admit(&mut self, id: u32, shadow_denied: Option<&str>) {
+        let current = self.current;
+        self.on(id, || {
+            if let Some(value) = shadow_denied {
+                let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, SHADOW_HEADER, Some(value));
+            }
+            // The request being started goes on by returning Continue.
+            if id != current {
+                if let Err(status) = hostcalls::resume_http_request() {
+                    log::warn!("tollgate: could not resume request: {status:?}");
+                }
+            }
+        });
+    }
+
+    fn reply(&mut self, id: u32, reply: &LocalReply) {
+        self.on(id, || {
+            let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            if let Err(status) = hostcalls::send_http_response(reply.status, headers, Some(&reply.body)) {
+                log::warn!("tollgate: could not send local reply: {status:?}");
+            }
+        });
+    }
+
+    fn remove_request_header(&mut self, name: &str) {
+        let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
+    }
+
+    fn count(&mut self, stat: Stat, by: u64) {
+        self.metrics.count(stat, by);
+    }
+
+    fn gauge(&mut self, gauge: Gauge, delta: i64) {
+        self.metrics.gauge(gauge, delta);
+    }
+
+    fn record_store_time(&mut self, ms: u64) {
+        self.metrics.store_time(ms);
+    }
+
+    fn set_tick(&mut self, period: Duration) {
+        let _ = hostcalls::set_tick_period(period);
+    }
+
+    fn wake(&mut self) -> bool {
+        self.wake_queue.is_some_and(|queue| hostcalls::enqueue_shared_queue(queue, Some(b"w")).is_ok())
+    }
+
+    fn log(&mut self, level: Level, message: &str) {
+        match level {
+            Level::Info => log::info!("{message}"),
+            Level::Warn => log::warn!("{message}"),
+        }
+    }
+}

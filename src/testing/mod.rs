@@ -1,0 +1,40 @@
+//! Builders shared by the unit tests: plugin configurations (the same file
+//! the integration tests include) and store answers.
+
+mod plugin;
+
+pub use plugin::{plugin, Plugin};
+
+use crate::config::Config;
+use crate::limiter::WindowOutcome;
+
+impl Plugin {
+    /// The configuration, parsed and validated.
+    pub fn build(&self) -> Config {
+        self.build_with_env(&[])
+    }
+
+    /// The configuration, with these environment variables
+    /// (`valkey.password_env`).
+    pub fn build_with_env(&self, env: &[(&str, &str)]) -> Config {
+        let lookup = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+        match Config::from_json_with_env(self.json().as_bytes(), &lookup) {
+            Ok(config) => config,
+            Err(e) => panic!("test configuration: {e}\n{}", self.json()),
+        }
+    }
+}
+
+/// Window `window` of check `check` (limit 1 per second), denying for
+/// `retry_ms` (0: it fits).
+pub fn window(check: usize, window: usize, retry_ms: u64) -> WindowOutcome {
+    WindowOutcome {
+        check,
+        window,
+        limit: 1,
+        period_ms: 1_000,
+        remaining: u64::from(retry_ms == 0),
+        reset_ms: retry_ms.max(500),
+        retry_ms,
+    }
+}

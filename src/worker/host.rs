@@ -1,0 +1,137 @@
+//! The worker's view of its host (Envoy through proxy-wasm in the filter, a
+//! recording fake in the tests): everything the worker does to the world
+//! goes through [`Host`].
+//!
+//! A trait rather than a list of effects returned by each event, because
+//! the host's answers are synchronous and decide what happens next: opening
+//! a stream gives its token (or fails, and the requests waiting for it fail
+//! at once), a send can fail (and the requests in it go back to the queue),
+//! and a request the worker resumes may already be gone.
+
+use crate::response::LocalReply;
+use crate::store::FailureKind;
+use crate::worker::respond::RuleOutcome;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// What the request's own callback does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Let the request go on now (nothing to decide, or decided at once).
+    Continue,
+    /// Hold the request: it waits for the store, or was answered locally.
+    Pause,
+}
+
+/// Headers the upstream's response gets when the request is admitted. The
+/// request's context holds one and hands it to the worker with the request,
+/// so the headers travel with the request instead of waiting in a map.
+pub type ResponseHeaders = Rc<RefCell<Vec<(String, String)>>>;
+
+/// Why the worker gave up a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reset {
+    /// The store could not be reached (connection refused, no route).
+    Refused,
+    /// The stream closed after it was established (store killed or restarted,
+    /// connection reset).
+    Closed,
+    /// Commands were outstanding and no reply came within `valkey.timeout`
+    /// (a store that hangs, a silent network).
+    Stalled,
+    /// The store sent something that is not the reply expected next.
+    Protocol,
+    /// `AUTH` was refused.
+    Auth,
+    /// The Sentinels reported another master.
+    Switched,
+}
+
+impl Reset {
+    pub const ALL: [Reset; 6] =
+        [Reset::Refused, Reset::Closed, Reset::Stalled, Reset::Protocol, Reset::Auth, Reset::Switched];
+
+    /// The stat name suffix: `tollgate.stream.resets.<name>`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reset::Refused => "refused",
+            Reset::Closed => "closed",
+            Reset::Stalled => "stalled",
+            Reset::Protocol => "protocol",
+            Reset::Auth => "auth",
+            Reset::Switched => "switched",
+        }
+    }
+}
+
+/// A counter the worker increments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stat {
+    Rule(usize, RuleOutcome),
+    RuleSkipped(usize),
+    StoreError(FailureKind),
+    /// A failed request whose call may have run (see
+    /// [`crate::store::Failure::may_have_run`]).
+    UnknownOutcome,
+    FailureMode {
+        allowed: bool,
+    },
+    /// Messages sent on the store stream.
+    StoreMessages,
+    /// Decisions sent on the store stream.
+    StoreRequests,
+    CacheHit,
+    /// Requests refused because the worker's bounds were exceeded.
+    Overloaded,
+    SentinelLookup,
+    SentinelFailure,
+    SentinelSwitch,
+    StreamOpen,
+    StreamReset(Reset),
+}
+
+/// A gauge the worker sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gauge {
+    /// Decisions sent on the store stream and not yet answered.
+    InFlight,
+}
+
+/// How loud a log line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+}
+
+/// The host the worker runs in.
+pub trait Host {
+    /// Opens a stream to `cluster` with `metadata` (e.g. the master's
+    /// address); its events arrive with the returned token. Only from the
+    /// worker's own callbacks (never a request's).
+    fn open_stream(&mut self, cluster: &str, metadata: &[(&str, &str)]) -> Result<u32, String>;
+    /// Sends bytes on an open stream.
+    fn send(&mut self, stream: u32, bytes: &[u8]) -> Result<(), String>;
+    /// Resets a stream; no more events arrive for it.
+    fn cancel(&mut self, stream: u32);
+    /// Lets paused request `id` go on (with the shadow-mode report for the
+    /// upstream, if any). A request that is gone is ignored.
+    fn admit(&mut self, id: u32, shadow_denied: Option<&str>);
+    /// Answers request `id` with a local reply.
+    fn reply(&mut self, id: u32, reply: &LocalReply);
+    /// Removes a header from the request being started (`on_request`).
+    fn remove_request_header(&mut self, name: &str);
+    fn count(&mut self, stat: Stat, by: u64);
+    /// Moves a gauge by `delta` (the gauge is shared by every worker, so
+    /// each adds its own change).
+    fn gauge(&mut self, gauge: Gauge, delta: i64);
+    /// Records one store round trip, in ms.
+    fn record_store_time(&mut self, ms: u64);
+    /// Calls `on_tick` every `period` (zero: never).
+    fn set_tick(&mut self, period: Duration);
+    /// Calls `on_wake` soon, from the worker's own context; false if it
+    /// cannot (the tick then does the same within a tick).
+    fn wake(&mut self) -> bool;
+    fn log(&mut self, level: Level, message: &str);
+}

@@ -1,0 +1,240 @@
+//! One long-lived stream to a store (or to the Sentinels), the pure part:
+//! whether it is open, the commands sent on it and still awaiting replies
+//! (in order: the store answers a pipeline in order), and the reply bytes
+//! not decoded yet (a reply may span messages; a message may hold many).
+//!
+//! The stream's health is judged from the stream alone: it is stalled when
+//! commands are outstanding and no reply has arrived for `valkey.timeout`.
+//! How long requests waited inside the worker before they were sent has no
+//! part in it.
+
+use crate::resp::{decode, DecodeError, Limits, Value};
+use crate::store::Failure;
+use std::collections::VecDeque;
+
+/// The first pause after a stream that never answered; it doubles up to
+/// [`MAX_BACKOFF_MS`] while attempts keep failing.
+pub const MIN_BACKOFF_MS: u64 = 50;
+/// The longest pause between attempts: a store that comes back is reached
+/// within this.
+pub const MAX_BACKOFF_MS: u64 = 800;
+
+/// What a command on the stream was sent for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// A command sent when the stream opened (`AUTH`).
+    Preamble,
+    /// The decision of request `id`.
+    Request(u32),
+    /// A decision whose request left: its reply is read and dropped.
+    Abandoned,
+    /// A Sentinel lookup.
+    Lookup,
+}
+
+#[derive(Debug, Clone)]
+struct Sent {
+    slot: Slot,
+    at_ms: u64,
+    bytes: usize,
+}
+
+/// Where the stream stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// No stream: one is opened when work waits.
+    Idle,
+    /// A stream is open. Not `ready` while its preamble (`AUTH`) is unanswered:
+    /// nothing else is sent before.
+    Open { token: u32, ready: bool },
+    /// The last stream failed before it ever answered: no new one before
+    /// `until_ms`, and requests fail at once with `failure`.
+    Down { until_ms: u64, failure: Failure },
+}
+
+/// One stream's state.
+#[derive(Debug)]
+pub struct Link {
+    phase: Phase,
+    sent: VecDeque<Sent>,
+    bytes: usize,
+    pending: Vec<u8>,
+    /// The last reply, or when the oldest outstanding command was sent.
+    progress_ms: u64,
+    /// Whether this stream has answered anything.
+    answered: bool,
+    backoff_ms: u64,
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Link {
+            phase: Phase::Idle,
+            sent: VecDeque::new(),
+            bytes: 0,
+            pending: Vec::new(),
+            progress_ms: 0,
+            answered: false,
+            backoff_ms: MIN_BACKOFF_MS,
+        }
+    }
+}
+
+impl Link {
+    /// The open stream's token.
+    pub fn token(&self) -> Option<u32> {
+        match self.phase {
+            Phase::Open { token, .. } => Some(token),
+            _ => None,
+        }
+    }
+
+    /// Open and past its preamble: decisions can be sent.
+    pub fn ready(&self) -> bool {
+        matches!(self.phase, Phase::Open { ready: true, .. })
+    }
+
+    /// Commands awaiting replies, and their bytes.
+    pub fn in_flight(&self) -> (usize, usize) {
+        (self.sent.len(), self.bytes)
+    }
+
+    /// Requests awaiting replies.
+    pub fn requests_in_flight(&self) -> usize {
+        self.sent.iter().filter(|s| matches!(s.slot, Slot::Request(_))).count()
+    }
+
+    /// A stream was opened under `token`; `ready` unless a preamble must be
+    /// answered first.
+    pub fn opened(&mut self, token: u32, ready: bool, now_ms: u64) {
+        self.phase = Phase::Open { token, ready };
+        self.answered = false;
+        self.pending.clear();
+        self.progress_ms = now_ms;
+    }
+
+    /// The preamble was answered: decisions may follow.
+    pub fn set_ready(&mut self) {
+        if let Phase::Open { token, .. } = self.phase {
+            self.phase = Phase::Open { token, ready: true };
+        }
+    }
+
+    /// A command for `slot` of `bytes` bytes was sent at `now_ms`.
+    pub fn sent(&mut self, slot: Slot, bytes: usize, now_ms: u64) {
+        if self.sent.is_empty() {
+            self.progress_ms = now_ms;
+        }
+        self.sent.push_back(Sent { slot, at_ms: now_ms, bytes });
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+
+    /// Request `id` left while its command was outstanding: its reply will
+    /// be read and dropped.
+    pub fn abandon(&mut self, id: u32) {
+        if let Some(s) = self.sent.iter_mut().find(|s| s.slot == Slot::Request(id)) {
+            s.slot = Slot::Abandoned;
+        }
+    }
+
+    /// Reply bytes arrived at `now_ms`: every complete reply, paired with
+    /// the command it answers and when that was sent, and then the error
+    /// that ends the stream, if any: a reply nothing was sent for, or bytes
+    /// that are not RESP (replies can no longer be paired with requests).
+    pub fn feed(&mut self, bytes: &[u8], now_ms: u64) -> (Vec<(Slot, u64, Value)>, Option<Failure>) {
+        self.pending.extend_from_slice(bytes);
+        let limits = Limits::default();
+        let mut out = Vec::new();
+        let mut used = 0;
+        let mut error = None;
+        while let Some(rest) = self.pending.get(used..).filter(|r| !r.is_empty()) {
+            match decode(rest, &limits) {
+                Ok((value, n)) => {
+                    used += n;
+                    let Some(sent) = self.sent.pop_front() else {
+                        error = Some(Failure::Lost("a reply with no command outstanding".into()));
+                        break;
+                    };
+                    self.bytes = self.bytes.saturating_sub(sent.bytes);
+                    out.push((sent.slot, sent.at_ms, value));
+                }
+                Err(DecodeError::Incomplete) => break,
+                Err(e) => {
+                    error = Some(Failure::NotResp(e));
+                    break;
+                }
+            }
+        }
+        self.pending.drain(..used);
+        if !out.is_empty() {
+            self.progress_ms = now_ms;
+            self.answered = true;
+            self.backoff_ms = MIN_BACKOFF_MS;
+        }
+        (out, error)
+    }
+
+    /// Commands are outstanding and nothing came back for `timeout_ms`.
+    pub fn stalled(&self, now_ms: u64, timeout_ms: u64) -> bool {
+        self.token().is_some() && !self.sent.is_empty() && now_ms.saturating_sub(self.progress_ms) >= timeout_ms
+    }
+
+    /// The stream is gone (closed, refused, reset by us) at `now_ms`:
+    /// returns the slots of every command still outstanding, oldest first.
+    /// A stream that never answered, or that failed in a way another stream
+    /// would too (`back_off`: refused credentials, garbage), puts the link
+    /// `Down` for the backoff, with `failure` for the requests meanwhile; one
+    /// that had answered is reopened at once.
+    pub fn closed(&mut self, failure: Failure, back_off: bool, now_ms: u64) -> Vec<Slot> {
+        let slots = self.sent.drain(..).map(|s| s.slot).collect();
+        self.bytes = 0;
+        self.pending.clear();
+        self.phase = if self.answered && !back_off {
+            Phase::Idle
+        } else {
+            let until_ms = now_ms.saturating_add(self.backoff_ms);
+            self.backoff_ms = self.backoff_ms.saturating_mul(2).min(MAX_BACKOFF_MS);
+            Phase::Down { until_ms, failure }
+        };
+        self.answered = false;
+        slots
+    }
+
+    /// Decisions outstanding on the stream, oldest first.
+    pub fn requests(&self) -> impl Iterator<Item = u32> + '_ {
+        self.sent.iter().filter_map(|s| match s.slot {
+            Slot::Request(id) => Some(id),
+            _ => None,
+        })
+    }
+
+    /// No stream, and no backoff: the next stream may open at once (to
+    /// another address). Nothing is outstanding on a link without a stream.
+    pub fn forget(&mut self) {
+        if self.token().is_none() {
+            self.phase = Phase::Idle;
+            self.backoff_ms = MIN_BACKOFF_MS;
+        }
+    }
+
+    /// The backoff is over at `now_ms`: a new stream may be opened.
+    pub fn may_open(&self, now_ms: u64) -> bool {
+        match &self.phase {
+            Phase::Idle => true,
+            Phase::Open { .. } => false,
+            Phase::Down { until_ms, .. } => now_ms >= *until_ms,
+        }
+    }
+
+    /// The failure requests meet while the link is down, if it is.
+    pub fn down(&self, now_ms: u64) -> Option<&Failure> {
+        match &self.phase {
+            Phase::Down { until_ms, failure } if now_ms < *until_ms => Some(failure),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "link_tests.rs"]
+mod tests;

@@ -1,0 +1,452 @@
+//! The per-worker state machine: every decision of a worker, with no
+//! proxy-wasm in it. The filter turns callbacks into the events below (time
+//! passed in, in ms of the proxy's clock) and carries out what the worker
+//! asks of its [`Host`].
+//!
+//! A request is planned, denied from the cache or queued; queued requests
+//! are sent on the worker's one long-lived stream to the store, one script
+//! call each, pipelined; replies come back in order and are paired with the
+//! requests in order ([`link`]); each reply is ruled on ([`respond`]) and the
+//! request admitted or answered. Deadlines (see docs/reliability.md):
+//!
+//! * `valkey.timeout`: the stream is stalled when commands are outstanding
+//!   and no reply came for this long; it is reset, and its requests get
+//!   `failure_mode`. A queued request also gets `failure_mode` after this
+//!   long when the store is not reachable (no stream, stream stalled).
+//! * [`MAX_WAIT_MS`] (or twice the timeout, if longer): a request waiting for
+//!   a busy store that keeps answering is refused after this long (overload),
+//!   never admitted unchecked.
+//! * the queue bound (`valkey.max_queue`): a request that finds it full is
+//!   refused at once (overload).
+
+pub mod host;
+mod link;
+mod requests;
+pub mod respond;
+mod sentinels;
+mod store;
+
+#[cfg(test)]
+mod tests;
+
+pub use host::{Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
+
+use crate::cache::DenialCache;
+use crate::config::{Config, FailureMode};
+use crate::limiter::script::{limiter, Invocation, Script};
+use crate::plan::{plan, RequestView};
+use crate::response::{overloaded, store_unavailable, LocalReply, SHADOW_HEADER};
+use crate::store::{Failure, Preamble};
+use link::Link;
+use requests::{Pending, Requests};
+use respond::{deny_from_cache, remember, Action, Ruling};
+use sentinels::Sentinels;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// How often the worker looks at deadlines while it holds requests.
+pub const TICK: Duration = Duration::from_millis(5);
+/// The tick with nothing held, when Sentinel lookups may fall due.
+pub const IDLE_TICK: Duration = Duration::from_millis(100);
+/// The tick while settlements wait for the next VM entry.
+pub const DEFERRED_TICK: Duration = Duration::from_millis(1);
+/// At most this many requests are resumed or answered per VM entry: Envoy
+/// runs the resumes of one entry nested in one another after it returns,
+/// and V8's stack overflowed at ~384. The rest wait for the next entry.
+pub const MAX_SETTLED_PER_ENTRY: usize = 128;
+/// Bytes of commands awaiting replies on the stream, at most.
+pub const MAX_IN_FLIGHT_BYTES: usize = 256 << 10;
+/// The longest a request waits for a busy store that keeps answering (or
+/// twice `valkey.timeout`, if longer: a store that stops answering is
+/// caught by the timeout first).
+pub const MAX_WAIT_MS: u64 = 1_000;
+
+/// Logs a kind of event at most once per [`Throttle::INTERVAL_MS`].
+#[derive(Debug, Default)]
+pub(crate) struct Throttle {
+    last_ms: Option<u64>,
+}
+
+impl Throttle {
+    pub const INTERVAL_MS: u64 = 10_000;
+
+    /// Whether to log now (and remember that it was).
+    pub fn due(&mut self, now_ms: u64) -> bool {
+        let due = self.last_ms.is_none_or(|last| now_ms.saturating_sub(last) >= Self::INTERVAL_MS);
+        if due {
+            self.last_ms = Some(now_ms);
+        }
+        due
+    }
+}
+
+/// What happens to a request that is leaving the worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Settle {
+    Admit(Option<String>),
+    Reply(LocalReply),
+}
+
+/// One worker's state.
+#[derive(Debug)]
+pub struct Worker {
+    config: Config,
+    any_shadow: bool,
+    timeout_ms: u64,
+    max_wait_ms: u64,
+    script: &'static Script,
+    preamble: Preamble,
+    requests: Requests,
+    store: Link,
+    sentinels: Option<Sentinels>,
+    cache: DenialCache,
+    /// Settlements beyond this VM entry's budget, for the next entries.
+    deferred: VecDeque<(u32, Settle)>,
+    settled: usize,
+    tick: Duration,
+    /// Whether this worker has served a request (Envoy's main thread never
+    /// does, and cannot open streams to internal listeners).
+    serving: bool,
+    woken: bool,
+    in_flight_reported: u64,
+    log: Throttle,
+}
+
+impl Worker {
+    pub fn new(config: Config) -> Worker {
+        let any_shadow = config.shadow || config.rules.iter().any(|r| r.shadow);
+        let timeout_ms = u64::try_from(config.valkey.timeout.as_millis()).unwrap_or(u64::MAX);
+        Worker {
+            any_shadow,
+            timeout_ms,
+            max_wait_ms: MAX_WAIT_MS.max(timeout_ms.saturating_mul(2)),
+            script: limiter(),
+            preamble: Preamble::auth(config.valkey.auth.as_ref()),
+            requests: Requests::default(),
+            store: Link::default(),
+            sentinels: config.valkey.sentinel.as_ref().map(Sentinels::new),
+            cache: DenialCache::new(config.denial_cache_keys),
+            deferred: VecDeque::new(),
+            settled: 0,
+            tick: Duration::ZERO,
+            serving: false,
+            woken: false,
+            in_flight_reported: 0,
+            log: Throttle::default(),
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A request's headers arrived (its own callback): plan it, and decide
+    /// it from the cache, queue it, or refuse it.
+    pub fn on_request(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        request: &dyn RequestView,
+        now_ms: u64,
+        headers: ResponseHeaders,
+    ) -> Flow {
+        self.begin(host);
+        let flow = self.start(host, id, request, now_ms, headers);
+        self.finish(host, false, now_ms);
+        flow
+    }
+
+    fn start(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        request: &dyn RequestView,
+        now_ms: u64,
+        headers: ResponseHeaders,
+    ) -> Flow {
+        let mut now_override = None;
+        if let Some(name) = &self.config.testing.now_header {
+            now_override = request.header(name).and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse().ok());
+            // The test clock never reaches the upstream.
+            host.remove_request_header(name);
+        }
+        // A client must not be able to forge the shadow-mode report (only
+        // meaningful, and so only removed, where shadow mode is configured).
+        if self.any_shadow {
+            host.remove_request_header(SHADOW_HEADER);
+        }
+        let planned = plan(&self.config, request);
+        for rule in &planned.skipped {
+            host.count(Stat::RuleSkipped(*rule), 1);
+        }
+        if planned.checks.is_empty() {
+            return Flow::Continue;
+        }
+        self.serving = true;
+        let arrival_ms = now_override.unwrap_or(now_ms);
+        if let Some(ruling) = deny_from_cache(&self.config, &planned.checks, &mut self.cache, arrival_ms) {
+            host.count(Stat::CacheHit, 1);
+            return self.rule_now(host, id, ruling, &headers);
+        }
+        if let Some(failure) = self.store.down(now_ms).cloned() {
+            return self.fail_now(host, id, &failure, now_ms);
+        }
+        // The bound is on requests that must wait for room on the stream:
+        // as many as the stream can take go out as soon as it is ready.
+        let room = self.config.valkey.max_in_flight.saturating_sub(self.store.in_flight().0);
+        if self.requests.queued() >= self.config.valkey.max_queue.saturating_add(room) {
+            host.count(Stat::Overloaded, 1);
+            host.reply(id, &overloaded());
+            return Flow::Pause;
+        }
+        let pending = Pending {
+            checks: planned.checks,
+            now_override,
+            arrival_ms,
+            local_arrival_ms: now_ms,
+            how: Invocation::EvalSha,
+            headers,
+            sent: false,
+        };
+        self.requests.push(id, pending);
+        self.pump(host, false, now_ms);
+        Flow::Pause
+    }
+
+    /// The request's context is gone (client reset, or done).
+    pub fn on_gone(&mut self, id: u32) {
+        if let Some(p) = self.requests.remove(id) {
+            if p.sent {
+                self.store.abandon(id);
+            }
+        }
+    }
+
+    /// The worker was woken (its own callback).
+    pub fn on_wake(&mut self, host: &mut dyn Host, now_ms: u64) {
+        self.woken = false;
+        self.begin(host);
+        self.finish(host, true, now_ms);
+    }
+
+    /// The tick (its own callback): deadlines.
+    pub fn on_tick(&mut self, host: &mut dyn Host, now_ms: u64) {
+        self.begin(host);
+        self.expire(host, now_ms);
+        self.finish(host, true, now_ms);
+    }
+
+    /// Bytes arrived on stream `token`.
+    pub fn on_stream_message(&mut self, host: &mut dyn Host, token: u32, bytes: &[u8], now_ms: u64) {
+        self.begin(host);
+        if self.store.token() == Some(token) {
+            self.on_store_bytes(host, bytes, now_ms);
+        } else if let Some(s) = self.sentinels.as_mut().filter(|s| s.token() == Some(token)) {
+            let change = s.on_message(host, bytes, now_ms);
+            self.on_master(host, change, now_ms);
+        }
+        self.finish(host, true, now_ms);
+    }
+
+    /// Stream `token` closed with gRPC `status`.
+    pub fn on_stream_close(&mut self, host: &mut dyn Host, token: u32, status: u32, now_ms: u64) {
+        self.begin(host);
+        if self.store.token() == Some(token) {
+            self.on_store_close(host, status, now_ms);
+        } else if let Some(s) = self.sentinels.as_mut().filter(|s| s.token() == Some(token)) {
+            s.on_close(host, status, now_ms);
+        }
+        self.finish(host, true, now_ms);
+    }
+
+    /// Every VM entry starts here: settlements left over from the last one
+    /// go first, within this entry's budget.
+    fn begin(&mut self, host: &mut dyn Host) {
+        self.settled = 0;
+        while self.settled < MAX_SETTLED_PER_ENTRY {
+            let Some((id, settle)) = self.deferred.pop_front() else { break };
+            self.settled += 1;
+            Self::carry_out(host, id, &settle);
+        }
+    }
+
+    /// Every VM entry ends here: send what can be sent, look up the master
+    /// when due (from the worker's own callbacks), report, and set the tick.
+    fn finish(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
+        if own {
+            self.lookup(host, now_ms);
+        }
+        self.pump(host, own, now_ms);
+        let in_flight = self.store.requests_in_flight() as u64;
+        if in_flight != self.in_flight_reported {
+            let delta = i64::try_from(in_flight).unwrap_or(i64::MAX)
+                - i64::try_from(self.in_flight_reported).unwrap_or(i64::MAX);
+            host.gauge(Gauge::InFlight, delta);
+            self.in_flight_reported = in_flight;
+        }
+        let want = if !self.deferred.is_empty() {
+            DEFERRED_TICK
+        } else if !self.requests.is_empty() || self.store.in_flight().0 > 0 || self.sentinels_busy() {
+            TICK
+        } else if self.sentinels.is_some() && self.serving {
+            IDLE_TICK
+        } else {
+            Duration::ZERO
+        };
+        if want != self.tick {
+            host.set_tick(want);
+            self.tick = want;
+        }
+    }
+
+    fn sentinels_busy(&self) -> bool {
+        self.sentinels.as_ref().is_some_and(Sentinels::busy)
+    }
+
+    fn lookup(&mut self, host: &mut dyn Host, now_ms: u64) {
+        if !self.serving {
+            return;
+        }
+        let timeout_ms = self.timeout_ms;
+        if let Some(s) = &mut self.sentinels {
+            s.lookup(host, now_ms, timeout_ms);
+        }
+    }
+
+    /// Carries out a settlement now, or defers it past this entry's budget.
+    fn settle(&mut self, host: &mut dyn Host, id: u32, settle: Settle) {
+        if self.settled < MAX_SETTLED_PER_ENTRY && self.deferred.is_empty() {
+            self.settled += 1;
+            Self::carry_out(host, id, &settle);
+        } else {
+            self.deferred.push_back((id, settle));
+        }
+    }
+
+    fn carry_out(host: &mut dyn Host, id: u32, settle: &Settle) {
+        match settle {
+            Settle::Admit(shadow) => host.admit(id, shadow.as_deref()),
+            Settle::Reply(reply) => host.reply(id, reply),
+        }
+    }
+
+    /// Counts a ruling's rules, remembers its denials, and gives its action.
+    fn rule(&mut self, host: &mut dyn Host, ruling: Ruling, arrival_ms: u64, headers: &ResponseHeaders) -> Settle {
+        for (rule, outcome) in &ruling.rules {
+            host.count(Stat::Rule(*rule, *outcome), 1);
+        }
+        remember(&mut self.cache, ruling.denials, arrival_ms);
+        match ruling.action {
+            Action::Admit { shadow_denied, headers: extra } => {
+                if let Ok(mut h) = headers.try_borrow_mut() {
+                    *h = extra;
+                }
+                Settle::Admit(shadow_denied)
+            }
+            Action::Deny(reply) => Settle::Reply(reply),
+        }
+    }
+
+    /// A ruling for the request being started, in its own callback.
+    fn rule_now(&mut self, host: &mut dyn Host, id: u32, ruling: Ruling, headers: &ResponseHeaders) -> Flow {
+        // Only cache denials are ruled on at once: nothing to remember.
+        match self.rule(host, ruling, 0, headers) {
+            Settle::Admit(_) => Flow::Continue,
+            Settle::Reply(reply) => {
+                host.reply(id, &reply);
+                Flow::Pause
+            }
+        }
+    }
+
+    /// Counts and logs a failure and gives what `failure_mode` makes of it.
+    fn failure(&mut self, host: &mut dyn Host, failure: &Failure, now_ms: u64) -> Settle {
+        if self.log.due(now_ms) {
+            host.log(
+                Level::Warn,
+                &format!(
+                    "tollgate: {failure} (failure_mode applies; repeats are not logged for {}s)",
+                    Throttle::INTERVAL_MS / 1000
+                ),
+            );
+        }
+        host.count(Stat::StoreError(failure.kind()), 1);
+        if failure.may_have_run() {
+            host.count(Stat::UnknownOutcome, 1);
+        }
+        match self.config.failure_mode {
+            FailureMode::Allow => {
+                host.count(Stat::FailureMode { allowed: true }, 1);
+                Settle::Admit(None)
+            }
+            FailureMode::Deny => {
+                host.count(Stat::FailureMode { allowed: false }, 1);
+                Settle::Reply(store_unavailable())
+            }
+        }
+    }
+
+    /// `failure_mode` for the request being started, in its own callback.
+    fn fail_now(&mut self, host: &mut dyn Host, id: u32, failure: &Failure, now_ms: u64) -> Flow {
+        match self.failure(host, failure, now_ms) {
+            Settle::Admit(_) => Flow::Continue,
+            Settle::Reply(reply) => {
+                host.reply(id, &reply);
+                Flow::Pause
+            }
+        }
+    }
+
+    /// `failure_mode` for held request `id`.
+    fn fail(&mut self, host: &mut dyn Host, id: u32, failure: &Failure, now_ms: u64) {
+        if self.requests.remove(id).is_none() {
+            return;
+        }
+        let settle = self.failure(host, failure, now_ms);
+        self.settle(host, id, settle);
+    }
+
+    /// Refuses held request `id`: the worker is overloaded.
+    fn shed(&mut self, host: &mut dyn Host, id: u32) {
+        if self.requests.remove(id).is_some() {
+            host.count(Stat::Overloaded, 1);
+            self.settle(host, id, Settle::Reply(overloaded()));
+        }
+    }
+
+    /// Deadlines, at every tick.
+    fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
+        if self.store.stalled(now_ms, self.timeout_ms) {
+            self.reset_store(host, Reset::Stalled, now_ms);
+        }
+        let healthy = self.store.ready() && !self.store.stalled(now_ms, self.timeout_ms);
+        let limit = if healthy { self.max_wait_ms } else { self.timeout_ms };
+        let failure = self.unreachable(now_ms);
+        for id in self.requests.take_queued_before(now_ms.saturating_sub(limit)) {
+            if healthy {
+                self.shed(host, id);
+            } else {
+                self.fail(host, id, &failure, now_ms);
+            }
+        }
+        // Sent long ago on a stream that keeps answering others: refused as
+        // overload; its call may still run.
+        for id in self.sent_before(now_ms.saturating_sub(self.max_wait_ms)) {
+            self.store.abandon(id);
+            host.count(Stat::UnknownOutcome, 1);
+            self.shed(host, id);
+        }
+    }
+
+    /// Why a request could not be sent in time.
+    fn unreachable(&self, now_ms: u64) -> Failure {
+        if let Some(f) = self.store.down(now_ms) {
+            return f.clone();
+        }
+        if self.sentinels.as_ref().is_some_and(|s| s.master().is_none()) {
+            return Failure::Unavailable("no master known from the Sentinels yet".into());
+        }
+        Failure::Unavailable("no store connection within the timeout".into())
+    }
+}

@@ -1,0 +1,135 @@
+//! The pure "respond" step: from a request's checks and the store's
+//! [`Decision`] (or a denial remembered in the cache) to what each rule
+//! counts, which buckets to remember as denied, and what happens to the
+//! request: admitted with headers, or denied with a local reply.
+//!
+//! The store decides as if every rule were enforced, so a shadow rule
+//! consumes quota exactly as it would when enforced. A denial is carried out
+//! only if at least one window that denied belongs to an enforced rule;
+//! otherwise the request passes and the would-be denial is reported to the
+//! upstream in [`SHADOW_HEADER`](crate::response::SHADOW_HEADER).
+
+use crate::cache::DenialCache;
+use crate::config::Config;
+use crate::limiter::{Check, Decision, WindowOutcome};
+use crate::response::{allowed_headers, denied, policy_names, LocalReply};
+
+/// How one matching rule saw the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RuleOutcome {
+    /// Every window of the rule had room.
+    Allowed,
+    /// A window of the (enforced) rule denied.
+    Denied,
+    /// A window of the rule denied, but the rule (or the whole filter) is in
+    /// shadow mode.
+    ShadowDenied,
+}
+
+/// What happens to the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Forward it. `shadow_denied` names the policies (`rule/period`, comma
+    /// separated) that would have denied it, when shadow mode saved it;
+    /// `headers` go on the upstream's response.
+    Admit { shadow_denied: Option<String>, headers: Vec<(String, String)> },
+    /// Answer it with this reply.
+    Deny(LocalReply),
+}
+
+/// A bucket the store found denying: remembered in the denial cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub key: String,
+    /// When the bucket could fit the request again (request clock, ms).
+    pub until_ms: u64,
+    /// The bucket's windows as the store reported them (`check` 0: the
+    /// cache serves them as the only check of a request).
+    pub windows: Vec<WindowOutcome>,
+}
+
+/// Everything that follows from one decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ruling {
+    /// `(rule index, outcome)` per check, in check order.
+    pub rules: Vec<(usize, RuleOutcome)>,
+    /// Enforced buckets that denied.
+    pub denials: Vec<Denial>,
+    pub action: Action,
+}
+
+/// Whether a check's rule is in shadow mode (globally or on its own).
+pub fn is_shadow(config: &Config, check: &Check) -> bool {
+    config.shadow || config.rules.get(check.rule).is_some_and(|r| r.shadow)
+}
+
+/// The ruling for a request that arrived at `arrival_ms` (request clock) and
+/// that the store decided.
+pub fn respond(config: &Config, checks: &[Check], decision: &Decision, arrival_ms: u64) -> Ruling {
+    let names = policy_names(config, checks, decision);
+    let mut rules = Vec::with_capacity(checks.len());
+    let mut denials = Vec::new();
+    let mut enforced_denial = false;
+    for (i, check) in checks.iter().enumerate() {
+        let windows = decision.windows.iter().filter(|w| w.check == i);
+        let retry = windows.clone().map(|w| w.retry_ms).max().unwrap_or(0);
+        let shadow = is_shadow(config, check);
+        let outcome = match (retry > 0, shadow) {
+            (false, _) => RuleOutcome::Allowed,
+            (true, false) => RuleOutcome::Denied,
+            (true, true) => RuleOutcome::ShadowDenied,
+        };
+        if outcome == RuleOutcome::Denied {
+            enforced_denial = true;
+            denials.push(Denial {
+                key: check.key.clone(),
+                // Counted from the request's arrival, never later than the
+                // store's view.
+                until_ms: arrival_ms.saturating_add(retry),
+                windows: windows.map(|w| WindowOutcome { check: 0, ..*w }).collect(),
+            });
+        }
+        rules.push((check.rule, outcome));
+    }
+    let action = if enforced_denial {
+        Action::Deny(denied(config, &names, decision))
+    } else {
+        let shadow: Vec<&str> =
+            decision.windows.iter().zip(&names).filter(|(w, _)| w.denied()).map(|(_, n)| *n).collect();
+        Action::Admit {
+            shadow_denied: (!shadow.is_empty()).then(|| shadow.join(", ")),
+            headers: allowed_headers(config, &names, decision),
+        }
+    };
+    Ruling { rules, denials, action }
+}
+
+/// Records the ruling's denials in the cache (`arrival_ms`: when the request
+/// arrived, the time the windows were read).
+pub fn remember(cache: &mut DenialCache, denials: Vec<Denial>, arrival_ms: u64) {
+    for d in denials {
+        cache.insert(&d.key, d.until_ms, arrival_ms, d.windows);
+    }
+}
+
+/// The ruling for a request one of whose enforced buckets the cache knows
+/// to deny at `now_ms`, if any: denied with that bucket's windows, as the
+/// store would have answered, without a store call.
+pub fn deny_from_cache(config: &Config, checks: &[Check], cache: &mut DenialCache, now_ms: u64) -> Option<Ruling> {
+    let (check, windows) = checks.iter().filter(|c| !is_shadow(config, c)).find_map(|check| {
+        let windows = cache.lookup(&check.key, now_ms)?;
+        Some((check, windows))
+    })?;
+    let single = std::slice::from_ref(check);
+    let decision = Decision { allowed: false, now_ms, windows };
+    let names = policy_names(config, single, &decision);
+    Some(Ruling {
+        rules: vec![(check.rule, RuleOutcome::Denied)],
+        denials: Vec::new(),
+        action: Action::Deny(denied(config, &names, &decision)),
+    })
+}
+
+#[cfg(test)]
+#[path = "respond_tests.rs"]
+mod tests;

@@ -1,0 +1,295 @@
+//! The worker's store stream: opening it (to the Sentinels' master when
+//! configured), sending queued requests on it within its bounds, pairing
+//! replies with requests, and what a closed, refused or stalled stream
+//! means for the requests on it.
+
+use super::host::{Host, Reset, Stat};
+use super::link::Slot;
+use super::requests::Pending;
+use super::respond::respond;
+use super::{Worker, MAX_IN_FLIGHT_BYTES};
+use crate::limiter::script::{encode_call, Invocation};
+use crate::resp::Value;
+use crate::store::sentinel::Change;
+use crate::store::{interpret_reply, preamble_failure, Failure, FailureKind, Outcome};
+
+/// The gRPC status of a stream that never reached the store: Envoy answers
+/// `UNAVAILABLE` when the tunnel cannot connect upstream (nothing was sent
+/// to the store, so the requests on it can be sent again).
+pub const GRPC_UNAVAILABLE: u32 = 14;
+
+/// The header that makes the tunnel's `ORIGINAL_DST` cluster connect to the
+/// master learned from the Sentinels.
+pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
+
+/// Failure kinds that suggest the master moved: ask the Sentinels again.
+fn master_suspect(kind: FailureKind) -> bool {
+    matches!(kind, FailureKind::Unavailable | FailureKind::Timeout | FailureKind::ReadOnly)
+}
+
+impl Worker {
+    /// Sends queued requests while the stream has room. From a request's
+    /// callback it cannot open a stream: it wakes the worker instead.
+    pub(super) fn pump(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
+        while self.requests.queued() > 0 {
+            let master = match &self.sentinels {
+                Some(s) => match s.master() {
+                    Some(m) => Some(m.to_string()),
+                    None => {
+                        // Wait for the first lookup, which the worker's own
+                        // callback sends: wake it when one is due.
+                        if s.due(now_ms) {
+                            self.wake(host, own);
+                        }
+                        return;
+                    }
+                },
+                None => None,
+            };
+            let Some(token) = self.store.token() else {
+                if !self.store.may_open(now_ms) {
+                    if own {
+                        let failure = self.unreachable(now_ms);
+                        for id in self.requests.drain_queue() {
+                            self.fail(host, id, &failure, now_ms);
+                        }
+                    }
+                    return;
+                }
+                if !own {
+                    self.wake(host, own);
+                    return;
+                }
+                self.open_store(host, master.as_deref(), now_ms);
+                continue;
+            };
+            if !self.store.ready() || !self.send_batch(host, token, now_ms) {
+                return;
+            }
+        }
+    }
+
+    fn wake(&mut self, host: &mut dyn Host, own: bool) {
+        if !own && !self.woken {
+            self.woken = host.wake();
+        }
+    }
+
+    fn open_store(&mut self, host: &mut dyn Host, master: Option<&str>, now_ms: u64) {
+        let cluster = self.config.valkey.cluster.clone();
+        let metadata: Vec<(&str, &str)> = master.map(|m| (ORIGINAL_DST_HEADER, m)).into_iter().collect();
+        match host.open_stream(&cluster, &metadata) {
+            Ok(token) => {
+                host.count(Stat::StreamOpen, 1);
+                let preamble = self.preamble.bytes.clone();
+                self.store.opened(token, preamble.is_empty(), now_ms);
+                if preamble.is_empty() {
+                    return;
+                }
+                match host.send(token, &preamble) {
+                    Ok(()) => self.store.sent(Slot::Preamble, preamble.len(), now_ms),
+                    Err(e) => self.lose_store(host, Reset::Closed, Failure::Unavailable(e), false, now_ms),
+                }
+            }
+            Err(e) => {
+                let failure = Failure::Unavailable(format!("cannot open a stream to cluster {cluster}: {e}"));
+                self.store.closed(failure, true, now_ms);
+                host.count(Stat::StreamReset(Reset::Refused), 1);
+            }
+        }
+    }
+
+    /// One message of queued requests, as many as the stream's bounds allow
+    /// (up to `valkey.max_batch`); false when nothing could be sent.
+    fn send_batch(&mut self, host: &mut dyn Host, token: u32, now_ms: u64) -> bool {
+        let valkey = &self.config.valkey;
+        let (max_batch, max_commands) = (valkey.max_batch, valkey.max_in_flight);
+        let mut message = Vec::new();
+        let mut batch: Vec<(u32, usize)> = Vec::new();
+        while batch.len() < max_batch {
+            let Some(id) = self.requests.peek_queued() else { break };
+            let Some(p) = self.requests.get(id) else { break };
+            let start = message.len();
+            encode_call(&mut message, self.script, p.how, &p.checks, p.now_override);
+            let len = message.len() - start;
+            let (commands, bytes) = self.store.in_flight();
+            let fits = (commands == 0 && batch.is_empty())
+                || (commands + batch.len() < max_commands
+                    && bytes.saturating_add(message.len()) <= MAX_IN_FLIGHT_BYTES);
+            if !fits {
+                message.truncate(start);
+                break;
+            }
+            self.requests.pop_queued();
+            batch.push((id, len));
+        }
+        if batch.is_empty() {
+            return false;
+        }
+        if let Err(e) = host.send(token, &message) {
+            // Never sent: back to the queue, and a new stream.
+            let ids: Vec<u32> = batch.iter().map(|(id, _)| *id).collect();
+            self.requests.requeue(&ids);
+            self.lose_store(host, Reset::Closed, Failure::Unavailable(e), false, now_ms);
+            return false;
+        }
+        host.count(Stat::StoreMessages, 1);
+        host.count(Stat::StoreRequests, batch.len() as u64);
+        for (id, len) in batch {
+            if let Some(p) = self.requests.get_mut(id) {
+                p.sent = true;
+            }
+            self.store.sent(Slot::Request(id), len, now_ms);
+        }
+        true
+    }
+
+    pub(super) fn on_store_bytes(&mut self, host: &mut dyn Host, bytes: &[u8], now_ms: u64) {
+        let (replies, error) = self.store.feed(bytes, now_ms);
+        let mut timed = false;
+        let mut retry = Vec::new();
+        for (slot, sent_ms, value) in replies {
+            match slot {
+                Slot::Preamble => {
+                    if let Some(failure) = preamble_failure(&value) {
+                        self.lose_store(host, Reset::Auth, failure, true, now_ms);
+                        return;
+                    }
+                    self.store.set_ready();
+                }
+                Slot::Request(id) => {
+                    if !timed {
+                        host.record_store_time(now_ms.saturating_sub(sent_ms));
+                        timed = true;
+                    }
+                    if self.answer(host, id, &value, now_ms) {
+                        retry.push(id);
+                    }
+                }
+                Slot::Abandoned | Slot::Lookup => {}
+            }
+        }
+        self.requests.requeue(&retry);
+        if let Some(failure) = error {
+            // Replies can no longer be paired with requests.
+            self.lose_store(host, Reset::Protocol, failure, true, now_ms);
+        }
+    }
+
+    /// Applies a reply to request `id`; true when it must be sent again
+    /// (`NOSCRIPT`: the script did not run).
+    fn answer(&mut self, host: &mut dyn Host, id: u32, value: &Value, now_ms: u64) -> bool {
+        let Some(p) = self.requests.get_mut(id) else { return false };
+        let outcome = interpret_reply(value, &p.checks);
+        if outcome == Outcome::NoScript && p.how == Invocation::EvalSha {
+            p.how = Invocation::Eval;
+            return true;
+        }
+        let Some(p) = self.requests.remove(id) else { return false };
+        match outcome {
+            Outcome::Decided(decision) => {
+                let Pending { checks, arrival_ms, headers, .. } = p;
+                let ruling = respond(&self.config, &checks, &decision, arrival_ms);
+                let settle = self.rule(host, ruling, arrival_ms, &headers);
+                self.settle(host, id, settle);
+            }
+            Outcome::NoScript => self.fail_held(host, id, &Failure::NoScriptAfterEval, now_ms),
+            Outcome::Failed(failure) => self.fail_held(host, id, &failure, now_ms),
+        }
+        false
+    }
+
+    /// `failure_mode` for a request already taken off the held ones.
+    fn fail_held(&mut self, host: &mut dyn Host, id: u32, failure: &Failure, now_ms: u64) {
+        if master_suspect(failure.kind()) {
+            if let Some(s) = &mut self.sentinels {
+                s.suspect(now_ms);
+            }
+        }
+        let settle = self.failure(host, failure, now_ms);
+        self.settle(host, id, settle);
+    }
+
+    pub(super) fn on_store_close(&mut self, host: &mut dyn Host, status: u32, now_ms: u64) {
+        if status == GRPC_UNAVAILABLE {
+            let failure = Failure::Unavailable(format!("store unreachable (stream status {status})"));
+            self.drop_store(host, Reset::Refused, failure, true, now_ms);
+        } else {
+            let failure = Failure::Lost(format!("stream closed with status {status}"));
+            self.lose_store(host, Reset::Closed, failure, false, now_ms);
+        }
+    }
+
+    /// The stream stalled, broke or must move: end it (`cancel`: we end it,
+    /// it did not end by itself); the requests on it get `failure_mode` with
+    /// `failure`: they may have run.
+    pub(super) fn lose_store(
+        &mut self,
+        host: &mut dyn Host,
+        cause: Reset,
+        failure: Failure,
+        cancel: bool,
+        now_ms: u64,
+    ) {
+        if cancel {
+            if let Some(token) = self.store.token() {
+                host.cancel(token);
+            }
+        }
+        self.drop_store(host, cause, failure, false, now_ms);
+    }
+
+    /// Forgets the stream. Its outstanding requests go back to the queue
+    /// when it never reached the store (`requeue`), else fail with `failure`.
+    fn drop_store(&mut self, host: &mut dyn Host, cause: Reset, failure: Failure, requeue: bool, now_ms: u64) {
+        host.count(Stat::StreamReset(cause), 1);
+        // What requests meet while the link is down: never "may have run".
+        let down = if failure.may_have_run() {
+            Failure::Unavailable(format!("no store connection (last stream {})", cause.name()))
+        } else {
+            failure.clone()
+        };
+        let mut back = Vec::new();
+        let back_off = matches!(cause, Reset::Auth | Reset::Protocol);
+        for slot in self.store.closed(down, back_off, now_ms) {
+            let Slot::Request(id) = slot else { continue };
+            if requeue {
+                back.push(id);
+            } else if self.requests.remove(id).is_some() {
+                self.fail_held(host, id, &failure, now_ms);
+            }
+        }
+        self.requests.requeue(&back);
+        if let Some(s) = &mut self.sentinels {
+            s.suspect(now_ms);
+        }
+    }
+
+    pub(super) fn reset_store(&mut self, host: &mut dyn Host, cause: Reset, now_ms: u64) {
+        let failure = match cause {
+            Reset::Stalled => Failure::NoResponse,
+            _ => Failure::Lost(format!("stream reset ({})", cause.name())),
+        };
+        self.lose_store(host, cause, failure, true, now_ms);
+    }
+
+    /// What a Sentinel lookup changed: a new master moves the store stream.
+    pub(super) fn on_master(&mut self, host: &mut dyn Host, change: Option<Change>, now_ms: u64) {
+        if let Some(Change::Switched { .. }) = change {
+            if self.store.token().is_some() {
+                self.reset_store(host, Reset::Switched, now_ms);
+            }
+            // The next stream goes to the new master at once, without the
+            // backoff the old one earned.
+            self.store.forget();
+        }
+    }
+
+    /// Requests on the stream that arrived at or before `cutoff_ms`.
+    pub(super) fn sent_before(&self, cutoff_ms: u64) -> Vec<u32> {
+        self.store
+            .requests()
+            .filter(|id| self.requests.get(*id).is_some_and(|p| p.local_arrival_ms <= cutoff_ms))
+            .collect()
+    }
+}

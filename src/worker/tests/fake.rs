@@ -1,0 +1,350 @@
+//! A recording host, a store that decides with the pure models (the
+//! executable spec), and a rig that drives a [`Worker`] with a fake clock.
+
+use crate::limiter::model::Model;
+use crate::limiter::script::limiter;
+use crate::limiter::{Algorithm, Check, Window};
+use crate::plan::RequestView;
+use crate::resp::{decode_all, encode_value, Limits, Value};
+use crate::response::LocalReply;
+use crate::testing::Plugin;
+use crate::worker::{Flow, Gauge, Host, Level, ResponseHeaders, Stat, Worker};
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+/// A stream opened: its token, cluster and metadata.
+pub type Opened = (u32, String, Vec<(String, String)>);
+
+/// Everything the worker asked of its host.
+#[derive(Debug, Default)]
+pub struct FakeHost {
+    next_token: u32,
+    /// Streams opened: token, cluster, metadata.
+    pub opened: Vec<Opened>,
+    /// Bytes sent, per stream, not yet answered by the test.
+    pub outbox: HashMap<u32, Vec<u8>>,
+    pub messages: usize,
+    pub cancelled: Vec<u32>,
+    pub admitted: Vec<(u32, Option<String>)>,
+    pub replies: Vec<(u32, LocalReply)>,
+    pub removed_headers: Vec<String>,
+    pub counts: HashMap<Stat, u64>,
+    pub in_flight: i64,
+    pub tick: Duration,
+    pub wakes: usize,
+    pub logs: Vec<(Level, String)>,
+    pub store_times: Vec<u64>,
+    /// Settlements in the current VM entry (reset by the rig per event).
+    pub settled_this_entry: usize,
+    /// Make `open_stream` fail with this.
+    pub refuse_open: Option<String>,
+    /// Make `send` fail.
+    pub refuse_send: bool,
+}
+
+impl FakeHost {
+    pub fn count(&self, stat: Stat) -> u64 {
+        self.counts.get(&stat).copied().unwrap_or(0)
+    }
+
+    /// The status the request got: 200 if admitted, the local reply's
+    /// status otherwise, `None` while it waits.
+    pub fn status(&self, id: u32) -> Option<u32> {
+        if self.admitted.iter().any(|(a, _)| *a == id) {
+            return Some(200);
+        }
+        self.replies.iter().find(|(r, _)| *r == id).map(|(_, reply)| reply.status)
+    }
+
+    pub fn reply(&self, id: u32) -> Option<&LocalReply> {
+        self.replies.iter().find(|(r, _)| *r == id).map(|(_, reply)| reply)
+    }
+
+    pub fn take_outbox(&mut self, token: u32) -> Vec<u8> {
+        self.outbox.remove(&token).unwrap_or_default()
+    }
+}
+
+impl Host for FakeHost {
+    fn open_stream(&mut self, cluster: &str, metadata: &[(&str, &str)]) -> Result<u32, String> {
+        if let Some(e) = &self.refuse_open {
+            return Err(e.clone());
+        }
+        self.next_token += 1;
+        let md = metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.opened.push((self.next_token, cluster.to_string(), md));
+        Ok(self.next_token)
+    }
+
+    fn send(&mut self, stream: u32, bytes: &[u8]) -> Result<(), String> {
+        if self.refuse_send {
+            return Err("NotFound".into());
+        }
+        self.messages += 1;
+        self.outbox.entry(stream).or_default().extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn cancel(&mut self, stream: u32) {
+        self.cancelled.push(stream);
+        self.outbox.remove(&stream);
+    }
+
+    fn admit(&mut self, id: u32, shadow_denied: Option<&str>) {
+        self.settled_this_entry += 1;
+        self.admitted.push((id, shadow_denied.map(str::to_owned)));
+    }
+
+    fn reply(&mut self, id: u32, reply: &LocalReply) {
+        self.settled_this_entry += 1;
+        self.replies.push((id, reply.clone()));
+    }
+
+    fn remove_request_header(&mut self, name: &str) {
+        self.removed_headers.push(name.to_string());
+    }
+
+    fn count(&mut self, stat: Stat, by: u64) {
+        *self.counts.entry(stat).or_default() += by;
+    }
+
+    fn gauge(&mut self, gauge: Gauge, delta: i64) {
+        match gauge {
+            Gauge::InFlight => self.in_flight += delta,
+        }
+    }
+
+    fn record_store_time(&mut self, ms: u64) {
+        self.store_times.push(ms);
+    }
+
+    fn set_tick(&mut self, period: Duration) {
+        self.tick = period;
+    }
+
+    fn wake(&mut self) -> bool {
+        self.wakes += 1;
+        true
+    }
+
+    fn log(&mut self, level: Level, message: &str) {
+        self.logs.push((level, message.to_string()));
+    }
+}
+
+/// A store that answers the worker's commands with the pure models:
+/// `AUTH`, `EVALSHA` (`NOSCRIPT` until the script was sent with `EVAL`),
+/// `EVAL`, and `SENTINEL get-master-addr-by-name`.
+#[derive(Debug)]
+pub struct FakeStore {
+    pub model: Model,
+    pub script_loaded: bool,
+    pub password: Option<String>,
+    /// What `SENTINEL get-master-addr-by-name` answers.
+    pub master: Option<String>,
+    /// Every command executed: the store's own record of what ran.
+    pub executed: usize,
+}
+
+impl Default for FakeStore {
+    fn default() -> Self {
+        FakeStore { model: Model::new(), script_loaded: true, password: None, master: None, executed: 0 }
+    }
+}
+
+fn text(v: &Value) -> String {
+    v.as_bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()
+}
+
+impl FakeStore {
+    /// The replies to every command in `bytes`, at store time `now_ms`.
+    pub fn answer(&mut self, bytes: &[u8], now_ms: u64) -> Vec<u8> {
+        let commands = decode_all(bytes, &Limits::default()).unwrap();
+        let mut out = Vec::new();
+        for command in commands {
+            let args: Vec<Value> = command.as_array().unwrap().to_vec();
+            let reply = self.run(&args, now_ms);
+            encode_value(&mut out, &reply);
+        }
+        out
+    }
+
+    fn run(&mut self, args: &[Value], now_ms: u64) -> Value {
+        let error = |e: &str| Value::Error(e.as_bytes().to_vec());
+        match text(&args[0]).as_str() {
+            "AUTH" => match (&self.password, args.last().map(text)) {
+                (Some(p), Some(given)) if *p == given => Value::Simple(b"OK".to_vec()),
+                _ => error("WRONGPASS invalid username-password pair"),
+            },
+            "SENTINEL" => match &self.master {
+                Some(m) => {
+                    let (ip, port) = m.rsplit_once(':').unwrap();
+                    Value::Array(vec![Value::Bulk(ip.into()), Value::Bulk(port.into())])
+                }
+                None => Value::Nil,
+            },
+            "EVALSHA" if !self.script_loaded => error("NOSCRIPT No matching script."),
+            "EVALSHA" | "EVAL" => {
+                assert!(text(&args[0]) != "EVALSHA" || text(&args[1]) == limiter().sha);
+                self.script_loaded = true;
+                self.executed += 1;
+                self.decide(&args[2..], now_ms)
+            }
+            other => error(&format!("ERR unknown command {other}")),
+        }
+    }
+
+    /// `numkeys, KEYS..., now, (algorithm, cost, n, (limit, period)...)...`
+    fn decide(&mut self, args: &[Value], now_ms: u64) -> Value {
+        let n: usize = text(&args[0]).parse().unwrap();
+        let keys: Vec<String> = args[1..=n].iter().map(text).collect();
+        let injected = text(&args[n + 1]);
+        let now = if injected.is_empty() { now_ms } else { injected.parse().unwrap() };
+        let mut argv = args[n + 2..].iter().map(text);
+        let mut next = || argv.next().unwrap();
+        let nz = |s: String| NonZeroU64::new(s.parse().unwrap()).unwrap();
+        let checks: Vec<Check> = keys
+            .into_iter()
+            .enumerate()
+            .map(|(rule, key)| {
+                let algorithm = Algorithm::ALL.into_iter().find(|a| a.id() == next()).unwrap();
+                let cost = nz(next());
+                let windows = (0..next().parse::<usize>().unwrap())
+                    .map(|_| Window { limit: nz(next()), period_ms: nz(next()) })
+                    .collect();
+                Check { rule, key, windows, cost, algorithm }
+            })
+            .collect();
+        let d = self.model.decide(&checks, now);
+        let mut reply = vec![Value::Integer(i64::from(d.allowed)), Value::Integer(d.now_ms as i64)];
+        for w in &d.windows {
+            reply.extend([w.remaining, w.reset_ms, w.retry_ms].map(|n| Value::Integer(n as i64)));
+        }
+        Value::Array(reply)
+    }
+}
+
+/// A request seen through [`RequestView`]: `GET /` plus the given headers.
+pub struct Req(pub Vec<(String, String)>);
+
+impl RequestView for Req {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        match name {
+            ":method" => Some(b"GET".to_vec()),
+            ":path" => Some(b"/".to_vec()),
+            _ => self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_bytes().to_vec()),
+        }
+    }
+
+    fn property(&self, _path: &[String]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// A worker, its host, its store and a clock, driven by the tests.
+pub struct Rig {
+    pub worker: Worker,
+    pub host: FakeHost,
+    pub store: FakeStore,
+    pub now: u64,
+    next_id: u32,
+    pub headers: HashMap<u32, ResponseHeaders>,
+}
+
+impl Rig {
+    pub fn new(plugin: Plugin) -> Rig {
+        Rig::with_config(plugin.build())
+    }
+
+    pub fn with_config(config: crate::config::Config) -> Rig {
+        Rig {
+            worker: Worker::new(config),
+            host: FakeHost::default(),
+            store: FakeStore::default(),
+            now: 1_000_000,
+            next_id: 100,
+            headers: HashMap::new(),
+        }
+    }
+
+    /// A request for user `user` (header `x-user-id`): its id and what its
+    /// own callback returned.
+    pub fn request(&mut self, user: &str) -> (u32, Flow) {
+        self.request_with(&[("x-user-id", user)])
+    }
+
+    pub fn request_with(&mut self, headers: &[(&str, &str)]) -> (u32, Flow) {
+        self.next_id += 1;
+        let id = self.next_id;
+        let slot = ResponseHeaders::default();
+        self.headers.insert(id, slot.clone());
+        let req = Req(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        self.host.settled_this_entry = 0;
+        let flow = self.worker.on_request(&mut self.host, id, &req, self.now, slot);
+        (id, flow)
+    }
+
+    /// Calls `on_wake` if the worker asked to be woken.
+    pub fn wake(&mut self) {
+        if self.host.wakes > 0 {
+            self.host.wakes = 0;
+            self.host.settled_this_entry = 0;
+            self.worker.on_wake(&mut self.host, self.now);
+        }
+    }
+
+    /// Advances the clock by `ms` and ticks.
+    pub fn tick(&mut self, ms: u64) {
+        self.now += ms;
+        self.host.settled_this_entry = 0;
+        self.worker.on_tick(&mut self.host, self.now);
+    }
+
+    /// The last stream opened.
+    pub fn stream(&self) -> u32 {
+        self.host.opened.last().map(|(t, _, _)| *t).expect("a stream was opened")
+    }
+
+    /// The store answers everything sent on `token` so far, in one message.
+    pub fn answer(&mut self, token: u32) {
+        let sent = self.host.take_outbox(token);
+        let reply = self.store.answer(&sent, self.now);
+        self.message(token, &reply);
+    }
+
+    /// Delivers `bytes` as one message on stream `token`.
+    pub fn message(&mut self, token: u32, bytes: &[u8]) {
+        self.host.settled_this_entry = 0;
+        self.worker.on_stream_message(&mut self.host, token, bytes, self.now);
+    }
+
+    /// Stream `token` closes with gRPC `status`.
+    pub fn close(&mut self, token: u32, status: u32) {
+        self.host.settled_this_entry = 0;
+        self.worker.on_stream_close(&mut self.host, token, status, self.now);
+    }
+
+    /// Wakes the worker and answers on its stream until nothing moves.
+    pub fn settle(&mut self) {
+        for _ in 0..100 {
+            self.wake();
+            let pending: Vec<u32> = self.host.outbox.iter().filter(|(_, b)| !b.is_empty()).map(|(t, _)| *t).collect();
+            if pending.is_empty() && self.host.wakes == 0 {
+                if self.host.tick == super::super::DEFERRED_TICK {
+                    self.tick(1);
+                    continue;
+                }
+                return;
+            }
+            for token in pending {
+                self.answer(token);
+            }
+        }
+        panic!("the worker never settled: {:?} wakes {} tick {:?}", self.host.outbox, self.host.wakes, self.host.tick);
+    }
+
+    pub fn response_headers(&self, id: u32) -> Vec<(String, String)> {
+        self.headers.get(&id).map(|h| h.borrow().clone()).unwrap_or_default()
+    }
+}

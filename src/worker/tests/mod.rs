@@ -1,0 +1,8 @@
+//! The worker's whole request lifecycle on the host: a recording host, a
+//! store that decides with the pure models, and a fake clock. Each test runs
+//! in milliseconds.
+
+mod fake;
+mod lifecycle;
+mod sentinel;
+mod stream;
