@@ -50,6 +50,8 @@
 
 pub mod batch;
 pub mod cache;
+#[cfg(not(target_family = "wasm"))]
+pub mod cli;
 pub mod config;
 pub mod headers;
 pub mod key;

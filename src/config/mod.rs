@@ -77,6 +77,10 @@ mod primitives;
 mod raw;
 mod read;
 mod response;
+#[cfg(not(target_family = "wasm"))]
+pub mod schema;
+#[cfg(not(target_family = "wasm"))]
+mod schema_fields;
 mod shape;
 mod validate;
 
