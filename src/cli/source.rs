@@ -98,7 +98,7 @@ const ENVOY_KEYS: [&str; 7] =
 fn documents(bytes: &[u8]) -> Docs {
     let text = String::from_utf8_lossy(bytes);
     let first = text.trim_start().chars().next();
-    if first == Some('{') || first.is_none() {
+    if matches!(first, Some('{' | '[') | None) {
         return match serde_json::from_slice::<Value>(bytes) {
             Ok(Value::Object(map)) if ENVOY_KEYS.iter().any(|k| map.contains_key(*k)) => {
                 Docs::Tree(vec![Value::Object(map)])
