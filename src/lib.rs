@@ -12,7 +12,8 @@
 //! point below) touches `proxy_wasm`. Everything else — configuration, rule
 //! matching, key building, the RESP codec, the script contract and the header
 //! formatting — is plain Rust that runs and is tested on the host with time
-//! passed in.
+//! passed in. [`cli`] (host-only, never in the module) runs the same parser
+//! and models on an operator's machine: the `tollgate` command.
 //!
 //! ```
 //! use tollgate::config::Config;

@@ -52,7 +52,8 @@ fn mixed_config() -> String {
 /// The table a client of a real Envoy writes down for `requests`.
 fn through_envoy(config: &str, requests: &[Request], columns: &[String]) -> String {
     let valkey = Valkey::start();
-    let envoy = Envoy::start(&EnvoyOptions { plugin_config: config.to_owned(), valkey_port: valkey.port, concurrency: 1 });
+    let envoy =
+        Envoy::start(&EnvoyOptions { plugin_config: config.to_owned(), valkey_port: valkey.port, concurrency: 1 });
     let start = requests.first().map_or(0, |r| r.time_ms);
     let rows: Vec<Row> = requests
         .iter()
@@ -85,7 +86,10 @@ fn agree(config: &str, requests: &[Request]) -> String {
 fn the_seed_trace_gives_the_same_table() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cli/seed.csv")).unwrap();
     let table = agree(&seed_config(), &trace::parse(&text).unwrap());
-    assert!(table.contains("   6 |      0 |    429 |              15 |              0 | auth.createToken/3s\n"), "{table}");
+    assert!(
+        table.contains("   6 |      0 |    429 |              15 |              0 | auth.createToken/3s\n"),
+        "{table}"
+    );
 }
 
 /// The seed's minute: bursts of 8 every 3 s; the 60s window fills, and calls
