@@ -11,21 +11,36 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml)
 
-.PHONY: all tools image-tools build image run demo test unit lint wasm-test validate integration algorithms-report bench fuzz soak clean
+.PHONY: all tools redis7 image-tools build cli image run demo test unit lint wasm-test validate integration algorithms-report bench fuzz soak clean
 
 all: build
 
+# Everything `make build`, `make run` and the tests need, into .tools/ (no root).
 tools:
 	@scripts/install-tools.sh
+
+# Debian's Redis 7 with TLS, for tests/tls_redis7.rs only (apt-get: needs root).
+redis7:
+	@scripts/install-redis.sh
 
 # buildah, skopeo, umoci and docker-registry from Debian (apt-get; needs root or sudo).
 image-tools:
 	@scripts/install-image-tools.sh
 
-# The release module, size-optimized (opt-level z, LTO, panic=abort).
+# The release module, size-optimized (opt-level z, LTO, panic=abort), then
+# `wasm-opt -Oz` in place (cargo links its own output there again on every
+# build, so the input is always cargo's; see docs/performance.md, "Module size").
 build: tools
 	cargo build --release --target wasm32-wasip1 --lib
-	@ls -l $(WASM) | awk '{print "built $(WASM): " $$5 " bytes"}'
+	@raw=$$(stat -c %s $(WASM)) && \
+	  $(TOOLS)/bin/wasm-opt -Oz $(WASM) -o $(WASM).opt && mv $(WASM).opt $(WASM) && \
+	  echo "built $(WASM): $$(stat -c %s $(WASM)) bytes ($$raw before wasm-opt)"
+
+# The `tollgate` command-line tool (check, explain, simulate), host-only, into .tools/bin.
+cli:
+	cargo build --release --bin tollgate
+	@mkdir -p $(TOOLS)/bin && cp target/release/tollgate $(TOOLS)/bin/tollgate
+	@echo "installed $(TOOLS)/bin/tollgate"
 
 # The module as OCI images (tag = crate version) in target/image/{compat,artifact}.
 image: build image-tools
@@ -71,7 +86,7 @@ validate: build
 	  echo "envoy --mode validate: $$f OK"; \
 	done
 
-integration: build image
+integration: build image redis7
 	cargo test --test '*' -- --test-threads 2
 
 # Not part of `make test`: cargo fuzz (nightly) on the RESP decoder, the store

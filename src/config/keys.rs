@@ -1,8 +1,8 @@
 //! `rules[i].key`: where the parts of a rule's bucket key come from.
 
 use super::error::ConfigError;
-use super::raw::{Obj, RawKeyPart, RawOnMissing, RawPrefixes, StrOrObj};
-use super::validate::{fail, header_name};
+use super::primitives::{fail, header_name};
+use super::raw::{RawKeyPart, RawPrefixes};
 
 /// Most key parts in one rule.
 pub const MAX_KEY_PARTS: usize = 8;
@@ -78,7 +78,7 @@ pub enum OnMissing {
     Default(String),
 }
 
-pub(crate) fn key(i: usize, raw: Option<Vec<StrOrObj<RawKeyPart>>>) -> Result<Vec<KeyPart>, ConfigError> {
+pub(crate) fn key(i: usize, raw: Option<Vec<RawKeyPart>>) -> Result<Vec<KeyPart>, ConfigError> {
     let parts = raw.unwrap_or_default();
     if parts.len() > MAX_KEY_PARTS {
         return fail(
@@ -92,9 +92,9 @@ pub(crate) fn key(i: usize, raw: Option<Vec<StrOrObj<RawKeyPart>>>) -> Result<Ve
 const NAMED: &str = "expected one of \"path\", \"method\", \"authority\" or an object";
 const SOURCES: &str = "header, query, cookie, remote_address, forwarded_for, literal, property";
 
-fn key_part(path: &str, raw: StrOrObj<RawKeyPart>) -> Result<KeyPart, ConfigError> {
+fn key_part(path: &str, raw: RawKeyPart) -> Result<KeyPart, ConfigError> {
     let part = match raw {
-        StrOrObj::Str(name) => {
+        RawKeyPart::Named(name) => {
             let source = match name.as_str() {
                 "path" => KeySource::Path,
                 "method" => KeySource::Method,
@@ -103,7 +103,7 @@ fn key_part(path: &str, raw: StrOrObj<RawKeyPart>) -> Result<KeyPart, ConfigErro
             };
             return Ok(KeyPart { source, on_missing: OnMissing::SkipRule });
         }
-        StrOrObj::Obj(part) => part,
+        RawKeyPart::Object(part) => part,
     };
     let mut sources: Vec<KeySource> = Vec::new();
     if let Some(name) = &part.header {
@@ -115,18 +115,17 @@ fn key_part(path: &str, raw: StrOrObj<RawKeyPart>) -> Result<KeyPart, ConfigErro
     if let Some(name) = part.cookie {
         sources.push(KeySource::Cookie(non_empty(&format!("{path}.cookie"), name)?));
     }
-    if let Some(Obj(p)) = part.remote_address {
+    if let Some(p) = part.remote_address {
         sources.push(KeySource::RemoteAddress(prefixes(&format!("{path}.remote_address"), &p)?));
     }
-    if let Some(Obj(f)) = part.forwarded_for {
+    if let Some(f) = part.forwarded_for {
         let base = format!("{path}.forwarded_for");
         let trusted_hops = match f.trusted_hops {
             None => 0,
             Some(n) if n <= 32 => n,
             Some(_) => return fail(format!("{base}.trusted_hops"), "must be <= 32"),
         };
-        let p = RawPrefixes { v4_prefix: f.v4_prefix, v6_prefix: f.v6_prefix };
-        sources.push(KeySource::ForwardedFor { trusted_hops, prefixes: prefixes(&base, &p)? });
+        sources.push(KeySource::ForwardedFor { trusted_hops, prefixes: prefixes(&base, &f.prefixes)? });
     }
     if let Some(value) = part.literal {
         sources.push(KeySource::Literal(bounded(&format!("{path}.literal"), value)?));
@@ -143,16 +142,14 @@ fn key_part(path: &str, raw: StrOrObj<RawKeyPart>) -> Result<KeyPart, ConfigErro
     };
     let on_missing = match part.on_missing {
         None => OnMissing::SkipRule,
-        Some(StrOrObj::Str(s)) if s == "skip_rule" => OnMissing::SkipRule,
-        Some(StrOrObj::Str(s)) => {
+        Some(Ok(s)) if s == "skip_rule" => OnMissing::SkipRule,
+        Some(Ok(s)) => {
             return fail(
                 format!("{path}.on_missing"),
                 format!("unknown value {s:?}, expected \"skip_rule\" or {{\"default\": VALUE}}"),
             )
         }
-        Some(StrOrObj::Obj(RawOnMissing { default })) => {
-            OnMissing::Default(bounded(&format!("{path}.on_missing.default"), default)?)
-        }
+        Some(Err(default)) => OnMissing::Default(bounded(&format!("{path}.on_missing.default"), default)?),
     };
     Ok(KeyPart { source, on_missing })
 }

@@ -1,8 +1,8 @@
 //! `rules[i].match`: which requests a rule applies to.
 
 use super::error::ConfigError;
-use super::raw::{Obj, RawHeaderMatch, RawMatch};
-use super::validate::{fail, header_name};
+use super::primitives::{fail, header_name};
+use super::raw::{RawHeaderMatch, RawMatch};
 
 /// Request selection of a rule: every condition given must hold. The default
 /// matches every request.
@@ -87,8 +87,8 @@ pub enum HeaderCondition {
 /// Most header conditions in one rule.
 pub const MAX_HEADER_MATCHES: usize = 16;
 
-pub(crate) fn matcher(i: usize, raw: Option<Obj<RawMatch>>) -> Result<Match, ConfigError> {
-    let Some(Obj(raw)) = raw else {
+pub(crate) fn matcher(i: usize, raw: Option<RawMatch>) -> Result<Match, ConfigError> {
+    let Some(raw) = raw else {
         return Ok(Match::default());
     };
     let base = format!("rules[{i}].match");
@@ -134,7 +134,7 @@ pub(crate) fn matcher(i: usize, raw: Option<Obj<RawMatch>>) -> Result<Match, Con
     let headers = raw_headers
         .into_iter()
         .enumerate()
-        .map(|(j, Obj(h))| header_match(&format!("{base}.headers[{j}]"), h))
+        .map(|(j, h)| header_match(&format!("{base}.headers[{j}]"), h))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Match { path: raw.path, path_prefix: raw.path_prefix, path_regex, methods, authority, headers })
 }

@@ -34,109 +34,38 @@
 //! # Ok::<(), tollgate::config::ConfigError>(())
 //! ```
 //!
-//! # Document (v1)
+//! # Document
 //!
-//! | field | required | meaning |
-//! | --- | --- | --- |
-//! | `valkey.cluster` | yes | Envoy cluster of the Valkey server: 1..=255 bytes, no whitespace or control characters |
-//! | `valkey.timeout` | no, `100ms` | a duration, > 0 and <= 60s |
-//! | `valkey.key_prefix` | no, `tollgate` | 1..=64 characters from `[A-Za-z0-9._:-]` |
-//! | `valkey.username` | no | ACL user for `AUTH`, 1..=128 bytes without whitespace; requires `password_env` |
-//! | `valkey.password_env` | no | name of the VM environment variable holding the password (`[A-Za-z_][A-Za-z0-9_]*`, at most 128 bytes); read at configuration time |
-//! | `valkey.sentinel.cluster` | with `sentinel` | Envoy cluster that tunnels to the Sentinels (as `valkey.cluster`) |
-//! | `valkey.sentinel.master_name` | with `sentinel` | the monitored master's name, 1..=128 bytes without whitespace |
-//! | `valkey.sentinel.refresh` | no, `5s` | a duration, > 0 and <= 1h: how often the master is asked for |
-//! | `failure_mode` | no, `allow` | `allow` or `deny`: what to do when Valkey cannot answer |
-//! | `rules` | yes | non-empty list of rules |
-//! | `rules[i].name` | yes | 1..=64 characters from `[A-Za-z0-9._:-]`, unique |
-//! | `rules[i].match` | no (all requests) | `path_prefix` (starts with `/`), `methods` (non-empty list of distinct letter-only methods, uppercased) |
-//! | `rules[i].key` | no (one shared bucket) | at most 8 parts `{ "header": NAME }`; NAME is an HTTP token or a pseudo-header (`:authority`), lowercased |
-//! | `rules[i].limits` | yes | 1..=8 windows `{ "limit": 1..=1000000000, "period": duration }`, periods > 0, <= 366d and distinct; every window must be able to bind (below); for `gcra` and `sliding_window`, `limit × period in ms <= 2^53` |
-//! | `rules[i].algorithm` | no, `sliding_log` | `sliding_log`, `gcra`, `sliding_window` or `fixed_window` (see `docs/algorithms.md`) |
-//! | `rules[i].cost` | no, `1` | units one request consumes in every window: an integer from 1 to the smallest limit of the rule (and at most 10000 for `sliding_log`) |
-//! | `testing.now_header` | no | **tests only**, see [`Testing`] |
-//!
-//! A duration is a string `"<digits><unit>"` with unit `ms`, `s`, `m`, `h` or
-//! `d` (`"250ms"`, `"3s"`, `"10m"`, `"1h"`, `"1d"`; no spaces, sign or
-//! fraction; units are case-sensitive), or a non-negative JSON integer
-//! counting seconds. An explicit `null` is the same as leaving an optional
-//! field out. Unknown fields are errors everywhere, as are objects written as
-//! arrays and fields given twice.
+//! The reference of every field, with an example of each match condition and
+//! key part, is `docs/configuration.md`; the JSON Schema generated from the
+//! shape table (`shape.rs`) is `schema/tollgate.schema.json`. Every error
+//! message has a fixture in `tests/fixtures/config/invalid/` (the file's JSON
+//! and its exact message), so the fixtures are the catalogue of errors.
 //!
 //! # Errors
 //!
-//! [`Config::from_json`] stops at the first problem and returns a
-//! [`ConfigError`] displayed as `path: message`. Problems of JSON syntax and
-//! shape (the first five rows) are found while reading, before any value is
-//! checked; values are then checked in document order. Paths look like
+//! A [`ConfigError`] is displayed as `path: message`. Paths look like
 //! `valkey.timeout`, `rules[2].name` or `rules[0].limits[1].period`; keys that
 //! are not plain identifiers are quoted (`rules[0]["per od"]`); problems with
-//! the document as a whole have the path `(root)`. `"..."` below is the
-//! offending string as a Rust string literal; `N`, `J`, `K` are numbers.
+//! the document as a whole have the path `(root)`.
 //!
-//! | case | path | message |
-//! | --- | --- | --- |
-//! | not JSON (syntax, empty, trailing data) | `(root)` | `invalid JSON at line L column C: DETAIL` (DETAIL is serde_json's) |
-//! | unknown field | the unknown field | `unknown field, expected one of A, B` (or `expected A` for a single field) |
-//! | missing required field | the missing field | `missing field` |
-//! | field given twice | the field | `duplicate field` |
-//! | wrong JSON type | the value | `invalid type: FOUND, expected EXPECTED` (e.g. `invalid type: array, expected an object`, ``invalid type: integer `5`, expected a string``) |
-//! | empty string or list | the field | `must not be empty` (`valkey.cluster`, `valkey.username`, `valkey.password_env`, `valkey.sentinel.cluster`, `valkey.sentinel.master_name`, `valkey.key_prefix`, `rules`, `rules[i].name`, `rules[i].match.methods`, `rules[i].limits`) |
-//! | cluster too long | `valkey.cluster` | `must be at most 255 bytes (got N)` |
-//! | cluster with a bad character | `valkey.cluster` | `invalid character ' ' in "...": whitespace and control characters are not allowed` |
-//! | name/prefix with a bad character | `rules[i].name`, `valkey.key_prefix` | `invalid character '/' in "...": allowed are A-Z, a-z, 0-9, '.', '_', ':' and '-'` |
-//! | name/prefix too long | `rules[i].name`, `valkey.key_prefix` | `must be at most 64 characters (got N)` |
-//! | username without password | `valkey.username` | `requires valkey.password_env` |
-//! | bad environment variable name | `valkey.password_env` | `invalid environment variable name "...": expected [A-Za-z_][A-Za-z0-9_]*` |
-//! | variable not set / empty | `valkey.password_env` | `environment variable "NAME" is not set` / `environment variable "NAME" is empty` |
-//! | username/master name with whitespace | `valkey.username`, `valkey.sentinel.master_name` | `invalid character ' ' in "...": whitespace and control characters are not allowed` |
-//! | username/master name/variable name too long | same, `valkey.password_env` | `must be at most 128 bytes (got N)` |
-//! | refresh too long | `valkey.sentinel.refresh` | `must be <= 1h` |
-//! | unknown failure mode | `failure_mode` | `unknown value "...", expected one of allow, deny` |
-//! | duplicate rule name | `rules[i].name` | `duplicate rule name "..." (also rules[J].name)` |
-//! | path prefix without leading slash | `rules[i].match.path_prefix` | `must start with '/'` |
-//! | bad method | `rules[i].match.methods[j]` | `invalid HTTP method "...": expected letters only` |
-//! | duplicate method (after uppercasing) | `rules[i].match.methods[j]` | `duplicate method "GET" (also rules[i].match.methods[K])` |
-//! | too many key parts | `rules[i].key` | `must have at most 8 parts (got N)` |
-//! | bad header name | `rules[i].key[j].header`, `testing.now_header` | ``invalid header name "...": expected an HTTP token (letters, digits and !#$%&'*+-.^_`\|~), optionally after a leading ':'`` |
-//! | too many windows | `rules[i].limits` | `must have at most 8 windows (got N)` |
-//! | limit zero or negative | `rules[i].limits[j].limit` | `must be > 0` |
-//! | limit too large | `rules[i].limits[j].limit` | `must be <= 1000000000` |
-//! | limit not an integer | `rules[i].limits[j].limit` | `must be an integer` (a non-number: `invalid type: ..., expected a JSON number`) |
-//! | malformed duration (any JSON type) | `valkey.timeout`, `rules[i].limits[j].period` | `invalid duration "100 ms": expected <digits><unit> with unit ms, s, m, h or d, or an integer number of seconds` (the value is shown as a string literal, a number, `true`, `null`, `[...]` or `{...}`) |
-//! | zero duration | same | `must be > 0` |
-//! | timeout too long (or too large to represent) | `valkey.timeout` | `must be <= 60s` |
-//! | period too long (or too large to represent) | `rules[i].limits[j].period` | `must be <= 366d` |
-//! | two windows with the same period | `rules[i].limits[j].period` | `same period as rules[i].limits[K].period (3s)`, or `(60s = 1m)` when spelled differently (this window's label first) |
-//! | unknown algorithm | `rules[i].algorithm` | `unknown value "...", expected one of sliding_log, gcra, sliding_window, fixed_window` |
-//! | cost zero or negative, too large, not an integer | `rules[i].cost` | `must be > 0`, `must be <= 1000000000`, `must be an integer` |
-//! | cost above 10000 for `sliding_log` | `rules[i].cost` | `must be <= 10000 for sliding_log, which stores one entry per unit` |
-//! | cost above a window's limit | `rules[i].cost` | `cost N is larger than rules[i].limits[j].limit (J): no request could ever be admitted` |
-//! | `limit × period` beyond 2^53 (`gcra`, `sliding_window`) | `rules[i].limits[j]` | `limit × period = N × P ms = X exceeds 2^53 = 9007199254740992, the largest that gcra computes exactly; lower the limit or the period` |
-//! | a window that can never bind | `rules[i].limits[j]` | `window N/P can never bind next to rules[i].limits[K] (N/P) under ALGORITHM: REASON` (the reasons are in `binding.rs`, e.g. `any interval of this period spans at most 60 of the other's, so at most 60 × 10 = 600 units are ever admitted in it`) |
+//! Parsing has two stages. `read` parses the JSON against the shape table in
+//! one streaming pass and stops at the first problem of syntax or shape
+//! (unknown, repeated or missing field, wrong JSON type). `validate` then
+//! checks meaning and builds the public types, in which invalid states cannot
+//! be represented ([`NonZeroU64`] limits and periods). It checks each section
+//! and each rule on its own, so [`Config::from_json_all`] reports one error
+//! per section and per rule; [`Config::from_json`] returns the first of them,
+//! which is what the filter logs (`tollgate: invalid plugin configuration:
+//! <path>: <message>`).
 //!
 //! # Windows that can never bind
 //!
 //! Following seed `000` ("limit/period must grow as the period shrinks"), a
 //! rule is rejected when one of its windows can never be the one that denies
 //! a request because another window of the rule always denies first. The
-//! exact condition depends on the algorithm (`k = ceil(longer / shorter
-//! period)`, `m(L) = floor(L / cost) × cost`): for `sliding_log` and
-//! `sliding_window` the longer window must have `limit < k × m(shorter
-//! limit)` and the shorter `limit < m(longer limit)`; `fixed_window` counts
-//! aligned windows (`k` can be one more, and a short window can straddle two
-//! long ones); `gcra` needs the longer window to have the lower rate
-//! (`limit / period`) and the shorter the smaller limit. The derivations are
-//! in `src/config/binding.rs`.
-//!
-//! # Design
-//!
-//! Parsing has two stages: `raw` mirrors the JSON shape with serde
-//! (`deny_unknown_fields`, read through `serde_path_to_error` so shape errors
-//! carry their path), then `validate` checks meaning and builds the public
-//! types, in which invalid states cannot be represented ([`NonZeroU64`]
-//! limits and periods). Later versions of the document extend `raw` and
-//! `validate` without changing the meaning of v1 documents.
+//! exact condition depends on the algorithm; the derivations are in
+//! `src/config/binding.rs`.
 
 mod access;
 mod binding;
@@ -144,8 +73,15 @@ mod duration;
 mod error;
 mod keys;
 mod matching;
+mod primitives;
 mod raw;
+mod read;
 mod response;
+#[cfg(not(target_family = "wasm"))]
+pub mod schema;
+#[cfg(not(target_family = "wasm"))]
+mod schema_fields;
+mod shape;
 mod validate;
 
 #[cfg(test)]
@@ -156,9 +92,7 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 pub use crate::limiter::Algorithm;
-pub use access::{
-    Auth, Secret, SentinelConfig, DEFAULT_SENTINEL_REFRESH_MS, MAX_ACCESS_NAME_BYTES, MAX_SENTINEL_REFRESH_MS,
-};
+pub use access::{Auth, Secret, SentinelConfig, DEFAULT_SENTINEL_REFRESH_MS, MAX_SENTINEL_REFRESH_MS};
 pub use error::ConfigError;
 pub use keys::{KeyPart, KeySource, OnMissing, Prefixes, MAX_KEY_PARTS, MAX_LITERAL_BYTES, MAX_PROPERTY_SEGMENTS};
 pub use matching::{HeaderCondition, HeaderMatch, Match, Pattern, MAX_HEADER_MATCHES};
@@ -172,6 +106,29 @@ pub const MAX_TIMEOUT_MS: u64 = 60_000;
 pub const DEFAULT_KEY_PREFIX: &str = "tollgate";
 /// Longest `valkey.cluster`, in bytes.
 pub const MAX_CLUSTER_BYTES: usize = 255;
+/// Longest `valkey.username`, `valkey.password_env` and
+/// `valkey.sentinel.master_name`, in bytes.
+pub const MAX_ACCESS_NAME_BYTES: usize = 128;
+/// The smallest and largest value of a count setting, inclusive.
+pub type Bounds = (u64, u64);
+/// `valkey.max_in_flight` when omitted: decisions awaiting replies on a
+/// worker's store stream.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+/// The bounds of `valkey.max_in_flight`.
+pub const MAX_IN_FLIGHT_BOUNDS: Bounds = (1, 16_384);
+/// `valkey.max_batch` when omitted: decisions in one message on the stream.
+pub const DEFAULT_MAX_BATCH: usize = 64;
+/// The bounds of `valkey.max_batch`.
+pub const MAX_BATCH_BOUNDS: Bounds = (1, 1024);
+/// `valkey.max_queue` when omitted: requests waiting per worker beyond what
+/// the stream can take.
+pub const DEFAULT_MAX_QUEUE: usize = 4096;
+/// The bounds of `valkey.max_queue`.
+pub const MAX_QUEUE_BOUNDS: Bounds = (0, 100_000);
+/// `denial_cache.max_keys` when omitted: keys remembered as denied per worker.
+pub const DEFAULT_DENIAL_CACHE_KEYS: usize = 10_000;
+/// The bounds of `denial_cache.max_keys` (0 disables the cache).
+pub const DENIAL_CACHE_KEYS_BOUNDS: Bounds = (0, 1_000_000);
 /// Longest rule name or key prefix, in characters (all ASCII).
 pub const MAX_NAME_CHARS: usize = 64;
 /// Most windows (limits) in one rule.
@@ -197,7 +154,8 @@ pub struct Config {
     pub response: ResponseConfig,
     /// Global shadow mode: every rule decides and counts, none denies.
     pub shadow: bool,
-    /// Keys remembered as denied per worker (0 disables; default 10000).
+    /// Keys remembered as denied per worker (0 disables; default
+    /// [`DEFAULT_DENIAL_CACHE_KEYS`]).
     pub denial_cache_keys: usize,
     /// Test-only switches; all off unless configured.
     pub testing: Testing,
@@ -206,8 +164,8 @@ pub struct Config {
 impl Config {
     /// Parses and validates a JSON configuration.
     ///
-    /// Returns the first problem found; see the [module documentation](self)
-    /// for the document and every error message.
+    /// Returns the first problem found: the message the filter logs. See the
+    /// [module documentation](self).
     pub fn from_json(bytes: &[u8]) -> Result<Config, ConfigError> {
         Config::from_json_with_env(bytes, &|name| std::env::var(name).ok())
     }
@@ -215,11 +173,24 @@ impl Config {
     /// [`Config::from_json`] with environment variables (`valkey.password_env`)
     /// looked up by `env` instead of the process (VM) environment.
     pub fn from_json_with_env(bytes: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-        let raw::Obj(document): raw::Obj<raw::RawConfig> =
-            serde_path_to_error::deserialize(&mut deserializer).map_err(error::from_serde)?;
-        deserializer.end().map_err(|err| error::from_json_syntax(&err))?;
-        validate::config(document, env)
+        Config::from_json_all(bytes, env).map_err(|errors| {
+            errors.into_iter().next().unwrap_or_else(|| ConfigError::new(error::ROOT, "invalid configuration"))
+        })
+    }
+
+    /// [`Config::from_json_with_env`], reporting every problem it can: the
+    /// first of syntax or shape alone (parsing stops there), or else the first
+    /// of each section and of each rule, in document order (never empty).
+    pub fn from_json_all(bytes: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
+        let fields = read::document(bytes).map_err(|err| vec![err])?;
+        let unshaped = || vec![ConfigError::new(error::ROOT, "invalid configuration")];
+        let raw = raw::RawConfig::from_fields(fields).ok_or_else(unshaped)?;
+        let mut errors = Vec::new();
+        match validate::config(raw, env, &mut errors) {
+            Some(config) if errors.is_empty() => Ok(config),
+            _ if errors.is_empty() => Err(unshaped()),
+            _ => Err(errors),
+        }
     }
 }
 
@@ -233,13 +204,14 @@ pub struct ValkeyConfig {
     /// First component of every key (`[A-Za-z0-9._:-]{1,64}`).
     pub key_prefix: String,
     /// Decisions sent on the worker's store stream and awaiting replies, at
-    /// most (1..=16384, default 1024).
+    /// most ([`MAX_IN_FLIGHT_BOUNDS`], default [`DEFAULT_MAX_IN_FLIGHT`]).
     pub max_in_flight: usize,
-    /// Decisions sent in one message on the stream at most (1..=1024,
-    /// default 64).
+    /// Decisions sent in one message on the stream, at most
+    /// ([`MAX_BATCH_BOUNDS`], default [`DEFAULT_MAX_BATCH`]).
     pub max_batch: usize,
-    /// Requests waiting per worker to be sent, at most (0..=100000, default
-    /// 4096); beyond it a request is refused as overload.
+    /// Requests waiting per worker beyond what the stream can take, at most
+    /// ([`MAX_QUEUE_BOUNDS`], default [`DEFAULT_MAX_QUEUE`]); beyond it a
+    /// request is refused as overload.
     pub max_queue: usize,
     /// `AUTH` credentials sent first on every store stream, if any.
     pub auth: Option<Auth>,

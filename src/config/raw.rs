@@ -1,153 +1,76 @@
-//! Stage 1: the JSON shape, exactly as written.
+//! The document as written, after the shape check: plain structs that mirror
+//! [`shape`](super::shape) one to one and carry no meaning of their own.
+//! Every check beyond "this is the right JSON type" happens in
+//! [`super::validate`] and its parts.
 //!
-//! These structs mirror the document one to one and carry no meaning of their
-//! own: every check beyond "this is the right JSON type" happens in
-//! [`super::validate`]. Each object is read through [`Obj`], so an object
-//! written as a JSON array (which serde's derive would otherwise accept
-//! positionally) is a type error, and every struct denies unknown fields.
-//!
-//! Values whose checks need full control over the error message (durations,
-//! the failure mode, limits) are kept loosely typed here
-//! ([`serde_json::Value`], [`String`], [`serde_json::Number`]).
+//! Values whose checks need full control over the message (durations, the
+//! failure mode, limits and costs) are kept loosely typed here ([`Loose`],
+//! [`String`], [`Number`]).
 
-use std::fmt;
-use std::marker::PhantomData;
+use serde_json::Number;
 
-use serde::de::value::MapAccessDeserializer;
-use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
-use serde_json::{Number, Value};
-
-/// A JSON object holding a `T`; anything else (arrays included) is a type
-/// error that says "expected an object".
-#[derive(Debug)]
-pub(crate) struct Obj<T>(pub(crate) T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ObjVisitor<T>(PhantomData<T>);
-
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjVisitor<T> {
-            type Value = Obj<T>;
-
-            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-                formatter.write_str("an object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map)).map(Obj)
-            }
-        }
-
-        deserializer.deserialize_map(ObjVisitor(PhantomData))
-    }
-}
-
-/// A JSON string or a JSON object holding a `T` (for fields such as key parts
-/// that have a short string form).
-#[derive(Debug)]
-pub(crate) enum StrOrObj<T> {
-    Str(String),
-    Obj(T),
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for StrOrObj<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = StrOrObj<T>;
-
-            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-                formatter.write_str("a string or an object")
-            }
-
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(StrOrObj::Str(v.to_owned()))
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map)).map(StrOrObj::Obj)
-            }
-        }
-
-        deserializer.deserialize_any(V(PhantomData))
-    }
-}
+pub(crate) use super::read::Loose;
+use super::read::{Fields, Node};
 
 /// The whole document.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawConfig {
-    pub(crate) valkey: Obj<RawValkey>,
+    pub(crate) valkey: RawValkey,
     pub(crate) failure_mode: Option<String>,
-    pub(crate) rules: Vec<Obj<RawRule>>,
-    pub(crate) response: Option<Obj<RawResponse>>,
+    pub(crate) rules: Vec<RawRule>,
+    pub(crate) response: Option<RawResponse>,
     pub(crate) shadow: Option<bool>,
-    pub(crate) denial_cache: Option<Obj<RawDenialCache>>,
-    pub(crate) testing: Option<Obj<RawTesting>>,
+    pub(crate) denial_cache_max_keys: Option<Option<u64>>,
+    pub(crate) testing: Option<RawTesting>,
 }
 
 /// `valkey`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawValkey {
     pub(crate) cluster: String,
-    pub(crate) timeout: Option<Value>,
+    pub(crate) timeout: Option<Loose>,
     pub(crate) key_prefix: Option<String>,
     pub(crate) max_in_flight: Option<u64>,
     pub(crate) max_batch: Option<u64>,
     pub(crate) max_queue: Option<u64>,
     pub(crate) username: Option<String>,
     pub(crate) password_env: Option<String>,
-    pub(crate) sentinel: Option<Obj<RawSentinel>>,
+    pub(crate) sentinel: Option<RawSentinel>,
 }
 
 /// `valkey.sentinel`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawSentinel {
     pub(crate) cluster: String,
     pub(crate) master_name: String,
-    pub(crate) refresh: Option<Value>,
-}
-
-/// `denial_cache`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawDenialCache {
-    pub(crate) max_keys: Option<u64>,
+    pub(crate) refresh: Option<Loose>,
 }
 
 /// `rules[i]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawRule {
     pub(crate) name: String,
-    #[serde(rename = "match")]
-    pub(crate) matcher: Option<Obj<RawMatch>>,
-    pub(crate) key: Option<Vec<StrOrObj<RawKeyPart>>>,
-    pub(crate) limits: Vec<Obj<RawLimit>>,
+    pub(crate) matcher: Option<RawMatch>,
+    pub(crate) key: Option<Vec<RawKeyPart>>,
+    pub(crate) limits: Vec<RawLimit>,
     pub(crate) algorithm: Option<String>,
     pub(crate) cost: Option<Number>,
     pub(crate) shadow: Option<bool>,
 }
 
 /// `rules[i].match`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawMatch {
     pub(crate) path: Option<String>,
     pub(crate) path_prefix: Option<String>,
     pub(crate) path_regex: Option<String>,
     pub(crate) methods: Option<Vec<String>>,
     pub(crate) authority: Option<String>,
-    pub(crate) headers: Option<Vec<Obj<RawHeaderMatch>>>,
+    pub(crate) headers: Option<Vec<RawHeaderMatch>>,
 }
 
 /// `rules[i].match.headers[j]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawHeaderMatch {
     pub(crate) name: String,
     pub(crate) present: Option<bool>,
@@ -157,48 +80,44 @@ pub(crate) struct RawHeaderMatch {
     pub(crate) invert: Option<bool>,
 }
 
-/// `rules[i].key[j]` in object form: exactly one source field, plus
-/// `on_missing`. (The string forms are `"path"`, `"method"`, `"authority"`.)
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawKeyPart {
+/// `rules[i].key[j]`: a name (`"path"`, `"method"`, `"authority"`) or an
+/// object with one source field, plus `on_missing`.
+#[derive(Debug)]
+pub(crate) enum RawKeyPart {
+    Named(String),
+    Object(RawKeySource),
+}
+
+/// `rules[i].key[j]` in object form.
+#[derive(Debug)]
+pub(crate) struct RawKeySource {
     pub(crate) header: Option<String>,
     pub(crate) query: Option<String>,
     pub(crate) cookie: Option<String>,
-    pub(crate) remote_address: Option<Obj<RawPrefixes>>,
-    pub(crate) forwarded_for: Option<Obj<RawForwardedFor>>,
+    pub(crate) remote_address: Option<RawPrefixes>,
+    pub(crate) forwarded_for: Option<RawForwardedFor>,
     pub(crate) literal: Option<String>,
     pub(crate) property: Option<Vec<String>>,
-    pub(crate) on_missing: Option<StrOrObj<RawOnMissing>>,
+    /// `"skip_rule"` (or another name, an error) or `{ "default": VALUE }`.
+    pub(crate) on_missing: Option<Result<String, String>>,
 }
 
 /// `remote_address`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawPrefixes {
     pub(crate) v4_prefix: Option<u32>,
     pub(crate) v6_prefix: Option<u32>,
 }
 
 /// `forwarded_for`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawForwardedFor {
     pub(crate) trusted_hops: Option<u32>,
-    pub(crate) v4_prefix: Option<u32>,
-    pub(crate) v6_prefix: Option<u32>,
-}
-
-/// `on_missing` in object form.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawOnMissing {
-    pub(crate) default: String,
+    pub(crate) prefixes: RawPrefixes,
 }
 
 /// `response`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawResponse {
     pub(crate) status: Option<u64>,
     pub(crate) headers: Option<Vec<String>>,
@@ -208,16 +127,146 @@ pub(crate) struct RawResponse {
 }
 
 /// `rules[i].limits[j]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawLimit {
     pub(crate) limit: Number,
-    pub(crate) period: Value,
+    pub(crate) period: Loose,
 }
 
 /// `testing`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub(crate) struct RawTesting {
     pub(crate) now_header: Option<String>,
+}
+
+/// The objects of an array field (its shape holds only objects).
+fn objects(items: Option<Vec<Node>>) -> impl Iterator<Item = Fields> {
+    items.unwrap_or_default().into_iter().filter_map(|node| if let Node::Obj(f) = node { Some(f) } else { None })
+}
+
+impl RawConfig {
+    /// The document's values; `f` passed the shape check of `shape::CONFIG`,
+    /// so every required field is there (`None` otherwise).
+    pub(crate) fn from_fields(mut f: Fields) -> Option<RawConfig> {
+        Some(RawConfig {
+            valkey: RawValkey::from_fields(f.obj("valkey")?)?,
+            failure_mode: f.str("failure_mode"),
+            rules: objects(f.arr("rules")).map(RawRule::from_fields).collect::<Option<_>>()?,
+            response: f.obj("response").map(RawResponse::from_fields),
+            shadow: f.bool("shadow"),
+            denial_cache_max_keys: f.obj("denial_cache").map(|mut c| c.u64("max_keys")),
+            testing: f.obj("testing").map(|mut t| RawTesting { now_header: t.str("now_header") }),
+        })
+    }
+}
+
+impl RawValkey {
+    fn from_fields(mut f: Fields) -> Option<RawValkey> {
+        let sentinel = match f.obj("sentinel") {
+            None => None,
+            Some(mut s) => Some(RawSentinel {
+                cluster: s.str("cluster")?,
+                master_name: s.str("master_name")?,
+                refresh: s.duration("refresh"),
+            }),
+        };
+        Some(RawValkey {
+            cluster: f.str("cluster")?,
+            timeout: f.duration("timeout"),
+            key_prefix: f.str("key_prefix"),
+            max_in_flight: f.u64("max_in_flight"),
+            max_batch: f.u64("max_batch"),
+            max_queue: f.u64("max_queue"),
+            username: f.str("username"),
+            password_env: f.str("password_env"),
+            sentinel,
+        })
+    }
+}
+
+impl RawRule {
+    fn from_fields(mut f: Fields) -> Option<RawRule> {
+        let matcher = match f.obj("match") {
+            None => None,
+            Some(mut m) => Some(RawMatch {
+                path: m.str("path"),
+                path_prefix: m.str("path_prefix"),
+                path_regex: m.str("path_regex"),
+                methods: m.strings("methods"),
+                authority: m.str("authority"),
+                headers: match m.arr("headers") {
+                    None => None,
+                    Some(h) => Some(objects(Some(h)).map(RawHeaderMatch::from_fields).collect::<Option<_>>()?),
+                },
+            }),
+        };
+        let key = match f.arr("key") {
+            None => None,
+            Some(parts) => Some(parts.into_iter().map(RawKeyPart::from_node).collect::<Option<_>>()?),
+        };
+        let limits = objects(f.arr("limits"))
+            .map(|mut l| Some(RawLimit { limit: l.number("limit")?, period: l.duration("period")? }))
+            .collect::<Option<_>>()?;
+        Some(RawRule {
+            name: f.str("name")?,
+            matcher,
+            key,
+            limits,
+            algorithm: f.str("algorithm"),
+            cost: f.number("cost"),
+            shadow: f.bool("shadow"),
+        })
+    }
+}
+
+impl RawHeaderMatch {
+    fn from_fields(mut h: Fields) -> Option<RawHeaderMatch> {
+        Some(RawHeaderMatch {
+            name: h.str("name")?,
+            present: h.bool("present"),
+            exact: h.str("exact"),
+            prefix: h.str("prefix"),
+            regex: h.str("regex"),
+            invert: h.bool("invert"),
+        })
+    }
+}
+
+impl RawKeyPart {
+    fn from_node(node: Node) -> Option<RawKeyPart> {
+        let mut f = match node {
+            Node::Str(name) => return Some(RawKeyPart::Named(name)),
+            Node::Obj(f) => f,
+            _ => return None,
+        };
+        let prefixes = |mut p: Fields| RawPrefixes { v4_prefix: p.u32("v4_prefix"), v6_prefix: p.u32("v6_prefix") };
+        Some(RawKeyPart::Object(RawKeySource {
+            header: f.str("header"),
+            query: f.str("query"),
+            cookie: f.str("cookie"),
+            remote_address: f.obj("remote_address").map(prefixes),
+            forwarded_for: f
+                .obj("forwarded_for")
+                .map(|mut p| RawForwardedFor { trusted_hops: p.u32("trusted_hops"), prefixes: prefixes(p) }),
+            literal: f.str("literal"),
+            property: f.strings("property"),
+            on_missing: match f.str_or_obj("on_missing") {
+                None => None,
+                Some(Ok(name)) => Some(Ok(name)),
+                Some(Err(mut d)) => Some(Err(d.str("default")?)),
+            },
+        }))
+    }
+}
+
+impl RawResponse {
+    fn from_fields(mut f: Fields) -> RawResponse {
+        RawResponse {
+            status: f.u64("status"),
+            headers: f.strings("headers"),
+            body: f.str("body"),
+            text: f.str("text"),
+            on_allowed: f.bool("on_allowed"),
+        }
+    }
 }

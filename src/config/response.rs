@@ -1,8 +1,8 @@
 //! `response` and `shadow`: what the filter answers and adds.
 
 use super::error::ConfigError;
-use super::raw::{Obj, RawResponse};
-use super::validate::fail;
+use super::primitives::fail;
+use super::raw::RawResponse;
 
 /// Default text of `body: "text"`.
 pub const DEFAULT_TEXT_BODY: &str = "Too Many Requests\n";
@@ -47,8 +47,8 @@ pub enum Body {
     None,
 }
 
-pub(crate) fn response(raw: Option<Obj<RawResponse>>) -> Result<ResponseConfig, ConfigError> {
-    let Some(Obj(raw)) = raw else {
+pub(crate) fn response(raw: Option<RawResponse>) -> Result<ResponseConfig, ConfigError> {
+    let Some(raw) = raw else {
         return Ok(ResponseConfig::default());
     };
     let mut out = ResponseConfig::default();

@@ -21,6 +21,8 @@
 
 pub mod host;
 mod link;
+#[cfg(any(test, not(target_family = "wasm")))]
+pub mod model_store;
 mod requests;
 pub mod respond;
 mod sentinels;

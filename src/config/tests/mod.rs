@@ -3,6 +3,10 @@
 mod algorithm;
 mod invalid_shape;
 mod invalid_values;
+#[cfg(not(target_family = "wasm"))]
+mod oracle;
+#[cfg(not(target_family = "wasm"))]
+mod oracle_raw;
 mod valid;
 
 use super::Config;

@@ -1,16 +1,13 @@
-//! A recording host, a store that decides with the pure models (the
-//! executable spec), and a rig that drives a [`Worker`] with a fake clock.
+//! A recording host, the store that decides with the pure models (the
+//! executable spec, [`ModelStore`]), and a rig that drives a [`Worker`] with
+//! a fake clock.
 
-use crate::limiter::model::Model;
-use crate::limiter::script::limiter;
-use crate::limiter::{Algorithm, Check, Window};
 use crate::plan::RequestView;
-use crate::resp::{decode_all, encode_value, Limits, Value};
 use crate::response::LocalReply;
 use crate::testing::Plugin;
+use crate::worker::model_store::ModelStore;
 use crate::worker::{Flow, Gauge, Host, Level, ResponseHeaders, Stat, Worker};
 use std::collections::HashMap;
-use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// A stream opened: its token, cluster and metadata.
@@ -133,97 +130,8 @@ impl Host for FakeHost {
     }
 }
 
-/// A store that answers the worker's commands with the pure models:
-/// `AUTH`, `EVALSHA` (`NOSCRIPT` until the script was sent with `EVAL`),
-/// `EVAL`, and `SENTINEL get-master-addr-by-name`.
-#[derive(Debug)]
-pub struct FakeStore {
-    pub model: Model,
-    pub script_loaded: bool,
-    pub password: Option<String>,
-    /// What `SENTINEL get-master-addr-by-name` answers.
-    pub master: Option<String>,
-    /// Every command executed: the store's own record of what ran.
-    pub executed: usize,
-}
-
-impl Default for FakeStore {
-    fn default() -> Self {
-        FakeStore { model: Model::new(), script_loaded: true, password: None, master: None, executed: 0 }
-    }
-}
-
-fn text(v: &Value) -> String {
-    v.as_bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()
-}
-
-impl FakeStore {
-    /// The replies to every command in `bytes`, at store time `now_ms`.
-    pub fn answer(&mut self, bytes: &[u8], now_ms: u64) -> Vec<u8> {
-        let commands = decode_all(bytes, &Limits::default()).unwrap();
-        let mut out = Vec::new();
-        for command in commands {
-            let args: Vec<Value> = command.as_array().unwrap().to_vec();
-            let reply = self.run(&args, now_ms);
-            encode_value(&mut out, &reply);
-        }
-        out
-    }
-
-    fn run(&mut self, args: &[Value], now_ms: u64) -> Value {
-        let error = |e: &str| Value::Error(e.as_bytes().to_vec());
-        match text(&args[0]).as_str() {
-            "AUTH" => match (&self.password, args.last().map(text)) {
-                (Some(p), Some(given)) if *p == given => Value::Simple(b"OK".to_vec()),
-                _ => error("WRONGPASS invalid username-password pair"),
-            },
-            "SENTINEL" => match &self.master {
-                Some(m) => {
-                    let (ip, port) = m.rsplit_once(':').unwrap();
-                    Value::Array(vec![Value::Bulk(ip.into()), Value::Bulk(port.into())])
-                }
-                None => Value::Nil,
-            },
-            "EVALSHA" if !self.script_loaded => error("NOSCRIPT No matching script."),
-            "EVALSHA" | "EVAL" => {
-                assert!(text(&args[0]) != "EVALSHA" || text(&args[1]) == limiter().sha);
-                self.script_loaded = true;
-                self.executed += 1;
-                self.decide(&args[2..], now_ms)
-            }
-            other => error(&format!("ERR unknown command {other}")),
-        }
-    }
-
-    /// `numkeys, KEYS..., now, (algorithm, cost, n, (limit, period)...)...`
-    fn decide(&mut self, args: &[Value], now_ms: u64) -> Value {
-        let n: usize = text(&args[0]).parse().unwrap();
-        let keys: Vec<String> = args[1..=n].iter().map(text).collect();
-        let injected = text(&args[n + 1]);
-        let now = if injected.is_empty() { now_ms } else { injected.parse().unwrap() };
-        let mut argv = args[n + 2..].iter().map(text);
-        let mut next = || argv.next().unwrap();
-        let nz = |s: String| NonZeroU64::new(s.parse().unwrap()).unwrap();
-        let checks: Vec<Check> = keys
-            .into_iter()
-            .enumerate()
-            .map(|(rule, key)| {
-                let algorithm = Algorithm::ALL.into_iter().find(|a| a.id() == next()).unwrap();
-                let cost = nz(next());
-                let windows = (0..next().parse::<usize>().unwrap())
-                    .map(|_| Window { limit: nz(next()), period_ms: nz(next()) })
-                    .collect();
-                Check { rule, key, windows, cost, algorithm }
-            })
-            .collect();
-        let d = self.model.decide(&checks, now);
-        let mut reply = vec![Value::Integer(i64::from(d.allowed)), Value::Integer(d.now_ms as i64)];
-        for w in &d.windows {
-            reply.extend([w.remaining, w.reset_ms, w.retry_ms].map(|n| Value::Integer(n as i64)));
-        }
-        Value::Array(reply)
-    }
-}
+/// The store of the tests: the pure models.
+pub type FakeStore = ModelStore;
 
 /// A request seen through [`RequestView`]: `GET /` plus the given headers.
 pub struct Req(pub Vec<(String, String)>);

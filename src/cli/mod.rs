@@ -1,0 +1,146 @@
+//! The `tollgate` command (`src/bin/tollgate.rs`): the filter's own parser
+//! and pure models on the operator's machine. Host-only.
+//!
+//! - `tollgate check FILE`: every configuration error, each line exactly as
+//!   the filter logs it, and the Envoy wiring of the store cluster.
+//! - `tollgate explain FILE`: what each rule does, in words and a table.
+//! - `tollgate simulate FILE TRACE`: a trace of requests through the rules,
+//!   as the seed's table.
+//! - `tollgate schema`: the JSON Schema of the configuration.
+//!
+//! FILE is plugin JSON, an Envoy configuration embedding it (YAML or JSON,
+//! bootstrap or xDS file) or an Istio `WasmPlugin` manifest.
+
+pub mod explain;
+pub mod simulate;
+pub mod source;
+pub mod table;
+pub mod trace;
+pub mod wiring;
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::config::{Config, ConfigError};
+use source::{Embedded, Found};
+use wiring::{Topology, Wiring};
+
+/// The prefix of the filter's log line for a rejected configuration.
+pub const LOG_PREFIX: &str = "tollgate: invalid plugin configuration: ";
+
+const USAGE: &str = "usage:
+  tollgate check FILE            every configuration error (as the filter logs it) and the Envoy wiring
+  tollgate explain FILE          what each rule matches, its bucket key, windows, memory and headers
+  tollgate simulate FILE TRACE   replay TRACE (CSV or JSON lines: time, method, path, headers) through the rules
+  tollgate schema                the JSON Schema of the plugin configuration
+
+FILE: plugin JSON, an Envoy configuration (YAML or JSON) whose Wasm filter embeds it, or an Istio WasmPlugin.
+Exit status: 0 valid, 1 invalid, 2 usage or unreadable file.
+";
+
+/// Runs the command with `args` (without the program name); returns the
+/// exit status.
+pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match args.as_slice() {
+        ["check", file] => check(Path::new(file), out),
+        ["explain", file] => explain::run(Path::new(file), out),
+        ["simulate", file, trace] => simulate::run(Path::new(file), Path::new(trace), out),
+        ["schema"] => {
+            write!(out, "{}", crate::config::schema::json_schema_text()).map(|()| 0).map_err(|e| e.to_string())
+        }
+        ["help" | "--help" | "-h"] => write!(out, "{USAGE}").map(|()| 0).map_err(|e| e.to_string()),
+        _ => {
+            let _ = write!(err, "{USAGE}");
+            return 2;
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            let _ = writeln!(err, "tollgate: {message}");
+            2
+        }
+    }
+}
+
+/// Parses one embedded configuration as the filter would, with every error.
+pub fn parse(embedded: &Embedded) -> Result<Config, Vec<ConfigError>> {
+    let text = match &embedded.json {
+        Ok(text) => text,
+        Err(why) => return Err(vec![ConfigError::new("(root)", why.clone())]),
+    };
+    let env = |name: &str| embedded.env.get(name).cloned();
+    Config::from_json_all(text.as_bytes(), &env)
+}
+
+/// The configurations of `path`, or an error when there are none.
+pub fn load(path: &Path) -> Result<Found, String> {
+    let found = source::load(path)?;
+    if found.configs.is_empty() {
+        return Err(format!(
+            "{}: no tollgate configuration found (plugin JSON, a Wasm filter with root_id \"{}\", or a WasmPlugin)",
+            path.display(),
+            source::ROOT_ID
+        ));
+    }
+    Ok(found)
+}
+
+fn check(path: &Path, out: &mut dyn Write) -> Result<i32, String> {
+    let found = load(path)?;
+    let topology = Topology::new(&found.envoy_docs);
+    let mut errors = 0;
+    let mut text = String::new();
+    for embedded in &found.configs {
+        text.push_str(&format!("{}\n", embedded.origin));
+        match parse(embedded) {
+            Ok(config) => {
+                let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
+                let s = if names.len() == 1 { "" } else { "s" };
+                text.push_str(&format!("  ok: {} rule{s} ({})\n", names.len(), names.join(", ")));
+            }
+            Err(list) => {
+                errors += list.len();
+                for e in list {
+                    text.push_str(&format!("  {LOG_PREFIX}{e}\n"));
+                }
+            }
+        }
+        if embedded.istio {
+            text.push_str("  wiring: not checked (a WasmPlugin's store cluster comes from an EnvoyFilter)\n");
+        }
+        let wired = match &embedded.json {
+            Ok(json) if !found.envoy_docs.is_empty() => wiring::cluster_names(json),
+            _ => Vec::new(),
+        };
+        if !wired.is_empty() && !topology.has_clusters() {
+            text.push_str("  wiring: not checked (no clusters in this file or the files it references)\n");
+            continue;
+        }
+        for (field, cluster) in wired {
+            match topology.check(&cluster) {
+                Wiring::Internal(listeners) => {
+                    let shown: Vec<String> = listeners.iter().map(|l| format!("{l:?}")).collect();
+                    text.push_str(&format!(
+                        "  wiring: {field} {cluster:?} -> internal listener {}\n",
+                        shown.join(", ")
+                    ));
+                }
+                Wiring::Broken(problem) => {
+                    errors += 1;
+                    text.push_str(&format!("  wiring: {field}: {problem}\n"));
+                }
+            }
+        }
+    }
+    let n = found.configs.len();
+    let s = if n == 1 { "" } else { "s" };
+    match errors {
+        0 => text.push_str(&format!("check: {n} configuration{s}, no errors\n")),
+        1 => text.push_str(&format!("check: {n} configuration{s}, 1 error\n")),
+        e => text.push_str(&format!("check: {n} configuration{s}, {e} errors\n")),
+    }
+    out.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
+    Ok(i32::from(errors > 0))
+}

@@ -1,0 +1,200 @@
+//! `tollgate simulate FILE TRACE`: every request of the trace through the
+//! filter's own worker ([`crate::worker::Worker`], the same code Envoy runs),
+//! with the pure models answering its store stream instead of Valkey
+//! ([`ModelStore`]): plan, the denial cache, the decision, shadow mode and the
+//! response a client sees. Time is the trace's, as `testing.now_header` makes
+//! it in Envoy, so a replay through a real Envoy and Valkey gives the same
+//! table (`tests/cli_simulate_envoy.rs`).
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use super::table::{self, Row};
+use super::trace::{self, Request};
+use crate::config::Config;
+use crate::plan::plan;
+use crate::response::LocalReply;
+use crate::worker::model_store::ModelStore;
+use crate::worker::{Flow, Gauge, Host, Level, ResponseHeaders, Stat, Worker};
+
+/// What the client got for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u32,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Policies that would have denied an admitted request (shadow mode).
+    pub shadow_denied: Vec<String>,
+}
+
+/// The worker's host in a simulation: one stream, whose bytes the model
+/// store answers; the answers of the requests.
+#[derive(Default)]
+struct SimHost {
+    outbox: Vec<u8>,
+    woken: bool,
+    admitted: Vec<(u32, Option<String>)>,
+    replies: Vec<(u32, LocalReply)>,
+}
+
+/// The one stream a simulated worker opens.
+const STREAM: u32 = 1;
+
+impl Host for SimHost {
+    fn open_stream(&mut self, _: &str, _: &[(&str, &str)]) -> Result<u32, String> {
+        Ok(STREAM)
+    }
+    fn send(&mut self, _: u32, bytes: &[u8]) -> Result<(), String> {
+        self.outbox.extend_from_slice(bytes);
+        Ok(())
+    }
+    fn cancel(&mut self, _: u32) {
+        self.outbox.clear();
+    }
+    fn admit(&mut self, id: u32, shadow_denied: Option<&str>) {
+        self.admitted.push((id, shadow_denied.map(str::to_owned)));
+    }
+    fn reply(&mut self, id: u32, reply: &LocalReply) {
+        self.replies.push((id, reply.clone()));
+    }
+    fn remove_request_header(&mut self, _: &str) {}
+    fn count(&mut self, _: Stat, _: u64) {}
+    fn gauge(&mut self, _: Gauge, _: i64) {}
+    fn record_store_time(&mut self, _: u64) {}
+    fn set_tick(&mut self, _: Duration) {}
+    fn wake(&mut self) -> bool {
+        self.woken = true;
+        true
+    }
+    fn log(&mut self, _: Level, _: &str) {}
+}
+
+/// A worker with the models as its store, across a trace's requests.
+pub struct Simulator {
+    worker: Worker,
+    host: SimHost,
+    store: ModelStore,
+    next_id: u32,
+}
+
+impl Simulator {
+    pub fn new(config: &Config) -> Simulator {
+        Simulator {
+            worker: Worker::new(config.clone()),
+            host: SimHost::default(),
+            store: ModelStore::default(),
+            next_id: 0,
+        }
+    }
+
+    /// One request at its trace time, until the worker answered it.
+    pub fn request(&mut self, request: &Request) -> Response {
+        self.next_id += 1;
+        let id = self.next_id;
+        let now = request.time_ms;
+        let headers = ResponseHeaders::default();
+        let flow = self.worker.on_request(&mut self.host, id, request, now, headers.clone());
+        if flow == Flow::Continue {
+            return Response { status: 200, headers: headers.take(), body: Vec::new(), shadow_denied: Vec::new() };
+        }
+        // The store answers at once, as far as the simulation's clock goes.
+        for _ in 0..16 {
+            if std::mem::take(&mut self.host.woken) {
+                self.worker.on_wake(&mut self.host, now);
+            }
+            let sent = std::mem::take(&mut self.host.outbox);
+            if !sent.is_empty() {
+                let reply = self.store.answer(&sent, now);
+                self.worker.on_stream_message(&mut self.host, STREAM, &reply, now);
+            }
+            if let Some(response) = self.answer(id, &headers) {
+                return response;
+            }
+        }
+        let reply = crate::response::store_unavailable();
+        Response { status: reply.status, headers: reply.headers, body: reply.body, shadow_denied: Vec::new() }
+    }
+
+    fn answer(&mut self, id: u32, headers: &ResponseHeaders) -> Option<Response> {
+        if let Some(i) = self.host.admitted.iter().position(|(a, _)| *a == id) {
+            let (_, shadow) = self.host.admitted.swap_remove(i);
+            let shadow_denied = shadow.map(|s| s.split(", ").map(str::to_owned).collect()).unwrap_or_default();
+            return Some(Response { status: 200, headers: headers.take(), body: Vec::new(), shadow_denied });
+        }
+        let i = self.host.replies.iter().position(|(r, _)| *r == id)?;
+        let (_, reply) = self.host.replies.swap_remove(i);
+        Some(Response { status: reply.status, headers: reply.headers, body: reply.body, shadow_denied: Vec::new() })
+    }
+}
+
+/// The policy names of every rule some request of the trace matches, in
+/// configuration order: the table's columns.
+pub fn columns(config: &Config, requests: &[Request]) -> Vec<String> {
+    let mut used = vec![false; config.rules.len()];
+    for request in requests {
+        let planned = plan(config, request);
+        for check in &planned.checks {
+            if let Some(u) = used.get_mut(check.rule) {
+                *u = true;
+            }
+        }
+    }
+    config.rules.iter().zip(used).filter(|(_, u)| *u).flat_map(|(r, _)| r.policy_names.iter().cloned()).collect()
+}
+
+/// The whole trace: its columns and one row per request.
+pub fn simulate(config: &Config, requests: &[Request]) -> (Vec<String>, Vec<Row>) {
+    let columns = columns(config, requests);
+    let start = requests.first().map_or(0, |r| r.time_ms);
+    let mut simulator = Simulator::new(config);
+    let rows = requests
+        .iter()
+        .map(|request| {
+            let response = simulator.request(request);
+            let offset = request.time_ms.saturating_sub(start);
+            let mut row = Row::from_response(offset, response.status, &response.headers, &response.body, &columns);
+            if !response.shadow_denied.is_empty() {
+                row.denied_by = format!("shadow: {}", response.shadow_denied.join(", "));
+            }
+            row
+        })
+        .collect();
+    (columns, rows)
+}
+
+pub fn run(file: &Path, trace_path: &Path, out: &mut dyn Write) -> Result<i32, String> {
+    let found = super::load(file)?;
+    let Some(embedded) = found.configs.first() else { return Ok(1) };
+    let mut text = String::new();
+    if found.configs.len() > 1 {
+        text.push_str(&format!(
+            "{} holds {} configurations; simulating the first\n",
+            file.display(),
+            found.configs.len()
+        ));
+    }
+    let config = match super::parse(embedded) {
+        Ok(config) => config,
+        Err(errors) => {
+            text.push_str(&format!("{}\n", embedded.origin));
+            for e in errors {
+                text.push_str(&format!("  {}{e}\n", super::LOG_PREFIX));
+            }
+            out.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
+            return Ok(1);
+        }
+    };
+    let trace_text = std::fs::read_to_string(trace_path).map_err(|e| format!("{}: {e}", trace_path.display()))?;
+    let requests = trace::parse(&trace_text).map_err(|e| format!("{}: {e}", trace_path.display()))?;
+    let (columns, rows) = simulate(&config, &requests);
+    text.push_str(&format!(
+        "{} requests from {} through {} (the pure model as the store; time from the trace)\n\n",
+        requests.len(),
+        trace_path.display(),
+        embedded.origin
+    ));
+    text.push_str(&table::render(&columns, &rows));
+    out.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
+    Ok(0)
+}

@@ -1,0 +1,346 @@
+//! Stage 1: reading the JSON document against [`shape`](super::shape), in one
+//! streaming pass over serde_json's parser.
+//!
+//! One generic reader (a `DeserializeSeed` driven by the shape table) replaces
+//! a derived deserializer per struct: the module stays small, and the reader
+//! knows the path of every value, so shape errors carry it. Errors come in
+//! document order, as the parser meets them: a JSON syntax error, an unknown
+//! or repeated field, a value of the wrong JSON type, and, at the end of an
+//! object, its first missing required field (in field order).
+
+use std::cell::RefCell;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Number;
+
+use super::error::{from_json_syntax, render, ConfigError, Seg};
+use super::shape::{Kind, Shape, CONFIG};
+
+/// A value that passed the shape check.
+#[derive(Debug)]
+pub(crate) enum Node {
+    Str(String),
+    Bool(bool),
+    /// `Kind::Number`, `Kind::U64` and `Kind::U32` (the last two in range).
+    Num(Number),
+    Duration(Loose),
+    Obj(Fields),
+    Arr(Vec<Node>),
+}
+
+/// A duration as written: any JSON value (checked by `primitives::duration`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Loose {
+    Str(String),
+    Num(Number),
+    Bool(bool),
+    Null,
+    Array,
+    Object,
+}
+
+/// The fields of an object, by position in its shape; `None` when absent or
+/// `null` (optional fields only: required ones are always there).
+#[derive(Debug)]
+pub(crate) struct Fields {
+    shape: &'static Shape,
+    slots: Vec<Option<Node>>,
+}
+
+impl Fields {
+    fn take(&mut self, name: &str) -> Option<Node> {
+        let index = self.shape.index(name)?;
+        self.slots.get_mut(index)?.take()
+    }
+
+    pub(crate) fn str(&mut self, name: &str) -> Option<String> {
+        match self.take(name)? {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn bool(&mut self, name: &str) -> Option<bool> {
+        match self.take(name)? {
+            Node::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn number(&mut self, name: &str) -> Option<Number> {
+        match self.take(name)? {
+            Node::Num(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn u64(&mut self, name: &str) -> Option<u64> {
+        self.number(name)?.as_u64()
+    }
+
+    pub(crate) fn u32(&mut self, name: &str) -> Option<u32> {
+        u32::try_from(self.u64(name)?).ok()
+    }
+
+    pub(crate) fn duration(&mut self, name: &str) -> Option<Loose> {
+        match self.take(name)? {
+            Node::Duration(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn obj(&mut self, name: &str) -> Option<Fields> {
+        match self.take(name)? {
+            Node::Obj(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// A `Kind::StrOrObj` field.
+    pub(crate) fn str_or_obj(&mut self, name: &str) -> Option<Result<String, Fields>> {
+        match self.take(name)? {
+            Node::Str(s) => Some(Ok(s)),
+            Node::Obj(f) => Some(Err(f)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn arr(&mut self, name: &str) -> Option<Vec<Node>> {
+        match self.take(name)? {
+            Node::Arr(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    /// A `Kind::Arr(&Kind::Str)` field.
+    pub(crate) fn strings(&mut self, name: &str) -> Option<Vec<String>> {
+        let items = self.arr(name)?;
+        Some(items.into_iter().filter_map(|n| if let Node::Str(s) = n { Some(s) } else { None }).collect())
+    }
+}
+
+/// Reads `bytes` as a document of shape [`CONFIG`].
+pub(crate) fn document(bytes: &[u8]) -> Result<Fields, ConfigError> {
+    let reader = Reader::default();
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let seed = Seed { reader: &reader, kind: Kind::Obj(&CONFIG), optional: false };
+    let root = match seed.deserialize(&mut deserializer) {
+        Ok(root) => root,
+        Err(err) => return Err(reader.error.take().unwrap_or_else(|| from_json_syntax(&err))),
+    };
+    deserializer.end().map_err(|err| from_json_syntax(&err))?;
+    match root {
+        Some(Node::Obj(fields)) => Ok(fields),
+        _ => Err(ConfigError::new(super::error::ROOT, "invalid type: expected an object")),
+    }
+}
+
+/// The path being read, and the first shape error (serde's own error only
+/// unwinds the parser; the message and path are kept here).
+#[derive(Default)]
+struct Reader {
+    path: RefCell<Vec<Seg>>,
+    error: RefCell<Option<ConfigError>>,
+}
+
+impl Reader {
+    /// Records an error at the current path (plus `field`), and returns the
+    /// serde error that stops the parser.
+    fn fail<E: serde::de::Error>(&self, field: Option<&str>, message: String) -> E {
+        let mut segs = self.path.borrow().clone();
+        if let Some(field) = field {
+            segs.push(Seg::Key(field.to_owned()));
+        }
+        *self.error.borrow_mut() = Some(ConfigError::new(render(&segs), message));
+        E::custom("invalid configuration")
+    }
+}
+
+/// How a wrong value is shown in `invalid type: FOUND, expected ...`.
+enum Found<'a> {
+    Null,
+    Bool(bool),
+    Unsigned(u64),
+    Signed(i64),
+    Float(f64),
+    Str(&'a str),
+    Array,
+    Object,
+}
+
+impl fmt::Display for Found<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Found::Null => f.write_str("null"),
+            Found::Bool(b) => write!(f, "boolean `{b}`"),
+            Found::Unsigned(n) => write!(f, "integer `{n}`"),
+            Found::Signed(n) => write!(f, "integer `{n}`"),
+            // serde_json's float spelling, as in its own messages.
+            Found::Float(x) => match Number::from_f64(*x) {
+                Some(n) => write!(f, "floating point `{n}`"),
+                None => f.write_str("floating point"),
+            },
+            Found::Str(s) => write!(f, "string {s:?}"),
+            Found::Array => f.write_str("array"),
+            Found::Object => f.write_str("object"),
+        }
+    }
+}
+
+/// Reads one value of `kind`; `Ok(None)` for `null` in an optional field.
+#[derive(Clone, Copy)]
+struct Seed<'r> {
+    reader: &'r Reader,
+    kind: Kind,
+    optional: bool,
+}
+
+impl Seed<'_> {
+    fn wrong_type<T, E: serde::de::Error>(self, found: Found<'_>) -> Result<T, E> {
+        Err(self.reader.fail(None, format!("invalid type: {found}, expected {}", self.kind.expected())))
+    }
+
+    fn wrong_value<T, E: serde::de::Error>(self, found: Found<'_>) -> Result<T, E> {
+        Err(self.reader.fail(None, format!("invalid value: {found}, expected {}", self.kind.expected())))
+    }
+
+    fn fields<'de, A: MapAccess<'de>>(self, shape: &'static Shape, mut map: A) -> Result<Fields, A::Error> {
+        let mut slots: Vec<Option<Node>> = shape.fields.iter().map(|_| None).collect();
+        let mut seen = vec![false; shape.fields.len()];
+        while let Some(key) = map.next_key::<String>()? {
+            let Some(index) = shape.index(&key) else {
+                let names: Vec<&str> = shape.fields.iter().map(|f| f.name).collect();
+                let message = match names.as_slice() {
+                    [only] => format!("unknown field, expected {only}"),
+                    _ => format!("unknown field, expected one of {}", names.join(", ")),
+                };
+                return Err(self.reader.fail(Some(&key), message));
+            };
+            let (Some(field), Some(seen)) = (shape.fields.get(index), seen.get_mut(index)) else {
+                return Err(self.reader.fail(Some(&key), "unknown field".to_owned()));
+            };
+            if *seen {
+                return Err(self.reader.fail(Some(&key), "duplicate field".to_owned()));
+            }
+            *seen = true;
+            self.reader.path.borrow_mut().push(Seg::Key(key));
+            let seed = Seed { reader: self.reader, kind: field.kind, optional: !field.required };
+            let node = map.next_value_seed(seed)?;
+            self.reader.path.borrow_mut().pop();
+            if let Some(slot) = slots.get_mut(index) {
+                *slot = node;
+            }
+        }
+        if let Some((field, _)) = shape.fields.iter().zip(&seen).find(|(f, seen)| f.required && !**seen) {
+            return Err(self.reader.fail(Some(field.name), "missing field".to_owned()));
+        }
+        Ok(Fields { shape, slots })
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Seed<'_> {
+    type Value = Option<Node>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Seed<'_> {
+    type Value = Option<Node>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.kind.expected())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        match self.kind {
+            _ if self.optional => Ok(None),
+            Kind::Duration => Ok(Some(Node::Duration(Loose::Null))),
+            _ => self.wrong_type(Found::Null),
+        }
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Self::Value, E> {
+        match self.kind {
+            Kind::Bool => Ok(Some(Node::Bool(b))),
+            Kind::Duration => Ok(Some(Node::Duration(Loose::Bool(b)))),
+            _ => self.wrong_type(Found::Bool(b)),
+        }
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
+        match self.kind {
+            Kind::U32 if u32::try_from(n).is_err() => self.wrong_value(Found::Unsigned(n)),
+            Kind::U64 | Kind::U32 | Kind::Number => Ok(Some(Node::Num(n.into()))),
+            Kind::Duration => Ok(Some(Node::Duration(Loose::Num(n.into())))),
+            _ => self.wrong_type(Found::Unsigned(n)),
+        }
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Self::Value, E> {
+        match (self.kind, u64::try_from(n)) {
+            (Kind::U64 | Kind::U32, Ok(n)) => self.visit_u64(n),
+            (Kind::U64 | Kind::U32, Err(_)) => self.wrong_value(Found::Signed(n)),
+            (Kind::Number, _) => Ok(Some(Node::Num(n.into()))),
+            (Kind::Duration, _) => Ok(Some(Node::Duration(Loose::Num(n.into())))),
+            _ => self.wrong_type(Found::Signed(n)),
+        }
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<Self::Value, E> {
+        match (self.kind, Number::from_f64(x)) {
+            (Kind::Number, Some(n)) => Ok(Some(Node::Num(n))),
+            (Kind::Duration, Some(n)) => Ok(Some(Node::Duration(Loose::Num(n)))),
+            (Kind::Duration, None) => Ok(Some(Node::Duration(Loose::Null))),
+            _ => self.wrong_type(Found::Float(x)),
+        }
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        match self.kind {
+            Kind::Str | Kind::StrOrObj(_) => Ok(Some(Node::Str(s.to_owned()))),
+            Kind::Duration => Ok(Some(Node::Duration(Loose::Str(s.to_owned())))),
+            _ => self.wrong_type(Found::Str(s)),
+        }
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let element = match self.kind {
+            Kind::Arr(element) => *element,
+            Kind::Duration => {
+                // Read through the same seed, so serde_json's recursion
+                // limit applies to nested values as everywhere else.
+                while seq.next_element_seed(self)?.is_some() {}
+                return Ok(Some(Node::Duration(Loose::Array)));
+            }
+            _ => return self.wrong_type(Found::Array),
+        };
+        let mut items = Vec::new();
+        loop {
+            self.reader.path.borrow_mut().push(Seg::Index(items.len()));
+            let seed = Seed { reader: self.reader, kind: element, optional: false };
+            let item = seq.next_element_seed(seed)?;
+            self.reader.path.borrow_mut().pop();
+            match item {
+                Some(Some(node)) => items.push(node),
+                Some(None) | None => break,
+            }
+        }
+        Ok(Some(Node::Arr(items)))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        match self.kind {
+            Kind::Obj(shape) | Kind::StrOrObj(shape) => Ok(Some(Node::Obj(self.fields(shape, map)?))),
+            Kind::Duration => {
+                while map.next_key::<IgnoredAny>()?.is_some() {
+                    map.next_value_seed(self)?;
+                }
+                Ok(Some(Node::Duration(Loose::Object)))
+            }
+            _ => self.wrong_type(Found::Object),
+        }
+    }
+}

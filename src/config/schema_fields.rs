@@ -1,0 +1,224 @@
+//! What the JSON Schema says about each field beyond its JSON type: a
+//! description and the value rules the schema can express, from the same
+//! constants the validator uses. Keyed by the field's path in the shape
+//! table: `valkey.cluster`, `rules[].limits` (the array), `rules[]` (its
+//! items), `rules[]{}` (rules that span an object's fields), `X:string` (the
+//! string form of a field that is a string or an object).
+
+use serde_json::{json, Map, Value};
+
+use super::{
+    Algorithm, Bounds, DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_MAX_BATCH, DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_QUEUE, DENIAL_CACHE_KEYS_BOUNDS, MAX_ACCESS_NAME_BYTES, MAX_BATCH_BOUNDS, MAX_CLUSTER_BYTES,
+    MAX_HEADER_MATCHES, MAX_IN_FLIGHT_BOUNDS, MAX_KEY_PARTS, MAX_LIMIT, MAX_LITERAL_BYTES, MAX_NAME_CHARS,
+    MAX_PROPERTY_SEGMENTS, MAX_QUEUE_BOUNDS, MAX_TEXT_BYTES, MAX_WINDOWS,
+};
+
+/// A duration string.
+pub(crate) const DURATION_PATTERN: &str = "^[0-9]+(ms|s|m|h|d)$";
+/// Rule names and the key prefix.
+const NAME_PATTERN: &str = "^[A-Za-z0-9._:-]+$";
+/// No whitespace or control characters (cluster names, users, master names).
+const TOKEN_PATTERN: &str = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]+$";
+/// An HTTP field name, or a pseudo-header.
+const HEADER_PATTERN: &str = "^:?[A-Za-z0-9!#$%&'*+.^_`|~-]+$";
+
+fn count(description: &str, default: usize, (min, max): Bounds) -> Value {
+    json!({ "description": description, "minimum": min, "maximum": max, "default": default })
+}
+
+fn cluster(description: &str) -> Value {
+    json!({ "description": description, "minLength": 1, "maxLength": MAX_CLUSTER_BYTES, "pattern": TOKEN_PATTERN })
+}
+
+fn header(description: &str) -> Value {
+    json!({ "description": description, "pattern": HEADER_PATTERN })
+}
+
+/// Exactly one of `fields` is given (and not `null`).
+fn exactly_one(fields: &[&str]) -> Value {
+    let one = |f: &str| json!({ "required": [f], "properties": { f: { "not": { "type": "null" } } } });
+    json!({ "oneOf": fields.iter().map(|f| {
+        let others: Vec<Value> = fields.iter().filter(|o| *o != f).map(|o| one(o)).collect();
+        let mut this = one(f);
+        if let Value::Object(map) = &mut this {
+            map.insert("not".into(), json!({ "anyOf": others }));
+        }
+        this
+    }).collect::<Vec<_>>() })
+}
+
+const KEY_SOURCES: [&str; 7] = ["header", "query", "cookie", "remote_address", "forwarded_for", "literal", "property"];
+
+/// The facts about the field at `path` (empty when there are none).
+pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
+    let algorithms: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+    let facts = match path {
+        "valkey" => {
+            json!({ "description": "Where the limiter's state lives: the Envoy cluster that tunnels to Valkey (or Redis)." })
+        }
+        "valkey.cluster" => cluster(
+            "The Envoy cluster (HTTP/2) each worker's store stream goes to: it must reach an internal listener that tunnels to Valkey.",
+        ),
+        "valkey.timeout" => {
+            json!({ "description": "> 0 and <= 60s. The store stream is reset when decisions await replies and none came for this long (failure_mode for its requests); a request waits at most this long for a stream that is not there.", "default": "100ms" })
+        }
+        "valkey.key_prefix" => {
+            json!({ "description": "First component of every Valkey key.", "pattern": NAME_PATTERN, "maxLength": MAX_NAME_CHARS, "default": DEFAULT_KEY_PREFIX })
+        }
+        "valkey.max_in_flight" => {
+            count("Decisions awaiting replies on a worker's store stream, at most.", DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT_BOUNDS)
+        }
+        "valkey.max_batch" => {
+            count("Decisions sent in one message on the store stream, at most.", DEFAULT_MAX_BATCH, MAX_BATCH_BOUNDS)
+        }
+        "valkey.max_queue" => count(
+            "Requests waiting per worker beyond what the store stream can take; beyond it a request is refused (503, overloaded).",
+            DEFAULT_MAX_QUEUE,
+            MAX_QUEUE_BOUNDS,
+        ),
+        "valkey.username" => {
+            json!({ "description": "ACL user of AUTH; requires password_env.", "minLength": 1, "maxLength": MAX_ACCESS_NAME_BYTES, "pattern": TOKEN_PATTERN })
+        }
+        "valkey.password_env" => {
+            json!({ "description": "Name of the VM environment variable (vm_config.environment_variables) holding the AUTH password; the password itself never appears in the configuration.", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "maxLength": MAX_ACCESS_NAME_BYTES })
+        }
+        "valkey.sentinel" => {
+            json!({ "description": "Learn the current master from the Sentinels behind an Envoy cluster." })
+        }
+        "valkey.sentinel.cluster" => cluster("The Envoy cluster that tunnels to the Sentinels."),
+        "valkey.sentinel.master_name" => {
+            json!({ "description": "The name the Sentinels monitor the master under.", "minLength": 1, "maxLength": MAX_ACCESS_NAME_BYTES, "pattern": TOKEN_PATTERN })
+        }
+        "valkey.sentinel.refresh" => {
+            json!({ "description": "How often the master is asked for, > 0 and <= 1h.", "default": "5s" })
+        }
+        "failure_mode" => {
+            json!({ "description": "What happens when the store cannot answer: allow lets the request pass, deny answers 503.", "enum": ["allow", "deny", null], "default": "allow" })
+        }
+        "rules" => json!({ "description": "The rules, in order; rule names must be unique.", "minItems": 1 }),
+        "rules[]" => json!({ "description": "One rate-limiting rule: which requests, which bucket, which windows." }),
+        "rules[].name" => {
+            json!({ "description": "Unique name, used in policy names (\"<name>/<period>\") and stats.", "pattern": NAME_PATTERN, "maxLength": MAX_NAME_CHARS })
+        }
+        "rules[].match" => {
+            json!({ "description": "Conditions that must all hold; left out, the rule matches every request." })
+        }
+        "rules[].match.path" => {
+            json!({ "description": "The path without its query string equals this.", "pattern": "^/" })
+        }
+        "rules[].match.path_prefix" => {
+            json!({ "description": "The path without its query string starts with this.", "pattern": "^/" })
+        }
+        "rules[].match.path_regex" => {
+            json!({ "description": "A regular expression the whole path (without query string) must match." })
+        }
+        "rules[].match.methods" => {
+            json!({ "description": "Methods (letters only, case-insensitive, distinct).", "minItems": 1 })
+        }
+        "rules[].match.methods[]" => json!({ "pattern": "^[A-Za-z]+$" }),
+        "rules[].match.authority" => {
+            json!({ "description": "The :authority equals this, case-insensitively.", "minLength": 1 })
+        }
+        "rules[].match.headers" => {
+            json!({ "description": "Header conditions, all of which must hold.", "maxItems": MAX_HEADER_MATCHES })
+        }
+        "rules[].match.headers[]{}" => exactly_one(&["present", "exact", "prefix", "regex"]),
+        "rules[].match.headers[].name" => header("The header's name (pseudo-headers allowed)."),
+        "rules[].match.headers[].present" => json!({ "description": "true: the header exists; false: it does not." }),
+        "rules[].match.headers[].exact" => json!({ "description": "The value equals this." }),
+        "rules[].match.headers[].prefix" => json!({ "description": "The value starts with this." }),
+        "rules[].match.headers[].regex" => json!({ "description": "A regular expression the whole value must match." }),
+        "rules[].match.headers[].invert" => json!({ "description": "Negates the condition.", "default": false }),
+        "rules[].key" => {
+            json!({ "description": "The parts of the bucket key; left out, one bucket is shared by every matching request. A part with no value skips the rule unless on_missing gives a default.", "maxItems": MAX_KEY_PARTS })
+        }
+        "rules[].key[]" => {
+            json!({ "description": "A key part: \"path\", \"method\", \"authority\", or an object with exactly one source (and on_missing)." })
+        }
+        "rules[].key[]:string" => json!({ "enum": ["path", "method", "authority"] }),
+        "rules[].key[]{}" => exactly_one(&KEY_SOURCES),
+        "rules[].key[].header" => header("A request header."),
+        "rules[].key[].query" => {
+            json!({ "description": "A query-string parameter of the path.", "minLength": 1, "maxLength": MAX_LITERAL_BYTES })
+        }
+        "rules[].key[].cookie" => json!({ "description": "A cookie.", "minLength": 1, "maxLength": MAX_LITERAL_BYTES }),
+        "rules[].key[].remote_address" => json!({ "description": "The downstream address, masked to a prefix." }),
+        "rules[].key[].remote_address.v4_prefix" | "rules[].key[].forwarded_for.v4_prefix" => {
+            json!({ "description": "Leading bits of an IPv4 address kept.", "maximum": 32, "default": 32 })
+        }
+        "rules[].key[].remote_address.v6_prefix" | "rules[].key[].forwarded_for.v6_prefix" => {
+            json!({ "description": "Leading bits of an IPv6 address kept.", "maximum": 128, "default": 128 })
+        }
+        "rules[].key[].forwarded_for" => {
+            json!({ "description": "The client address from x-forwarded-for, masked to a prefix." })
+        }
+        "rules[].key[].forwarded_for.trusted_hops" => {
+            json!({ "description": "Entries skipped from the right (added by trusted proxies).", "maximum": 32, "default": 0 })
+        }
+        "rules[].key[].literal" => json!({ "description": "A fixed value.", "maxLength": MAX_LITERAL_BYTES }),
+        "rules[].key[].property" => {
+            json!({ "description": "An Envoy attribute by path, e.g. a JWT claim in filter metadata.", "minItems": 1, "maxItems": MAX_PROPERTY_SEGMENTS })
+        }
+        "rules[].key[].property[]" => json!({ "minLength": 1 }),
+        "rules[].key[].on_missing" => {
+            json!({ "description": "When the part has no value: \"skip_rule\" (the default) or { \"default\": VALUE }." })
+        }
+        "rules[].key[].on_missing:string" => json!({ "const": "skip_rule" }),
+        "rules[].key[].on_missing.default" => {
+            json!({ "description": "The value that stands in.", "maxLength": MAX_LITERAL_BYTES })
+        }
+        "rules[].limits" => {
+            json!({ "description": "The windows; every one must be able to bind, and periods must be distinct.", "minItems": 1, "maxItems": MAX_WINDOWS })
+        }
+        "rules[].limits[]" => json!({ "description": "One window: at most limit units per period." }),
+        "rules[].limits[].limit" => {
+            json!({ "description": "Units allowed per period.", "type": "integer", "minimum": 1, "maximum": MAX_LIMIT })
+        }
+        "rules[].limits[].period" => {
+            json!({ "description": "The window's length, > 0 and <= 366d; spelled as written in policy names." })
+        }
+        "rules[].algorithm" => {
+            json!({ "description": "How the rule's buckets count.", "enum": algorithms.iter().map(|a| json!(a)).chain([Value::Null]).collect::<Vec<_>>(), "default": "sliding_log" })
+        }
+        "rules[].cost" => {
+            json!({ "description": "Units one request consumes in every window: 1 to the rule's smallest limit (at most 10000 for sliding_log).", "type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 1 })
+        }
+        "rules[].shadow" => {
+            json!({ "description": "Decide and consume as if enforced, but never deny.", "default": false })
+        }
+        "response" => json!({ "description": "How denials are answered and which headers are added." }),
+        "response.status" => {
+            json!({ "description": "Status of a denial.", "minimum": 400, "maximum": 599, "default": 429 })
+        }
+        "response.headers" => {
+            json!({ "description": "Header families: ratelimit (draft-10 RateLimit-Policy and RateLimit) and/or x-ratelimit.", "uniqueItems": true, "default": ["ratelimit"] })
+        }
+        "response.headers[]" => json!({ "enum": ["ratelimit", "x-ratelimit"] }),
+        "response.body" => {
+            json!({ "description": "Body of a denial.", "enum": ["problem+json", "text", "none", null], "default": "problem+json" })
+        }
+        "response.text" => json!({ "description": "The text of body \"text\".", "maxLength": MAX_TEXT_BYTES }),
+        "response.on_allowed" => {
+            json!({ "description": "Add the headers to admitted requests' responses too.", "default": true })
+        }
+        "shadow" => {
+            json!({ "description": "Global shadow mode: every rule decides and counts, none denies.", "default": false })
+        }
+        "denial_cache" => json!({ "description": "The per-worker cache of buckets known to deny." }),
+        "denial_cache.max_keys" => count(
+            "Keys remembered per worker; 0 disables the cache.",
+            DEFAULT_DENIAL_CACHE_KEYS,
+            DENIAL_CACHE_KEYS_BOUNDS,
+        ),
+        "testing" => json!({ "description": "Tests only: never set in production." }),
+        "testing.now_header" => {
+            header("Tests only: a request header whose value (ms since the epoch) replaces the store's clock.")
+        }
+        _ => json!({}),
+    };
+    match facts {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}

@@ -1,0 +1,115 @@
+//! A store that answers a worker's stream with the pure models instead of
+//! Valkey: `AUTH`, `EVALSHA` (`NOSCRIPT` until the script was sent with
+//! `EVAL`), `EVAL`, and `SENTINEL get-master-addr-by-name`. The worker's
+//! tests use it as their store, and `tollgate simulate` (host-only) runs the
+//! worker against it. Not in the module.
+
+use crate::limiter::model::Model;
+use crate::limiter::script::limiter;
+use crate::limiter::{Algorithm, Check, Window};
+use crate::resp::{decode_all, encode_value, Limits, Value};
+use std::num::NonZeroU64;
+
+/// The models' state, and what the store was asked.
+#[derive(Debug)]
+pub struct ModelStore {
+    pub model: Model,
+    /// Whether `EVALSHA` finds the script (else `NOSCRIPT` until an `EVAL`).
+    pub script_loaded: bool,
+    /// The password `AUTH` must give, if any.
+    pub password: Option<String>,
+    /// What `SENTINEL get-master-addr-by-name` answers (`ip:port`).
+    pub master: Option<String>,
+    /// Decisions executed: the store's own record of what ran.
+    pub executed: usize,
+}
+
+impl Default for ModelStore {
+    fn default() -> Self {
+        ModelStore { model: Model::new(), script_loaded: true, password: None, master: None, executed: 0 }
+    }
+}
+
+fn text(v: &Value) -> String {
+    v.as_bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()
+}
+
+fn error(e: &str) -> Value {
+    Value::Error(e.as_bytes().to_vec())
+}
+
+impl ModelStore {
+    /// The replies to every command in `bytes`, at store time `now_ms`.
+    pub fn answer(&mut self, bytes: &[u8], now_ms: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        match decode_all(bytes, &Limits::default()) {
+            Ok(commands) => {
+                for command in commands {
+                    let reply = match command.as_array() {
+                        Some(args) => self.run(args, now_ms),
+                        None => error("ERR Protocol error: expected an array"),
+                    };
+                    encode_value(&mut out, &reply);
+                }
+            }
+            Err(e) => encode_value(&mut out, &error(&format!("ERR Protocol error: {e}"))),
+        }
+        out
+    }
+
+    fn run(&mut self, args: &[Value], now_ms: u64) -> Value {
+        let verb = args.first().map(text).unwrap_or_default();
+        match verb.as_str() {
+            "AUTH" => match (&self.password, args.last().map(text)) {
+                (Some(p), Some(given)) if *p == given => Value::Simple(b"OK".to_vec()),
+                _ => error("WRONGPASS invalid username-password pair"),
+            },
+            "SENTINEL" => match self.master.as_deref().and_then(|m| m.rsplit_once(':')) {
+                Some((ip, port)) => Value::Array(vec![Value::Bulk(ip.into()), Value::Bulk(port.into())]),
+                None => Value::Nil,
+            },
+            "EVALSHA" if !self.script_loaded => error("NOSCRIPT No matching script."),
+            "EVALSHA" if args.get(1).map(text) != Some(limiter().sha.clone()) => error("NOSCRIPT unknown sha"),
+            "EVALSHA" | "EVAL" => {
+                self.script_loaded = true;
+                match self.decide(args.get(2..).unwrap_or_default(), now_ms) {
+                    Some(reply) => {
+                        self.executed += 1;
+                        reply
+                    }
+                    None => error("ERR tollgate: bad arguments"),
+                }
+            }
+            other => error(&format!("ERR unknown command {other}")),
+        }
+    }
+
+    /// `numkeys, KEYS..., now, (algorithm, cost, n, (limit, period)...)...`
+    fn decide(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
+        let mut args = args.iter().map(text);
+        let n: usize = args.next()?.parse().ok()?;
+        let keys: Vec<String> = args.by_ref().take(n).collect();
+        let injected = args.next()?;
+        let now = if injected.is_empty() { now_ms } else { injected.parse().ok()? };
+        let nz = |s: Option<String>| NonZeroU64::new(s?.parse().ok()?);
+        let mut checks = Vec::with_capacity(keys.len());
+        for (rule, key) in keys.into_iter().enumerate() {
+            let id = args.next()?;
+            let algorithm = Algorithm::ALL.into_iter().find(|a| a.id() == id)?;
+            let cost = nz(args.next())?;
+            let count: usize = args.next()?.parse().ok()?;
+            let mut windows = Vec::with_capacity(count);
+            for _ in 0..count {
+                windows.push(Window { limit: nz(args.next())?, period_ms: nz(args.next())? });
+            }
+            checks.push(Check { rule, key, windows, cost, algorithm });
+        }
+        let d = self.model.decide(&checks, now);
+        let int = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+        let mut reply = vec![Value::Integer(i64::from(d.allowed)), int(d.now_ms)];
+        for w in &d.windows {
+            reply.extend([int(w.remaining), int(w.reset_ms), int(w.retry_ms)]);
+        }
+        Some(Value::Array(reply))
+    }
+}
