@@ -45,8 +45,12 @@ if [ "$("$TOOLS/bin/wasm-bindgen-test-runner" --version 2>/dev/null | awk '{prin
   cargo install --quiet --root "$TOOLS" "wasm-bindgen-cli@$wb"
 fi
 
-"$TOOLS/bin/envoy" --version | grep -q "/$ENVOY_VERSION/" || { echo "unexpected envoy version" >&2; exit 1; }
-"$TOOLS/bin/valkey-server" --version | grep -q "v=9\." || { echo "unexpected valkey version" >&2; exit 1; }
+# Captured, then matched: `envoy --version | grep -q` under pipefail fails
+# whenever grep exits before envoy has written (SIGPIPE).
+envoy_said=$("$TOOLS/bin/envoy" --version)
+[[ "$envoy_said" == *"/$ENVOY_VERSION/"* ]] || { echo "unexpected envoy version: $envoy_said" >&2; exit 1; }
+valkey_said=$("$TOOLS/bin/valkey-server" --version)
+[[ "$valkey_said" == *"v=9."* ]] || { echo "unexpected valkey version: $valkey_said" >&2; exit 1; }
 scripts/install-redis.sh
 command -v node >/dev/null || { echo "node is required for the wasm32 unit tests" >&2; exit 1; }
 echo "tools ready in $TOOLS"
