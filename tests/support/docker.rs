@@ -1,10 +1,10 @@
 //! A Docker engine and Compose projects for tests/compose.rs.
 //!
 //! [`Engine::get`] uses the running engine, or starts `dockerd` (as root) when
-//! none answers. Test processes share the engine through a file lock: each
-//! holds it shared while it works; whoever finds no other holder at its end
-//! stops the `dockerd` that a tollgate test started (never one started
-//! otherwise, and never while other containers run). A [`Project`] is one
+//! none answers. Test processes share the engine through two file locks in
+//! the temp directory: each holds one shared while it works; whoever finds no
+//! other holder at its end stops the `dockerd` that a tollgate test started
+//! (never one started otherwise, and never while other containers run). A [`Project`] is one
 //! `docker compose -p NAME` stack; dropping it runs `down`, also on failure.
 
 use super::{repo_root, scratch_dir, wait_until};
@@ -50,6 +50,11 @@ fn engine_answers() -> bool {
 fn is_root() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
+/// `pid` is a running `dockerd` (not a pid reused by another program).
+fn is_dockerd(pid: &str) -> bool {
+    alive(pid) && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "dockerd")
 }
 
 fn alive(pid: &str) -> bool {
@@ -138,10 +143,10 @@ fn stop_dockerd_if_ours_and_idle() {
     let running = docker(&["ps", "-q"]);
     if !running.status.success() || !running.stdout.trim_ascii().is_empty() {
         // Other containers run on it (not a test's: those are down by now).
-        if alive(pid) {
+        if is_dockerd(pid) {
             return;
         }
-    } else if alive(pid) {
+    } else if is_dockerd(pid) {
         let _ = Command::new("kill").arg(pid).status();
         let start = std::time::Instant::now();
         while alive(pid) && start.elapsed() < Duration::from_secs(30) {
