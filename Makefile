@@ -9,9 +9,9 @@ export TOLLGATE_VALKEY ?= $(TOOLS)/bin/valkey-server
 export TOLLGATE_WASM := $(CURDIR)/$(WASM)
 export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-test-runner
 export WASM_BINDGEN_TEST_TIMEOUT := 120
-ENVOY_CONFIGS := $(wildcard envoy/*.yaml)
+ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 
-.PHONY: all tools redis7 image-tools build cli image run demo test unit lint wasm-test validate integration algorithms-report bench fuzz soak clean
+.PHONY: all tools redis7 image-tools docker-tools build cli image run compose compose-configs demo test unit lint wasm-test validate integration algorithms-report bench fuzz soak clean
 
 all: build
 
@@ -26,6 +26,11 @@ redis7:
 # buildah, skopeo, umoci and docker-registry from Debian (apt-get; needs root or sudo).
 image-tools:
 	@scripts/install-image-tools.sh
+
+# The Docker engine (Debian's docker.io, apt-get: needs root or sudo), busybox
+# for the stand-in images, and Compose v2 in .tools/bin/docker-compose.
+docker-tools:
+	@scripts/install-docker.sh
 
 # The release module, size-optimized (opt-level z, LTO, panic=abort), then
 # `wasm-opt -Oz` in place (cargo links its own output there again on every
@@ -48,6 +53,16 @@ image: build image-tools
 
 run: build
 	@scripts/run.sh
+
+# The stack of envoy/docker-compose.yml in the foreground (needs Docker);
+# ARGS go to `docker compose` before `up`, e.g. ARGS="--profile sentinel".
+compose: build
+	@scripts/compose.sh $(ARGS)
+
+# Regenerates envoy/compose/*.yaml from envoy/envoy.yaml and
+# envoy/envoy-sentinel.yaml (the edits are listed in tests/packaging_compose.rs).
+compose-configs:
+	TOLLGATE_WRITE_COMPOSE_CONFIGS=1 cargo test --quiet --test packaging_compose compose_envoy_configs
 
 demo: build
 	cargo run --quiet --example demo
@@ -86,7 +101,7 @@ validate: build
 	  echo "envoy --mode validate: $$f OK"; \
 	done
 
-integration: build image redis7
+integration: build image redis7 docker-tools
 	cargo test --test '*' -- --test-threads 2
 
 # Not part of `make test`: cargo fuzz (nightly) on the RESP decoder, the store

@@ -53,6 +53,8 @@ fi
 
 scripts/install-wasm-opt.sh
 
+# Captured, then matched: `envoy --version | grep -q` under pipefail fails
+# whenever grep exits before envoy has written (SIGPIPE).
 envoy_version=$("$TOOLS/bin/envoy" --version)
 [[ $envoy_version == *"/$ENVOY_VERSION/"* ]] || { echo "unexpected envoy version: $envoy_version" >&2; exit 1; }
 valkey_version=$("$TOOLS/bin/valkey-server" --version)

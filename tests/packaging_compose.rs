@@ -1,18 +1,161 @@
-//! `envoy/docker-compose.yml`, checked without a Docker engine: it runs the
-//! Envoy configuration of `make run` (scripts/run.sh) with the same addresses,
-//! its images are pinned (Envoy's to the version `make tools` installs), and
-//! the `sentinel` profile's commands, run with the local valkey-server, give a
-//! master, a replica and three Sentinels that agree on the master.
+//! `envoy/docker-compose.yml` and its Envoy configs, checked without a Docker
+//! engine (tests/compose.rs runs the stack for real):
+//! - `envoy/compose/*.yaml` are `envoy/envoy.yaml` and `envoy/envoy-sentinel.yaml`
+//!   with exactly the listed edits, so a change to the originals shows up here
+//!   and is carried over by `make compose-configs`;
+//! - images are pinned to the versions `make tools` installs;
+//! - only the Envoys publish ports, on the host's 127.0.0.1, and each mounts
+//!   the module where its config's relative `filename` points;
+//! - the Sentinel Envoy's cluster names the Sentinel services and their ports.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 mod support;
 
 use serde::Deserialize;
 use serde_json::Value as Json;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-use support::{envoy_bin, free_port, repo_root, try_command, valkey_bin, wait_until};
-use tollgate::resp::Value;
+use std::process::Command;
+use support::{envoy_bin, repo_root, valkey_bin};
+
+/// One line edit: `from` becomes `to`, exactly once, within the cluster (or
+/// listener) named `scope` when there is one.
+struct Edit {
+    scope: Option<&'static str>,
+    from: &'static str,
+    to: &'static str,
+}
+
+const fn edit(scope: Option<&'static str>, from: &'static str, to: &'static str) -> Edit {
+    Edit { scope, from, to }
+}
+
+/// Listening inside a container: on every address, not loopback only.
+const LISTEN_EVERYWHERE: [Edit; 2] = [
+    edit(
+        None,
+        "socket_address: { address: 127.0.0.1, port_value: 9901 }",
+        "socket_address: { address: 0.0.0.0, port_value: 9901 }",
+    ),
+    edit(
+        None,
+        "socket_address: { address: 127.0.0.1, port_value: 10000 }",
+        "socket_address: { address: 0.0.0.0, port_value: 10000 }",
+    ),
+];
+
+/// (original, compose copy, edits beyond [`LISTEN_EVERYWHERE`]).
+const CONFIGS: [(&str, &str, &[Edit]); 2] = [
+    (
+        "envoy/envoy.yaml",
+        "envoy/compose/envoy.yaml",
+        &[
+            edit(Some("valkey"), "type: STATIC", "type: STRICT_DNS"),
+            edit(
+                Some("valkey"),
+                "socket_address: { address: 127.0.0.1, port_value: 6379 }",
+                "socket_address: { address: valkey, port_value: 6379 }",
+            ),
+        ],
+    ),
+    (
+        "envoy/envoy-sentinel.yaml",
+        "envoy/compose/envoy-sentinel.yaml",
+        &[
+            edit(Some("valkey_sentinels"), "type: STATIC", "type: STRICT_DNS"),
+            edit(
+                Some("valkey_sentinels"),
+                "socket_address: { address: 127.0.0.1, port_value: 26379 }",
+                "socket_address: { address: sentinel-1, port_value: 26379 }",
+            ),
+            edit(
+                Some("valkey_sentinels"),
+                "socket_address: { address: 127.0.0.1, port_value: 26380 }",
+                "socket_address: { address: sentinel-2, port_value: 26380 }",
+            ),
+            edit(
+                Some("valkey_sentinels"),
+                "socket_address: { address: 127.0.0.1, port_value: 26381 }",
+                "socket_address: { address: sentinel-3, port_value: 26381 }",
+            ),
+        ],
+    ),
+];
+
+/// The leading comment block of a YAML file, and the rest.
+fn split_header(text: &str) -> (String, String) {
+    let header: Vec<&str> = text.lines().take_while(|l| l.starts_with('#')).collect();
+    let body: Vec<&str> = text.lines().skip(header.len()).collect();
+    (header.iter().map(|l| format!("{l}\n")).collect(), body.iter().map(|l| format!("{l}\n")).collect())
+}
+
+/// The original's body (its header comment dropped) with every edit applied
+/// exactly once; an edit that no longer applies once is an error.
+fn render(original: &str, edits: &[&Edit]) -> Result<String, String> {
+    let (_, body) = split_header(original);
+    let mut applied = vec![0usize; edits.len()];
+    let mut scope: Option<String> = None;
+    let mut out = String::new();
+    for line in body.lines() {
+        if let Some(name) = line.trim().strip_prefix("- name: ") {
+            scope = Some(name.to_string());
+        }
+        let mut line = line.to_string();
+        for (edit, count) in edits.iter().zip(&mut applied) {
+            let in_scope = edit.scope.is_none_or(|s| scope.as_deref() == Some(s));
+            if in_scope && line.contains(edit.from) {
+                line = line.replace(edit.from, edit.to);
+                *count += 1;
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    for (edit, count) in edits.iter().zip(applied) {
+        if count != 1 {
+            return Err(format!("`{}` (in {:?}) matched {count} times, not once", edit.from, edit.scope));
+        }
+    }
+    Ok(out)
+}
+
+#[test]
+fn compose_envoy_configs_are_the_originals_with_the_listed_edits() {
+    let write = std::env::var_os("TOLLGATE_WRITE_COMPOSE_CONFIGS").is_some();
+    for (original, copy, own) in CONFIGS {
+        let edits: Vec<&Edit> = LISTEN_EVERYWHERE.iter().chain(own.iter()).collect();
+        let text = std::fs::read_to_string(repo_root().join(original)).unwrap();
+        let body = render(&text, &edits)
+            .unwrap_or_else(|e| panic!("{original} changed shape: {e}; update the edits in this test"));
+        let current = std::fs::read_to_string(repo_root().join(copy)).unwrap_or_default();
+        let (header, current_body) = split_header(&current);
+        if write {
+            std::fs::write(repo_root().join(copy), format!("{header}{body}")).unwrap();
+            continue;
+        }
+        assert!(!header.is_empty(), "{copy}: keep the comment at its top that lists the edits");
+        assert!(
+            current_body == body,
+            "{copy} is not {original} with the listed edits: run `make compose-configs`.\nExpected body:\n{body}"
+        );
+        // The edits are real: the copy differs from the original in each.
+        let (_, original_body) = split_header(&text);
+        let changed = original_body.lines().zip(body.lines()).filter(|(a, b)| a != b).count();
+        assert_eq!(changed, edits.len(), "{copy}: one changed line per edit");
+    }
+}
+
+#[test]
+fn render_refuses_an_edit_that_no_longer_applies() {
+    let original = "# header\nclusters:\n  - name: valkey\n    type: STATIC\n  - name: other\n    type: STATIC\n";
+    let scoped = edit(Some("valkey"), "type: STATIC", "type: STRICT_DNS");
+    assert_eq!(
+        render(original, &[&scoped]).unwrap(),
+        "clusters:\n  - name: valkey\n    type: STRICT_DNS\n  - name: other\n    type: STATIC\n"
+    );
+    let everywhere = edit(None, "type: STATIC", "type: STRICT_DNS");
+    assert!(render(original, &[&everywhere]).unwrap_err().contains("matched 2 times"));
+    let gone = edit(Some("valkey"), "port_value: 6379", "port_value: 1");
+    assert!(render(original, &[&gone]).unwrap_err().contains("matched 0 times"));
+}
 
 fn compose() -> Json {
     let text = std::fs::read_to_string(repo_root().join("envoy/docker-compose.yml")).unwrap();
@@ -20,170 +163,84 @@ fn compose() -> Json {
 }
 
 fn strings(value: &Json) -> Vec<String> {
-    value.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
-}
-
-/// The value after `flag` in an argument list.
-fn arg_after<'a>(args: &'a [String], flag: &str) -> &'a str {
-    let i = args.iter().position(|a| a == flag).unwrap_or_else(|| panic!("no {flag} in {args:?}"));
-    &args[i + 1]
-}
-
-/// `address: A, port_value: P` of the `valkey` cluster in envoy/envoy.yaml.
-fn envoy_valkey_address() -> (String, u16) {
-    let text = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml")).unwrap();
-    let bootstrap: Json = Json::deserialize(serde_norway::Deserializer::from_str(&text)).unwrap();
-    let cluster = bootstrap["static_resources"]["clusters"].as_array().unwrap().iter().find(|c| c["name"] == "valkey");
-    let socket = &cluster.expect("a valkey cluster")["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
-        ["address"]["socket_address"];
-    (socket["address"].as_str().unwrap().to_string(), socket["port_value"].as_u64().unwrap() as u16)
+    value.as_array().unwrap_or(&Vec::new()).iter().map(|v| v.as_str().unwrap().to_string()).collect()
 }
 
 #[test]
-fn compose_runs_the_envoy_config_of_make_run() {
+fn compose_images_are_pinned_to_the_local_versions() {
     let services = compose()["services"].clone();
-    let envoy = &services["envoy"];
-    assert_eq!(envoy["network_mode"], "host", "host networking keeps envoy.yaml's addresses valid");
-
-    // The config file compose gives Envoy is the one scripts/run.sh gives it.
-    let command = strings(&envoy["command"]);
-    let in_container = arg_after(&command, "-c");
-    let volumes = strings(&envoy["volumes"]);
-    let mount = volumes.iter().find(|v| v.split(':').nth(1) == Some(in_container)).expect("the -c file is mounted");
-    let source = repo_root().join("envoy").join(mount.split(':').next().unwrap());
-    let run_sh = std::fs::read_to_string(repo_root().join("scripts/run.sh")).unwrap();
-    let local = run_sh.lines().find_map(|l| l.split(" -c ").nth(1)).unwrap().split_whitespace().next().unwrap();
-    assert_eq!(source.canonicalize().unwrap(), repo_root().join(local).canonicalize().unwrap());
-
-    // The module is mounted where envoy.yaml's relative filename resolves.
-    let text = std::fs::read_to_string(&source).unwrap();
-    let filename = text.lines().find_map(|l| l.trim().strip_prefix("filename: ")).unwrap();
-    let workdir = envoy["working_dir"].as_str().unwrap();
-    let module_mount = volumes.iter().find(|v| v.split(':').nth(1) == Some(&format!("{workdir}/{filename}")));
-    let module_source =
-        module_mount.expect("the module is mounted at envoy.yaml's filename").split(':').next().unwrap();
-    let mounted = repo_root().join("envoy").join(module_source);
-    let mounted = mounted.canonicalize().unwrap_or_else(|e| panic!("{}: {e} (run `make build`)", mounted.display()));
-    assert_eq!(mounted, repo_root().join(filename).canonicalize().unwrap());
-
-    // Valkey listens where envoy.yaml's `valkey` cluster points, as in run.sh.
-    let (address, port) = envoy_valkey_address();
-    let valkey = strings(&services["valkey"]["command"]);
-    assert_eq!((arg_after(&valkey, "--bind"), arg_after(&valkey, "--port")), (address.as_str(), &*port.to_string()));
-    assert!(run_sh.contains(&format!("--port {port} --bind {address}")), "run.sh runs Valkey at {address}:{port}");
-}
-
-#[test]
-fn compose_images_are_pinned() {
-    let services = compose()["services"].clone();
+    let mut tags = Vec::new();
     for (name, service) in services.as_object().unwrap() {
         let image = service["image"].as_str().unwrap_or_else(|| panic!("{name}: no image"));
-        let (_, tag) = image.rsplit_once(':').unwrap_or_else(|| panic!("{name}: {image} has no tag"));
+        let (repository, tag) = image.rsplit_once(':').unwrap_or_else(|| panic!("{name}: {image} has no tag"));
         let version = tag.trim_start_matches('v');
         assert!(version.split('.').count() == 3 && version.split('.').all(|p| p.parse::<u32>().is_ok()), "{image}");
+        tags.push((repository.to_string(), version.to_string()));
     }
-    let envoy_image = services["envoy"]["image"].as_str().unwrap();
-    let out = Command::new(envoy_bin()).arg("--version").output().unwrap();
-    let local = String::from_utf8_lossy(&out.stdout).into_owned();
-    let tag = envoy_image.rsplit_once(":v").unwrap().1;
-    assert!(local.contains(&format!("/{tag}/")), "compose runs Envoy {tag}, make tools installs {local}");
-}
-
-struct Processes(Vec<Child>);
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
+    let local = |bin: std::path::PathBuf| {
+        let out = Command::new(bin).arg("--version").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (envoy, valkey) = (local(envoy_bin()), local(valkey_bin()));
+    for (repository, version) in tags {
+        match repository.as_str() {
+            "envoyproxy/envoy" => assert!(envoy.contains(&format!("/{version}/")), "{version} vs {envoy}"),
+            "valkey/valkey" => assert!(valkey.contains(&format!("v={version} ")), "{version} vs {valkey}"),
+            other => panic!("unexpected image {other}"),
         }
     }
 }
 
-fn reply_text(value: &Value) -> String {
-    match value {
-        Value::Bulk(b) | Value::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::Integer(n) => n.to_string(),
-        Value::Array(items) => items.iter().map(reply_text).collect::<Vec<_>>().join(" "),
-        other => format!("{other:?}"),
-    }
-}
-
-fn ask(port: u16, args: &[&str]) -> Option<String> {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    try_command(port, &args).ok().map(|v| reply_text(&v))
-}
-
-/// The sentinel profile's own commands, with ports moved to free ones and
-/// /tmp to a scratch directory, run with the local valkey-server.
 #[test]
-fn sentinel_profile_gives_master_replica_and_three_sentinels() {
+fn only_the_envoys_publish_ports_on_loopback_and_mount_the_module_where_their_config_points() {
     let services = compose()["services"].clone();
-    let mut names: Vec<&String> = services
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(_, s)| s["profiles"].as_array().is_some_and(|p| p.contains(&Json::from("sentinel"))))
-        .map(|(n, _)| n)
-        .collect();
-    names.sort();
-    assert_eq!(names, ["sentinel-1", "sentinel-2", "sentinel-3", "valkey-replica"]);
-
-    let dir = std::env::temp_dir().join(format!("tollgate-compose-{}-{}", std::process::id(), free_port()));
-    std::fs::create_dir_all(dir.join("bin")).unwrap();
-    std::os::unix::fs::symlink(valkey_bin(), dir.join("bin/valkey-server")).unwrap();
-    let path = format!("{}:{}", dir.join("bin").display(), std::env::var("PATH").unwrap_or_default());
-    let ports: Vec<(u16, u16)> = [6379, 6380, 26379, 26380, 26381].iter().map(|&p| (p, free_port())).collect();
-    let port_of = |p: u16| ports.iter().find(|(from, _)| *from == p).unwrap().1;
-
-    let (master, replica) = (port_of(6379), port_of(6380));
-    let wait = Duration::from_secs(30);
-    let mut processes = Processes(Vec::new());
-    for name in ["valkey", "valkey-replica", "sentinel-1", "sentinel-2", "sentinel-3"] {
-        if name == "sentinel-1" {
-            // As compose's depends_on: Sentinels start once the pair runs.
-            wait_until("the replica's link to the master", wait, || {
-                ask(replica, &["INFO", "replication"]).is_some_and(|i| i.contains("master_link_status:up"))
-            });
+    let mut envoys = Vec::new();
+    for (name, service) in services.as_object().unwrap() {
+        assert!(service.get("network_mode").is_none(), "{name}: the stack has its own network");
+        let ports = strings(&service["ports"]);
+        if !service["image"].as_str().unwrap().starts_with("envoyproxy/envoy:") {
+            assert!(ports.is_empty(), "{name} publishes {ports:?}");
+            continue;
         }
-        let mut args = strings(&services[name]["command"]);
-        for arg in &mut args {
-            // Placeholders first, so a new port is never replaced again.
-            for (i, (from, _)) in ports.iter().enumerate() {
-                if *arg == from.to_string() {
-                    *arg = format!("\u{0}{i}\u{0}");
-                }
-                *arg = arg.replace(&format!("port {from}\\n"), &format!("port \u{0}{i}\u{0}\\n"));
-                *arg = arg.replace(&format!(" {from} "), &format!(" \u{0}{i}\u{0} "));
-            }
-            for (i, (_, to)) in ports.iter().enumerate() {
-                *arg = arg.replace(&format!("\u{0}{i}\u{0}"), &to.to_string());
-            }
-            *arg = arg.replace("/tmp/sentinel.conf", &dir.join(format!("{name}.conf")).display().to_string());
-        }
-        let child = Command::new(&args[0])
-            .args(&args[1..])
-            .env("PATH", &path)
-            .current_dir(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{name}: {args:?}: {e}"));
-        processes.0.push(child);
-    }
+        envoys.push(name.clone());
+        let targets: Vec<&str> = ports.iter().map(|p| p.rsplit(':').next().unwrap()).collect();
+        assert_eq!(targets, ["10000", "9901"], "{name}: the listener and the admin");
+        assert!(ports.iter().all(|p| p.starts_with("127.0.0.1:")), "{name}: {ports:?}");
 
-    for sentinel in [port_of(26379), port_of(26380), port_of(26381)] {
-        wait_until("a Sentinel that knows the master, the replica and two peers", wait, || {
-            ask(sentinel, &["SENTINEL", "get-master-addr-by-name", "tollgate"]) == Some(format!("127.0.0.1 {master}"))
-                && ask(sentinel, &["SENTINEL", "replicas", "tollgate"])
-                    .is_some_and(|r| r.contains(&replica.to_string()))
-                && ask(sentinel, &["SENTINEL", "sentinels", "tollgate"])
-                    .is_some_and(|s| s.matches("runid").count() == 2)
-        });
+        let command = strings(&service["command"]);
+        let config = &command[command.iter().position(|a| a == "-c").unwrap() + 1];
+        let volumes = strings(&service["volumes"]);
+        let mount = |target: &str| {
+            let volume = volumes.iter().find(|v| v.split(':').nth(1) == Some(target));
+            let source = volume.unwrap_or_else(|| panic!("{name}: nothing mounted at {target}")).split(':').next();
+            repo_root().join("envoy").join(source.unwrap())
+        };
+        let config_source = mount(config);
+        assert_eq!(config_source.parent().unwrap(), repo_root().join("envoy/compose"));
+        let text = std::fs::read_to_string(&config_source).unwrap();
+        let filename = text.lines().find_map(|l| l.trim().strip_prefix("filename: ")).unwrap();
+        let workdir = service["working_dir"].as_str().unwrap();
+        assert_eq!(mount(&format!("{workdir}/{filename}")), repo_root().join("envoy/../").join(filename));
     }
-    assert_eq!(
-        ask(port_of(26379), &["SENTINEL", "ckquorum", "tollgate"]).unwrap_or_default().split(' ').next(),
-        Some("OK")
-    );
-    drop(processes);
-    let _ = std::fs::remove_dir_all(&dir);
+    envoys.sort();
+    assert_eq!(envoys, ["envoy", "envoy-sentinel"]);
+}
+
+#[test]
+fn the_sentinel_envoy_names_the_sentinel_services_and_their_ports() {
+    let services = compose()["services"].clone();
+    let text = std::fs::read_to_string(repo_root().join("envoy/compose/envoy-sentinel.yaml")).unwrap();
+    let mut found = 0;
+    for (name, service) in services.as_object().unwrap() {
+        let script = strings(&service["command"]).join(" ");
+        let Some(port) = script.split("\"port ").nth(1).and_then(|s| s.split('"').next()) else { continue };
+        assert!(script.contains("sentinel monitor tollgate valkey 6379 2"), "{name}: {script}");
+        assert!(!script.contains("announce-hostnames yes"), "{name}: tollgate takes IP addresses only");
+        let endpoint = format!("socket_address: {{ address: {name}, port_value: {port} }}");
+        assert!(text.contains(&endpoint), "envoy-sentinel.yaml lacks {endpoint}");
+        found += 1;
+    }
+    assert_eq!(found, 3, "three Sentinels");
+    let replica = strings(&services["valkey-replica"]["command"]).join(" ");
+    assert!(replica.contains("--replicaof valkey 6379"), "{replica}");
 }

@@ -1,0 +1,292 @@
+//! envoy/docker-compose.yml, run for real: a Docker engine (started when none
+//! runs, see tests/support/docker.rs), Compose v2, the images the file pins
+//! (local stand-ins built by scripts/compose-images.sh unless present; nothing
+//! is pulled), and traffic only to the ports the stack publishes on 127.0.0.1.
+//!
+//! - the demo stack: the seed's scenario, the filter's counters in `/stats`,
+//!   and a config with an error: `envoy --mode validate` in a one-off
+//!   container names the field while the running Envoy keeps serving; Envoy
+//!   restarted with it refuses it and `docker compose logs` names the field;
+//! - the `sentinel` profile: the master's container is stopped under light
+//!   load; tollgate follows the promoted replica within seconds and admits no
+//!   more than the limit.
+//!
+//! `docker compose down` must leave no container, network or volume behind.
+//! Without root or an engine the tests fail in one line; TOLLGATE_SKIP_COMPOSE=1 skips them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Once};
+use std::time::{Duration, Instant};
+use support::docker::{container_ip, stand_in_images, Engine, Project};
+use support::load::{send_raw, Request};
+use support::{admin_get, http, repo_root, try_command, wait_until, Response};
+use tollgate::resp::Value;
+
+const WAIT: Duration = Duration::from_secs(30);
+/// Every host port the stack publishes: Docker picks free ones.
+const EPHEMERAL_PORTS: [(&str, &str); 4] = [
+    ("TOLLGATE_PORT", "0"),
+    ("TOLLGATE_ADMIN_PORT", "0"),
+    ("TOLLGATE_SENTINEL_PORT", "0"),
+    ("TOLLGATE_SENTINEL_ADMIN_PORT", "0"),
+];
+
+fn engine_and_images() -> Option<Engine> {
+    static IMAGES: Once = Once::new();
+    let engine = Engine::get()?;
+    let wasm = repo_root().join("target/wasm32-wasip1/release/tollgate.wasm");
+    assert!(wasm.exists(), "{}: missing (make build)", wasm.display());
+    IMAGES.call_once(stand_in_images);
+    Some(engine)
+}
+
+fn command(port: u16, args: &[&str]) -> Option<Value> {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    try_command(port, &args).ok()
+}
+
+fn token(port: u16, user: &str) -> Response {
+    http(port, "POST", "/auth/token", &[("x-user-id", user)]).unwrap()
+}
+
+/// A copy of a compose Envoy config with `edits` applied, each exactly once.
+fn edited_config(name: &str, edits: &[(&str, &str)]) -> String {
+    let mut text = std::fs::read_to_string(repo_root().join("envoy/compose").join(name)).unwrap();
+    for (from, to) in edits {
+        assert_eq!(text.matches(from).count(), 1, "{name}: {from}");
+        text = text.replace(from, to);
+    }
+    text
+}
+
+fn stat(admin: u16, name: &str) -> Option<u64> {
+    let body = admin_get(admin, &format!("/stats?filter=^{name}$"))?.body_text();
+    body.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
+}
+
+#[test]
+fn demo_stack_limits_reports_and_refuses_a_config_with_an_error() {
+    let Some(_engine) = engine_and_images() else { return };
+    let started = Instant::now();
+    // The test reads Valkey through a port of its own project only.
+    let mut project =
+        Project::new("demo", "services:\n  valkey:\n    ports: [\"127.0.0.1::6379\"]\n", &EPHEMERAL_PORTS);
+    project.ok(&["up", "--detach", "--pull", "never", "envoy"]);
+    let (port, admin, valkey) =
+        (project.port("envoy", 10000), project.port("envoy", 9901), project.port("valkey", 6379));
+    wait_until("Envoy to answer on its published port", WAIT, || http(port, "GET", "/hello", &[]).is_ok());
+    let up = started.elapsed();
+
+    // The seed's scenario: five calls pass, the sixth is denied by the 3 s window.
+    for call in 1..=5 {
+        let r = token(port, "alice");
+        assert_eq!(r.status, 200, "call {call}: {}", r.body_text());
+        assert!(r.header("ratelimit").is_some_and(|h| h.contains("\"auth.createToken/3s\";r=")), "call {call}");
+    }
+    let denied = token(port, "alice");
+    assert_eq!(denied.status, 429);
+    assert_eq!(
+        denied.header("ratelimit-policy"),
+        Some("\"auth.createToken/60s\";q=20;w=60, \"auth.createToken/3s\";q=5;w=3")
+    );
+    assert!(denied.header("ratelimit").is_some_and(|h| h.contains("\"auth.createToken/60s\";r=15;")), "{denied:?}");
+    assert!(denied.header("retry-after").and_then(|s| s.parse::<u64>().ok()).is_some_and(|s| (1..=3).contains(&s)));
+    assert_eq!(denied.header("content-type"), Some("application/problem+json"));
+    let problem: serde_json::Value = serde_json::from_slice(&denied.body).unwrap();
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["violated_policies"][0]["policy"], "auth.createToken/3s");
+    let entries = command(valkey, &["ZCARD", "tollgate:{auth.createToken:alice}:log"]);
+    assert_eq!(entries, Some(Value::Integer(5)), "Valkey holds 5 entries for alice: the denial consumed nothing");
+
+    // The filter's counters in /stats, through the published admin port.
+    assert_eq!(stat(admin, "wasmcustom.tollgate.rule.auth.createToken.allowed"), Some(5));
+    assert_eq!(stat(admin, "wasmcustom.tollgate.rule.auth.createToken.denied"), Some(1));
+    assert_eq!(stat(admin, "http.demo.downstream_rq_4xx"), Some(1));
+
+    // A config with an error (a limit of 0). Checked in a one-off container
+    // first: the field is named and the running Envoy keeps serving.
+    let bad =
+        edited_config("envoy.yaml", &[(r#"{ "limit": 5, "period": "3s" }"#, r#"{ "limit": 0, "period": "3s" }"#)]);
+    let bad_file = project.dir.join("envoy.yaml");
+    std::fs::write(&bad_file, bad).unwrap();
+    project.add_override(&format!(
+        "services:\n  envoy:\n    volumes: [\"{}:/tollgate/envoy.yaml:ro\"]\n",
+        bad_file.display()
+    ));
+    let field = "invalid plugin configuration: rules[0].limits[1].limit: must be > 0";
+    let check = project.run(&[
+        "run",
+        "--rm",
+        "--no-deps",
+        "envoy",
+        "envoy",
+        "--mode",
+        "validate",
+        "-c",
+        "/tollgate/envoy.yaml",
+    ]);
+    let said = format!("{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+    assert!(!check.status.success() && said.contains(field), "validate:\n{said}");
+    let r = token(port, "bob");
+    assert_eq!((r.status, r.header("ratelimit").is_some()), (200, true), "the running Envoy still limits");
+
+    // Envoy recreated with it refuses it, names the field, and exits 1 (a
+    // refusal, not a crash); Valkey and its state are untouched.
+    let _ = project.run(&["up", "--detach", "--pull", "never", "--no-deps", "envoy"]);
+    let envoy = project.container("envoy");
+    wait_until("Envoy to exit", WAIT, || {
+        support::docker::docker(&["inspect", "-f", "{{.State.Status}}", &envoy]).stdout.starts_with(b"exited")
+    });
+    let code = support::docker::docker(&["inspect", "-f", "{{.State.ExitCode}}", &envoy]).stdout;
+    assert_eq!(String::from_utf8_lossy(&code).trim(), "1");
+    let logs = project.logs("envoy");
+    assert!(logs.contains(field), "docker compose logs envoy:\n{logs}");
+    assert_eq!(command(valkey, &["ZCARD", "tollgate:{auth.createToken:alice}:log"]), Some(Value::Integer(5)));
+
+    let left = project.down();
+    assert!(left.is_empty(), "docker compose down left {left:?}");
+    println!("compose demo stack: up and answering in {up:?}, whole test {:?}", started.elapsed());
+}
+
+/// One request of the failover load.
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    at: Instant,
+    status: u16,
+    decided: bool,
+}
+
+fn master_ip(sentinel: u16) -> Option<String> {
+    match command(sentinel, &["SENTINEL", "get-master-addr-by-name", "tollgate"])? {
+        Value::Array(items) => match items.first()? {
+            Value::Bulk(ip) => Some(String::from_utf8_lossy(ip).into_owned()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn count(sentinel: u16, what: &str) -> usize {
+    match command(sentinel, &["SENTINEL", what, "tollgate"]) {
+        Some(Value::Array(items)) => items.len(),
+        _ => 0,
+    }
+}
+
+#[test]
+fn sentinel_profile_follows_a_failover_without_over_admission() {
+    const LIMIT: usize = 300;
+    let Some(_engine) = engine_and_images() else { return };
+    let started = Instant::now();
+    // failure_mode deny, so that nothing passes undecided while no master
+    // answers, and one 1 h window that the whole run fills.
+    let config = edited_config(
+        "envoy-sentinel.yaml",
+        &[
+            (r#""failure_mode": "allow""#, r#""failure_mode": "deny""#),
+            (
+                r#""limits": [ { "limit": 20, "period": "60s" }, { "limit": 5, "period": "3s" } ]"#,
+                &format!(r#""limits": [ {{ "limit": {LIMIT}, "period": "1h" }} ]"#),
+            ),
+        ],
+    );
+    let dir = support::scratch_dir("compose-sentinel-config");
+    std::fs::write(dir.join("envoy.yaml"), config).unwrap();
+    let published = |service: &str, port: u16| format!("  {service}:\n    ports: [\"127.0.0.1::{port}\"]\n");
+    let override_yaml = format!(
+        "services:\n{}{}{}{}  envoy-sentinel:\n    volumes: [\"{}:/tollgate/envoy.yaml:ro\"]\n",
+        published("valkey-replica", 6379),
+        published("sentinel-1", 26379),
+        published("sentinel-2", 26380),
+        published("sentinel-3", 26381),
+        dir.join("envoy.yaml").display()
+    );
+    let mut project = Project::new("sentinel", &override_yaml, &EPHEMERAL_PORTS);
+    project.ok(&["up", "--detach", "--pull", "never", "envoy-sentinel"]);
+    let port = project.port("envoy-sentinel", 10000);
+    let admin = project.port("envoy-sentinel", 9901);
+    let replica = project.port("valkey-replica", 6379);
+    let sentinels: Vec<u16> =
+        [("sentinel-1", 26379), ("sentinel-2", 26380), ("sentinel-3", 26381)].map(|(s, p)| project.port(s, p)).to_vec();
+    let (master_addr, replica_addr) =
+        (container_ip(&project.container("valkey")), container_ip(&project.container("valkey-replica")));
+    wait_until("the Sentinels to report the master by IP and see the replica and each other", WAIT, || {
+        sentinels.iter().all(|&s| {
+            master_ip(s).as_deref() == Some(&master_addr) && count(s, "replicas") == 1 && count(s, "sentinels") == 2
+        })
+    });
+    wait_until("the first decision", WAIT, || {
+        http(port, "POST", "/auth/token", &[("x-user-id", "warmup")]).is_ok_and(|r| r.header("ratelimit").is_some())
+    });
+    let up = started.elapsed();
+
+    // Light load on one bucket: 2 clients, a request every 2 ms each at most.
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcomes = Arc::new(Mutex::new(Vec::<Outcome>::new()));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, outcomes) = (stop.clone(), outcomes.clone());
+            std::thread::spawn(move || {
+                let request = Request::new("POST", "/auth/token", &[("x-user-id", "hot")]);
+                for _ in 0..20_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let r = send_raw(port, &request, Duration::from_secs(5)).expect("every request is answered");
+                    let decided = r.header("ratelimit").is_some();
+                    outcomes.lock().unwrap().push(Outcome { at: Instant::now(), status: r.status, decided });
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
+        })
+        .collect();
+    let admitted = |o: &[Outcome]| o.iter().filter(|o| o.status == 200 && o.decided).count();
+    wait_until("half the limit admitted", WAIT, || admitted(&outcomes.lock().unwrap()) >= LIMIT / 2);
+
+    let stopping = Instant::now();
+    project.ok(&["stop", "valkey"]);
+    let stopped = stopping.elapsed();
+    wait_until("a Sentinel to report the replica as master", WAIT, || {
+        sentinels.iter().any(|&s| master_ip(s).as_deref() == Some(&replica_addr))
+    });
+    let promoted_at = Instant::now();
+    wait_until("denials on the new master", WAIT, || {
+        outcomes.lock().unwrap().iter().filter(|o| o.at > promoted_at && o.status == 429).count() >= 20
+    });
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+
+    let outcomes = outcomes.lock().unwrap().clone();
+    let resumed_at = outcomes.iter().filter(|o| o.at > promoted_at && o.decided).map(|o| o.at).min();
+    let resumed_after = resumed_at.expect("decisions after the promotion").saturating_duration_since(promoted_at);
+    let total_admitted = admitted(&outcomes);
+    let undecided_200 = outcomes.iter().filter(|o| o.status == 200 && !o.decided).count();
+    let unavailable = outcomes.iter().filter(|o| o.status == 503).count();
+    let stored = command(replica, &["ZCARD", "tollgate:{auth.createToken:hot}:log"]);
+    let timeouts = stat(admin, "wasmcustom.tollgate.store.errors.timeout").unwrap_or(0) as usize;
+    let switches = stat(admin, "wasmcustom.tollgate.sentinel.switches").unwrap_or(0);
+    println!(
+        "compose failover: {} requests; stop took {stopped:?}; promotion {:?} after the stop began; limiting \
+         resumed {resumed_after:?} after it; 503 meanwhile: {unavailable}; admitted {total_admitted} of {LIMIT}; \
+         entries on the new master {stored:?}; store timeouts {timeouts}; worker switches {switches}",
+        outcomes.len(),
+        promoted_at - stopping,
+    );
+    assert_eq!(undecided_200, 0, "deny mode: nothing passes undecided");
+    assert!(total_admitted <= LIMIT, "over-admission: {total_admitted} admitted, limit {LIMIT}");
+    assert!(total_admitted + timeouts >= LIMIT, "the limit binds: {total_admitted} admitted, {timeouts} timeouts");
+    // A graceful stop lets the replica catch up: it holds every admission.
+    assert_eq!(stored, Some(Value::Integer(LIMIT as i64)), "the new master holds exactly the limit");
+    assert!(resumed_after <= Duration::from_secs(5), "limiting resumed {resumed_after:?} after the promotion");
+    assert!(switches >= 1, "a worker switched to the new master");
+
+    let left = project.down();
+    assert!(left.is_empty(), "docker compose down left {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("compose sentinel profile: up in {up:?}, whole test {:?}", started.elapsed());
+}
