@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 
-.PHONY: all tools redis7 image-tools docker-tools build cli image run compose compose-configs demo test unit lint wasm-test validate integration algorithms-report bench fuzz soak clean
+.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-configs demo test unit lint wasm-test validate integration netns-load algorithms-report bench fuzz soak clean
 
 all: build
 
@@ -101,13 +101,22 @@ validate: build
 	  echo "envoy --mode validate: $$f OK"; \
 	done
 
-integration: build image redis7 docker-tools
+integration: build image redis7 docker-tools netns-tools
 	cargo test --test '*' -- --test-threads 2
 
 # Not part of `make test`: cargo fuzz (nightly) on the RESP decoder, the store
 # reply and the config parser, FUZZ_RUNS (10 million) executions per target.
 fuzz:
 	@scripts/fuzz.sh
+
+# iproute2 and iptables for tests/netns.rs (apt-get as root when missing).
+netns-tools:
+	@scripts/install-netns-tools.sh
+
+# Not part of `make test`: tests/netns.rs with a 60 s steady load across the
+# veth link (make test runs it for 12 s).
+netns-load: build netns-tools
+	TOLLGATE_NETNS_SECONDS=60 cargo test --test netns -- --nocapture --test-threads 1
 
 # Not part of `make test`: 10 minutes of steady load through Envoy, sampling
 # memory and pending store calls (SOAK_SECONDS to change the duration).

@@ -113,7 +113,7 @@ pub const MAX_ACCESS_NAME_BYTES: usize = 128;
 pub type Bounds = (u64, u64);
 /// `valkey.max_in_flight` when omitted: decisions awaiting replies on a
 /// worker's store stream.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 /// The bounds of `valkey.max_in_flight`.
 pub const MAX_IN_FLIGHT_BOUNDS: Bounds = (1, 16_384);
 /// `valkey.max_batch` when omitted: decisions in one message on the stream.

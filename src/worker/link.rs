@@ -4,7 +4,12 @@
 //! not decoded yet (a reply may span messages; a message may hold many).
 //!
 //! The stream's health is judged from the stream alone: it is stalled when
-//! commands are outstanding and no reply has arrived for `valkey.timeout`.
+//! commands are outstanding and no reply has arrived for `valkey.timeout`,
+//! or for four times the stream's recent round trip if that is longer (up
+//! to a cap), across at least [`MIN_SILENT_TICKS`] ticks of the worker. A
+//! flooded proxy must not blame the store: when Envoy's event loop lags,
+//! commands and replies wait in Envoy's own buffers and round trips grow,
+//! while replies keep coming; a store that stopped answering stays silent.
 //! How long requests waited inside the worker before they were sent has no
 //! part in it.
 
@@ -18,6 +23,9 @@ pub const MIN_BACKOFF_MS: u64 = 50;
 /// The longest pause between attempts: a store that comes back is reached
 /// within this.
 pub const MAX_BACKOFF_MS: u64 = 800;
+/// Ticks without a reply, with commands outstanding, before a stream can be
+/// declared stalled (besides `valkey.timeout` of silence).
+pub const MIN_SILENT_TICKS: u32 = 10;
 
 /// What a command on the stream was sent for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +34,8 @@ pub enum Slot {
     Preamble,
     /// The decision of request `id`.
     Request(u32),
-    /// A decision whose request left: its reply is read and dropped.
-    Abandoned,
+    /// The decision of request `id`, which left: its reply is read and dropped.
+    Abandoned(u32),
     /// A Sentinel lookup.
     Lookup,
 }
@@ -64,6 +72,14 @@ pub struct Link {
     /// Whether this stream has answered anything.
     answered: bool,
     backoff_ms: u64,
+    /// Ticks since the last reply with commands outstanding.
+    silent_ticks: u32,
+    /// Replies read on this link, and as seen at the last tick.
+    replies: u64,
+    replies_at_tick: u64,
+    /// The recent round trip (a moving average of each message's oldest
+    /// reply), in ms.
+    rtt_ms: u64,
 }
 
 impl Default for Link {
@@ -76,6 +92,10 @@ impl Default for Link {
             progress_ms: 0,
             answered: false,
             backoff_ms: MIN_BACKOFF_MS,
+            silent_ticks: 0,
+            replies: 0,
+            replies_at_tick: 0,
+            rtt_ms: 0,
         }
     }
 }
@@ -133,7 +153,7 @@ impl Link {
     /// be read and dropped.
     pub fn abandon(&mut self, id: u32) {
         if let Some(s) = self.sent.iter_mut().find(|s| s.slot == Slot::Request(id)) {
-            s.slot = Slot::Abandoned;
+            s.slot = Slot::Abandoned(id);
         }
     }
 
@@ -166,7 +186,10 @@ impl Link {
             }
         }
         self.pending.drain(..used);
-        if !out.is_empty() {
+        if let Some((_, sent_ms, _)) = out.first() {
+            let sample = now_ms.saturating_sub(*sent_ms);
+            self.rtt_ms = if self.rtt_ms == 0 { sample } else { (self.rtt_ms * 7 + sample) / 8 };
+            self.replies = self.replies.wrapping_add(out.len() as u64);
             self.progress_ms = now_ms;
             self.answered = true;
             self.backoff_ms = MIN_BACKOFF_MS;
@@ -174,9 +197,36 @@ impl Link {
         (out, error)
     }
 
-    /// Commands are outstanding and nothing came back for `timeout_ms`.
-    pub fn stalled(&self, now_ms: u64, timeout_ms: u64) -> bool {
-        self.token().is_some() && !self.sent.is_empty() && now_ms.saturating_sub(self.progress_ms) >= timeout_ms
+    /// For the log: commands outstanding, ms since the last reply (or the
+    /// first send), and silent ticks.
+    pub fn silence(&self, now_ms: u64) -> (usize, u64, u32) {
+        (self.sent.len(), now_ms.saturating_sub(self.progress_ms), self.silent_ticks)
+    }
+
+    /// The worker ticked: one more silent tick if commands are outstanding
+    /// and nothing came back since the last one.
+    pub fn tick(&mut self) {
+        if self.sent.is_empty() || self.replies != self.replies_at_tick {
+            self.silent_ticks = 0;
+        } else {
+            self.silent_ticks = self.silent_ticks.saturating_add(1);
+        }
+        self.replies_at_tick = self.replies;
+    }
+
+    /// How long a silence means a stall: `timeout_ms`, or four recent round
+    /// trips if longer, at most `cap_ms`.
+    pub fn stall_after(&self, timeout_ms: u64, cap_ms: u64) -> u64 {
+        self.rtt_ms.saturating_mul(4).min(cap_ms).max(timeout_ms)
+    }
+
+    /// Commands are outstanding and nothing came back for
+    /// [`Link::stall_after`], over at least [`MIN_SILENT_TICKS`] ticks.
+    pub fn stalled(&self, now_ms: u64, timeout_ms: u64, cap_ms: u64) -> bool {
+        self.token().is_some()
+            && !self.sent.is_empty()
+            && now_ms.saturating_sub(self.progress_ms) >= self.stall_after(timeout_ms, cap_ms)
+            && self.silent_ticks >= MIN_SILENT_TICKS
     }
 
     /// The stream is gone (closed, refused, reset by us) at `now_ms`:

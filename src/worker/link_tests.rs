@@ -35,12 +35,19 @@ fn an_unexpected_reply_or_garbage_ends_the_stream_after_the_good_replies() {
 fn stalls_count_from_the_last_reply_or_the_first_outstanding_send() {
     let mut link = Link::default();
     link.opened(1, true, 0);
-    assert!(!link.stalled(1_000, 100), "nothing outstanding: never stalled");
+    assert!(!link.stalled(1_000, 100, 100), "nothing outstanding: never stalled");
     link.sent(Slot::Request(1), 1, 500);
     link.sent(Slot::Request(2), 1, 590);
-    assert!(!link.stalled(599, 100) && link.stalled(600, 100));
+    let ticks = |link: &mut Link, n: u32| (0..n).for_each(|_| link.tick());
+    ticks(&mut link, MIN_SILENT_TICKS - 1);
+    assert!(!link.stalled(900, 100, 100), "too few silent ticks: the proxy may be what lags");
+    ticks(&mut link, 1);
+    assert!(!link.stalled(599, 100, 100) && link.stalled(600, 100, 100));
     link.feed(b":1\r\n", 580);
-    assert!(!link.stalled(679, 100) && link.stalled(680, 100), "progress at the reply");
+    link.tick();
+    assert!(!link.stalled(700, 100, 100), "a reply since the last tick: not silent");
+    ticks(&mut link, MIN_SILENT_TICKS);
+    assert!(!link.stalled(679, 100, 100) && link.stalled(680, 100, 100), "progress at the reply");
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
@@ -79,5 +86,26 @@ fn abandoned_requests_keep_their_place() {
     assert_eq!(link.requests().collect::<Vec<_>>(), vec![2]);
     let (replies, _) = link.feed(b":1\r\n:2\r\n", 1);
     let slots: Vec<Slot> = replies.into_iter().map(|(s, _, _)| s).collect();
-    assert_eq!(slots, vec![Slot::Abandoned, Slot::Request(2)]);
+    assert_eq!(slots, vec![Slot::Abandoned(1), Slot::Request(2)]);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_slow_but_answering_stream_earns_a_longer_silence_up_to_the_cap() {
+    let mut link = Link::default();
+    link.opened(1, true, 0);
+    assert_eq!(link.stall_after(100, 1_000), 100, "no round trip known: the timeout");
+    // Replies come back 200 ms after their commands (a flooded proxy).
+    for i in 0..40u64 {
+        link.sent(Slot::Request(i as u32), 1, i * 10);
+        link.feed(b":1\r\n", i * 10 + 200);
+    }
+    assert_eq!(link.stall_after(100, 1_000), 800, "four round trips");
+    assert_eq!(link.stall_after(100, 500), 500, "at most the cap");
+    assert_eq!(link.stall_after(2_000, 1_000), 2_000, "never less than the timeout");
+    link.sent(Slot::Request(99), 1, 1_000);
+    // The first tick sees the replies of the loop above; the next ones are silent.
+    for _ in 0..=MIN_SILENT_TICKS {
+        link.tick();
+    }
+    assert!(!link.stalled(1_799, 100, 1_000) && link.stalled(1_800, 100, 1_000));
 }

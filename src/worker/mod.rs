@@ -35,7 +35,7 @@ pub use host::{Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
 
 use crate::cache::DenialCache;
 use crate::config::{Config, FailureMode};
-use crate::limiter::script::{limiter, Invocation, Script};
+use crate::limiter::script::{limiter, Script};
 use crate::plan::{plan, RequestView};
 use crate::response::{overloaded, store_unavailable, LocalReply, SHADOW_HEADER};
 use crate::store::{Failure, Preamble};
@@ -105,6 +105,11 @@ pub struct Worker {
     /// Settlements beyond this VM entry's budget, for the next entries.
     deferred: VecDeque<(u32, Settle)>,
     settled: usize,
+    /// The store answered `NOSCRIPT`: the next call carries the script body
+    /// (`EVAL`), and the calls after it in the pipeline find it cached.
+    script_wanted: bool,
+    /// The request whose call carries the script body, until its reply.
+    script_carrier: Option<u32>,
     tick: Duration,
     /// Whether this worker has served a request (Envoy's main thread never
     /// does, and cannot open streams to internal listeners).
@@ -130,6 +135,8 @@ impl Worker {
             cache: DenialCache::new(config.denial_cache_keys),
             deferred: VecDeque::new(),
             settled: 0,
+            script_wanted: false,
+            script_carrier: None,
             tick: Duration::ZERO,
             serving: false,
             woken: false,
@@ -207,7 +214,7 @@ impl Worker {
             now_override,
             arrival_ms,
             local_arrival_ms: now_ms,
-            how: Invocation::EvalSha,
+            noscripts: 0,
             headers,
             sent: false,
         };
@@ -419,10 +426,16 @@ impl Worker {
 
     /// Deadlines, at every tick.
     fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
-        if self.store.stalled(now_ms, self.timeout_ms) {
+        self.store.tick();
+        if self.store.stalled(now_ms, self.timeout_ms, self.max_wait_ms) {
+            let (outstanding, silent_ms, ticks) = self.store.silence(now_ms);
+            host.log(
+                Level::Warn,
+                &format!("tollgate: store stream stalled: {outstanding} commands outstanding, no reply for {silent_ms} ms over {ticks} ticks; reconnecting"),
+            );
             self.reset_store(host, Reset::Stalled, now_ms);
         }
-        let healthy = self.store.ready() && !self.store.stalled(now_ms, self.timeout_ms);
+        let healthy = self.store.ready() && !self.store.stalled(now_ms, self.timeout_ms, self.max_wait_ms);
         let limit = if healthy { self.max_wait_ms } else { self.timeout_ms };
         let failure = self.unreachable(now_ms);
         for id in self.requests.take_queued_before(now_ms.saturating_sub(limit)) {

@@ -22,11 +22,13 @@ pub struct ModelStore {
     pub master: Option<String>,
     /// Decisions executed: the store's own record of what ran.
     pub executed: usize,
+    /// `EVAL`s received (each carries the script's body).
+    pub evals: usize,
 }
 
 impl Default for ModelStore {
     fn default() -> Self {
-        ModelStore { model: Model::new(), script_loaded: true, password: None, master: None, executed: 0 }
+        ModelStore { model: Model::new(), script_loaded: true, password: None, master: None, executed: 0, evals: 0 }
     }
 }
 
@@ -71,6 +73,7 @@ impl ModelStore {
             "EVALSHA" if !self.script_loaded => error("NOSCRIPT No matching script."),
             "EVALSHA" if args.get(1).map(text) != Some(limiter().sha.clone()) => error("NOSCRIPT unknown sha"),
             "EVALSHA" | "EVAL" => {
+                self.evals += usize::from(verb == "EVAL");
                 self.script_loaded = true;
                 match self.decide(args.get(2..).unwrap_or_default(), now_ms) {
                     Some(reply) => {

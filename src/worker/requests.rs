@@ -2,7 +2,6 @@
 //! the store stream, then until its reply. Bounded by the worker (the
 //! queue by `valkey.max_queue`, the sent ones by the stream's bounds).
 
-use crate::limiter::script::Invocation;
 use crate::limiter::Check;
 use crate::worker::host::ResponseHeaders;
 use std::collections::{HashMap, VecDeque};
@@ -18,8 +17,9 @@ pub struct Pending {
     pub arrival_ms: u64,
     /// When it arrived, on the proxy's clock: deadlines count from here.
     pub local_arrival_ms: u64,
-    /// How the script is invoked for it (`EVAL` after a `NOSCRIPT`).
-    pub how: Invocation,
+    /// `NOSCRIPT` answers it got (its call is sent again after each: the
+    /// script did not run).
+    pub noscripts: u8,
     /// Where the admitted request's response headers go.
     pub headers: ResponseHeaders,
     /// On the stream, awaiting its reply (else queued).

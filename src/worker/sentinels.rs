@@ -61,7 +61,8 @@ impl Sentinels {
     /// Sends a lookup if one is due; from the worker's own callbacks only (it
     /// may open the stream).
     pub fn lookup(&mut self, host: &mut dyn Host, now_ms: u64, timeout_ms: u64) {
-        if self.link.stalled(now_ms, timeout_ms) {
+        self.link.tick();
+        if self.link.stalled(now_ms, timeout_ms, timeout_ms) {
             if let Some(token) = self.link.token() {
                 host.cancel(token);
             }

@@ -22,6 +22,10 @@ pub const GRPC_UNAVAILABLE: u32 = 14;
 /// master learned from the Sentinels.
 pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 
+/// `NOSCRIPT` answers one request may get before it fails (`noscript`): the
+/// script was flushed again between its two calls.
+const MAX_NOSCRIPTS: u8 = 2;
+
 /// Failure kinds that suggest the master moved: ask the Sentinels again.
 fn master_suspect(kind: FailureKind) -> bool {
     matches!(kind, FailureKind::Unavailable | FailureKind::Timeout | FailureKind::ReadOnly)
@@ -110,7 +114,11 @@ impl Worker {
             let Some(id) = self.requests.peek_queued() else { break };
             let Some(p) = self.requests.get(id) else { break };
             let start = message.len();
-            encode_call(&mut message, self.script, p.how, &p.checks, p.now_override);
+            // After a NOSCRIPT, one call carries the script (EVAL caches it);
+            // every call after it in the pipeline finds it by its SHA.
+            let carries = self.script_wanted && self.script_carrier.is_none();
+            let how = if carries { Invocation::Eval } else { Invocation::EvalSha };
+            encode_call(&mut message, self.script, how, &p.checks, p.now_override);
             let len = message.len() - start;
             let (commands, bytes) = self.store.in_flight();
             let fits = (commands == 0 && batch.is_empty())
@@ -121,6 +129,10 @@ impl Worker {
                 break;
             }
             self.requests.pop_queued();
+            if carries {
+                self.script_carrier = Some(id);
+                self.script_wanted = false;
+            }
             batch.push((id, len));
         }
         if batch.is_empty() {
@@ -128,6 +140,7 @@ impl Worker {
         }
         if let Err(e) = host.send(token, &message) {
             // Never sent: back to the queue, and a new stream.
+            self.forget_carrier();
             let ids: Vec<u32> = batch.iter().map(|(id, _)| *id).collect();
             self.requests.requeue(&ids);
             self.lose_store(host, Reset::Closed, Failure::Unavailable(e), false, now_ms);
@@ -162,11 +175,19 @@ impl Worker {
                         host.record_store_time(now_ms.saturating_sub(sent_ms));
                         timed = true;
                     }
+                    if self.script_carrier == Some(id) {
+                        self.script_carrier = None;
+                    }
                     if self.answer(host, id, &value, now_ms) {
                         retry.push(id);
                     }
                 }
-                Slot::Abandoned | Slot::Lookup => {}
+                Slot::Abandoned(id) => {
+                    if self.script_carrier == Some(id) {
+                        self.script_carrier = None;
+                    }
+                }
+                Slot::Lookup => {}
             }
         }
         self.requests.requeue(&retry);
@@ -177,12 +198,15 @@ impl Worker {
     }
 
     /// Applies a reply to request `id`; true when it must be sent again
-    /// (`NOSCRIPT`: the script did not run).
+    /// (`NOSCRIPT`: the script did not run; at most twice per request).
     fn answer(&mut self, host: &mut dyn Host, id: u32, value: &Value, now_ms: u64) -> bool {
         let Some(p) = self.requests.get_mut(id) else { return false };
         let outcome = interpret_reply(value, &p.checks);
-        if outcome == Outcome::NoScript && p.how == Invocation::EvalSha {
-            p.how = Invocation::Eval;
+        if outcome == Outcome::NoScript && p.noscripts < MAX_NOSCRIPTS {
+            p.noscripts += 1;
+            if self.script_carrier.is_none() {
+                self.script_wanted = true;
+            }
             return true;
         }
         let Some(p) = self.requests.remove(id) else { return false };
@@ -208,6 +232,13 @@ impl Worker {
         }
         let settle = self.failure(host, failure, now_ms);
         self.settle(host, id, settle);
+    }
+
+    /// No call carries the script any more (its stream is gone).
+    fn forget_carrier(&mut self) {
+        if self.script_carrier.take().is_some() {
+            self.script_wanted = true;
+        }
     }
 
     pub(super) fn on_store_close(&mut self, host: &mut dyn Host, status: u32, now_ms: u64) {
@@ -243,6 +274,7 @@ impl Worker {
     /// when it never reached the store (`requeue`), else fail with `failure`.
     fn drop_store(&mut self, host: &mut dyn Host, cause: Reset, failure: Failure, requeue: bool, now_ms: u64) {
         host.count(Stat::StreamReset(cause), 1);
+        self.forget_carrier();
         // What requests meet while the link is down: never "may have run".
         let down = if failure.may_have_run() {
             Failure::Unavailable(format!("no store connection (last stream {})", cause.name()))

@@ -6,9 +6,11 @@
 
 pub mod docker;
 mod envoy;
+pub mod flood;
 mod http;
 pub mod load;
 pub mod netns;
+pub mod steady;
 pub mod tls;
 mod valkey;
 

@@ -46,7 +46,7 @@ fn example_parses_to_expected_values() {
             cluster: "tollgate_valkey".into(),
             timeout: Duration::from_millis(100),
             key_prefix: "tollgate".into(),
-            max_in_flight: 1024,
+            max_in_flight: 256,
             max_batch: 64,
             max_queue: 4096,
             auth: None,

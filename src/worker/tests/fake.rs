@@ -209,6 +209,17 @@ impl Rig {
         self.worker.on_tick(&mut self.host, self.now);
     }
 
+    /// Lets `ms` pass on the clock, ticking every 5 ms as the worker asks
+    /// while it holds requests.
+    pub fn run_for(&mut self, ms: u64) {
+        for _ in 0..ms / 5 {
+            self.tick(5);
+        }
+        if ms % 5 > 0 {
+            self.tick(ms % 5);
+        }
+    }
+
     /// The last stream opened.
     pub fn stream(&self) -> u32 {
         self.host.opened.last().map(|(t, _, _)| *t).expect("a stream was opened")

@@ -89,11 +89,11 @@ fn a_stalled_stream_is_reset_after_the_timeout_and_its_requests_get_failure_mode
     let (sent, _) = rig.request("s");
     rig.wake();
     let token = rig.stream();
-    rig.tick(50);
+    rig.run_for(50);
     let (queued_late, _) = rig.request("q");
-    rig.tick(49);
+    rig.run_for(49);
     assert_eq!(rig.host.status(sent), None, "still within the timeout");
-    rig.tick(1);
+    rig.run_for(1);
     assert_eq!(rig.host.status(sent), Some(503), "answered at timeout (+ one tick)");
     assert_eq!(rig.host.cancelled, vec![token]);
     assert_eq!(rig.host.count(Stat::StoreError(FailureKind::Timeout)), 2, "both were on the stalled stream");
@@ -110,9 +110,9 @@ fn queued_requests_wait_at_most_the_timeout_for_a_stream_that_never_becomes_read
     let mut rig = Rig::with_config(config);
     let (id, _) = rig.request("w");
     rig.wake();
-    rig.tick(95);
+    rig.run_for(95);
     assert_eq!(rig.host.status(id), None);
-    rig.tick(5);
+    rig.run_for(5);
     assert_eq!(rig.host.status(id), Some(503));
     assert_eq!(rig.host.count(Stat::UnknownOutcome), 0, "never sent");
     assert_eq!(rig.host.count(Stat::StreamReset(Reset::Stalled)), 1, "the unanswered AUTH stalled the stream");
