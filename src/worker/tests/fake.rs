@@ -215,7 +215,7 @@ impl Rig {
         for _ in 0..ms / 5 {
             self.tick(5);
         }
-        if ms % 5 > 0 {
+        if !ms.is_multiple_of(5) {
             self.tick(ms % 5);
         }
     }
