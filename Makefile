@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 
-.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-configs demo test unit lint wasm-test validate integration netns-load algorithms-report bench fuzz soak clean
+.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-configs demo test unit lint wasm-test validate integration netns-load flood algorithms-report bench fuzz soak clean
 
 all: build
 
@@ -108,6 +108,10 @@ integration: build image redis7 docker-tools netns-tools
 # reply and the config parser, FUZZ_RUNS (10 million) executions per target.
 fuzz:
 	@scripts/fuzz.sh
+
+# Not part of `make test`: tests/flood.rs with 20 s floods (5 s in make test).
+flood: build
+	TOLLGATE_FLOOD_SECONDS=20 cargo test --test flood -- --nocapture --test-threads 1
 
 # iproute2 and iptables for tests/netns.rs (apt-get as root when missing).
 netns-tools:

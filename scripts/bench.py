@@ -11,6 +11,9 @@ Cases:
   tollgate denied        one key far over its limit (denied path)
   tollgate 10k keys      10,000 users, each under its limit
   tollgate no match      the module loaded, no rule matching (the VM's own cost)
+  flood                  2,048 connections, a new user per request, failure_mode
+                         local: who decided (the store, the local limiter, an
+                         explicit overload refusal, failure_mode)
 
 With perf available, the allowed path at 64 connections is also profiled
 (software clock, by DSO: Envoy's C++, the V8-compiled module, the kernel).
@@ -23,6 +26,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -82,8 +86,10 @@ def valkey_stats(port):
     return get("total_connections_received"), get("total_commands_processed")
 
 
-def plugin(rule):
-    return json.dumps({"valkey": {"cluster": "tollgate_valkey", "timeout": "1s"}, "rules": [rule]}, indent=2)
+def plugin(rule, base=None):
+    doc = dict(base or {"valkey": {"cluster": "tollgate_valkey", "timeout": "1s"}})
+    doc["rules"] = [rule]
+    return json.dumps(doc, indent=2)
 
 
 def render(case, ports, valkey_port):
@@ -116,7 +122,7 @@ def render(case, ports, valkey_port):
         value = next(i for i, l in enumerate(block) if l.rstrip().endswith("value: |"))
         json_indent = " " * (len(block[value]) - len(block[value].lstrip()) + 2)
         tail = [l for l in block[value + 1:] if l.strip() and not l.startswith(json_indent)]
-        replacement = block[:value + 1] + [json_indent + l for l in plugin(case["rule"]).split("\n")] + tail
+        replacement = block[:value + 1] + [json_indent + l for l in plugin(case["rule"], case.get("plugin")).split("\n")] + tail
     return "\n".join(lines[:start] + replacement + lines[end:])
 
 
@@ -149,6 +155,67 @@ def wrk(port, connections, users, workdir):
         "requests": total,
         "non2xx": int(non2xx.group(1)) if non2xx else 0,
     }
+
+
+WRK_FLOOD = """
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("GET", "/", { ["x-user-id"] = "flood-" .. tid .. "-" .. n })
+end
+"""
+
+FLOOD_CONNECTIONS = 2048
+FLOOD_STATS = ["rule.bench.allowed", "rule.bench.denied", "local.allowed", "local.denied", "overloaded",
+               "failure_mode.allowed", "failure_mode.denied", "cache.hits"]
+
+
+def flood(valkey_port, workdir):
+    """2,048 connections, a new user on every request: who decided them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 65536 if hard == resource.RLIM_INFINITY else min(65536, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+    case = {"name": "flood", "kind": "tollgate", "rule": {
+        "name": "bench", "key": [{"header": "x-user-id"}], "limits": [{"limit": 20, "period": "60s"},
+                                                                       {"limit": 5, "period": "3s"}]},
+            "plugin": {"valkey": {"cluster": "tollgate_valkey", "timeout": "100ms"}, "failure_mode": "local"}}
+    ports = [free_port(), free_port(), free_port()]
+    config = workdir / "flood.yaml"
+    config.write_text(render(case, ports, valkey_port))
+    script = workdir / "flood.lua"
+    script.write_text(WRK_FLOOD)
+    log = open(workdir / "flood.log", "w")
+    envoy = subprocess.Popen([ENVOY, "-c", str(config), "--concurrency", "1", "--use-dynamic-base-id",
+                              "-l", "error"], stdout=log, stderr=log)
+    try:
+        wait_port(ports[0])
+        out = subprocess.run(["wrk", "-t2", f"-c{FLOOD_CONNECTIONS}", f"-d{DURATION}", "-s", str(script),
+                              f"http://127.0.0.1:{ports[0]}/"], capture_output=True, text=True, check=True).stdout
+        stats = {n: admin_stat(ports[2], f"wasmcustom.tollgate.{n}") for n in FLOOD_STATS}
+        errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+        row = {
+            "requests": int(re.search(r"(\d+) requests in", out).group(1)),
+            "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+            "timeouts": int(errors.group(4)) if errors else 0,
+            "store": stats["rule.bench.allowed"] + stats["rule.bench.denied"]
+            - stats["local.allowed"] - stats["local.denied"],
+            "local": stats["local.allowed"] + stats["local.denied"],
+            "overloaded": stats["overloaded"],
+            "failure_mode": stats["failure_mode.allowed"] + stats["failure_mode.denied"],
+        }
+        print(f"  flood c={FLOOD_CONNECTIONS} {row['rps']:9.0f} rps  store {row['store']}  local {row['local']}  "
+              f"overloaded {row['overloaded']}  failure_mode {row['failure_mode']}  wrk timeouts {row['timeouts']}",
+              flush=True)
+        return row
+    finally:
+        envoy.terminate()
+        envoy.wait()
+        log.close()
 
 
 def admin_stat(port, name):
@@ -259,13 +326,15 @@ def main():
             resp(valkey_port, "FLUSHALL")
             results[case["name"]] = run_case(case, valkey_port, workdir)
         profiles = {c["name"]: c["profile_result"] for c in cases if c.get("profile_result")}
+        resp(valkey_port, "FLUSHALL")
+        flooded = flood(valkey_port, workdir)
     finally:
         valkey.terminate()
         valkey.wait()
-    write_report(results, profiles)
+    write_report(results, profiles, flooded)
 
 
-def write_report(results, profiles):
+def write_report(results, profiles, flooded):
     base = {r["connections"]: r for r in results["no filter"]}
     local_deny = {r["connections"]: r for r in results["local_ratelimit deny"]}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -321,6 +390,18 @@ def write_report(results, profiles):
     for text, value, ok in checks:
         met = "—" if ok is None else ("yes" if ok else "no")
         lines.append(f"| {text} | {value} | {met} |")
+    f = flooded
+    # Shares of what the filter answered (wrk stops with some still on the way).
+    answered = f["store"] + f["local"] + f["overloaded"] + f["failure_mode"]
+    share = lambda n: f"{n} ({100 * n / max(answered, 1):.2f} %)"
+    lines += ["", f"## Flood: {FLOOD_CONNECTIONS} connections, a new user per request", "",
+              f"`wrk -t2 -c{FLOOD_CONNECTIONS}`, {DURATION}, one worker, `failure_mode: local`, a healthy Valkey:",
+              "who decided each request (from tollgate's counters).", "",
+              "| requests (wrk) | req/s | by the store | by the local limiter | refused as overload | by failure_mode "
+              "| wrk timeouts |",
+              "|---|---|---|---|---|---|---|",
+              f"| {f['requests']} | {f['rps']:.0f} | {share(f['store'])} | {share(f['local'])} | "
+              f"{share(f['overloaded'])} | {share(f['failure_mode'])} | {f['timeouts']} |"]
     for name, prof in profiles.items():
         lines += ["", f"## Profile: {name}, 64 connections", "",
                   "Envoy's CPU samples by where they ran (`perf record -e cpu-clock`, software clock):", "",

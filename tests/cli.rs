@@ -120,7 +120,7 @@ fn check_reports_one_error_per_section_and_per_rule() {
         lines,
         [
             "  tollgate: invalid plugin configuration: valkey.max_batch: must be >= 1",
-            "  tollgate: invalid plugin configuration: failure_mode: unknown value \"open\", expected one of allow, deny",
+            "  tollgate: invalid plugin configuration: failure_mode: unknown value \"open\", expected one of allow, deny, local",
             "  tollgate: invalid plugin configuration: rules[0].limits[0].limit: must be > 0",
             "  tollgate: invalid plugin configuration: rules[2].name: duplicate rule name \"a\" (also rules[0].name)",
             "  tollgate: invalid plugin configuration: response.status: must be an HTTP error status (400..=599)",

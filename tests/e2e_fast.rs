@@ -149,8 +149,9 @@ fn every_queued_request_keeps_its_own_timeout() {
     assert_eq!(envoy.stat("wasmcustom.tollgate.failure_mode.allowed"), Some(6));
 }
 
-#[test]
-fn a_full_queue_refuses_explicitly_and_is_counted() {
+/// A full queue: the first request's decision hangs in the blackhole, and
+/// the next five find no room. Returns the Envoy and the five answers.
+fn full_queue(overload: &str) -> (Envoy, Vec<support::Response>) {
     let port = blackhole();
     let rules =
         r#"[ { "name": "u", "key": [ { "header": "x-user" } ], "limits": [ { "limit": 10, "period": "1m" } ] } ]"#;
@@ -158,6 +159,7 @@ fn a_full_queue_refuses_explicitly_and_is_counted() {
     let options = options(port, rules, extra, 1);
     let mut config: serde_json::Value = serde_json::from_str(&options.plugin_config).unwrap();
     config["failure_mode"] = "allow".into();
+    config["overload"] = overload.into();
     let envoy = Envoy::start(&EnvoyOptions { plugin_config: config.to_string(), ..options });
     let port = envoy.port;
     // The first request's decision hangs in the blackhole (in flight for 2 s) ...
@@ -166,18 +168,37 @@ fn a_full_queue_refuses_explicitly_and_is_counted() {
         envoy.stat("wasmcustom.tollgate.store.requests") == Some(1)
     });
     // ... so with no room on the stream and no queue, the next ones are
-    // refused at once: overload, never admitted unchecked by failure_mode.
-    for i in 0..5 {
-        let sent = Instant::now();
-        let resp = envoy.request("GET", "/", &[("x-user", &format!("u{i}"))]);
-        assert_eq!(resp.status, 503);
-        assert_eq!(resp.body, b"rate limiter overloaded\n");
-        assert_eq!(resp.header("retry-after"), Some("1"));
-        assert!(sent.elapsed() < Duration::from_millis(500), "not queued: {:?}", sent.elapsed());
-    }
+    // answered at once by `overload`, never by failure_mode.
+    let answers = (0..5)
+        .map(|i| {
+            let sent = Instant::now();
+            let resp = envoy.request("GET", "/", &[("x-user", &format!("u{i}"))]);
+            assert!(sent.elapsed() < Duration::from_millis(500), "not queued: {:?}", sent.elapsed());
+            resp
+        })
+        .collect();
     assert_eq!(envoy.stat("wasmcustom.tollgate.overloaded"), Some(5));
     assert_eq!(envoy.stat("wasmcustom.tollgate.failure_mode.allowed"), Some(0));
     let first = first.join().unwrap();
     assert_eq!((first.status, first.header("ratelimit")), (200, None), "the first: failure_mode after 2 s");
     assert_eq!(envoy.stat("wasmcustom.tollgate.store.errors.timeout"), Some(1));
+    (envoy, answers)
+}
+
+#[test]
+fn a_full_queue_refuses_explicitly_and_is_counted() {
+    let (_envoy, answers) = full_queue("reject");
+    for resp in answers {
+        assert_eq!(resp.status, 503);
+        assert_eq!(resp.body, b"rate limiter overloaded\n");
+        assert_eq!(resp.header("retry-after"), Some("1"));
+    }
+}
+
+#[test]
+fn overload_allow_lets_the_excess_through_unchecked_and_counts_it() {
+    let (_envoy, answers) = full_queue("allow");
+    for resp in answers {
+        assert_eq!((resp.status, resp.header("ratelimit")), (200, None), "admitted unchecked, as asked");
+    }
 }

@@ -137,6 +137,7 @@ const VALIDATOR_ONLY: &[&str] = &[
     "period-zero-integer",
     "product-too-large-gcra",
     "product-too-large-sliding-window",
+    "local-limiter-without-local",
     "response-text-without-text-body",
     "rule-name-duplicate",
     "timeout-too-long",

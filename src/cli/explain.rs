@@ -61,6 +61,7 @@ pub fn explain(origin: &str, config: &Config) -> String {
         match config.failure_mode {
             crate::config::FailureMode::Allow => "allow (requests pass when the store cannot answer)",
             crate::config::FailureMode::Deny => "deny (503 when the store cannot answer)",
+            crate::config::FailureMode::Local => "local (each worker limits by itself when the store cannot answer)",
         },
         r.status,
         if families.is_empty() { "none".to_owned() } else { families.join(" and ") },

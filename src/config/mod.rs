@@ -140,6 +140,12 @@ pub const MAX_LIMIT: u64 = 1_000_000_000;
 pub const MAX_LOG_COST: u64 = 10_000;
 /// Longest window period, in milliseconds (366 days).
 pub const MAX_PERIOD_MS: u64 = 366 * 86_400_000;
+/// `local_limiter.share` when omitted, in millionths (0.1).
+pub const DEFAULT_LOCAL_SHARE_PPM: u32 = 100_000;
+/// `local_limiter.max_keys` when omitted: buckets the local limiter tracks per worker.
+pub const DEFAULT_LOCAL_KEYS: usize = 10_000;
+/// The bounds of `local_limiter.max_keys`.
+pub const LOCAL_KEYS_BOUNDS: Bounds = (1, 1_000_000);
 
 /// A validated filter configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +154,10 @@ pub struct Config {
     pub valkey: ValkeyConfig,
     /// What to do with a request when Valkey cannot decide.
     pub failure_mode: FailureMode,
+    /// The local limiter of `failure_mode: local` (defaults otherwise).
+    pub local_limiter: LocalLimiterConfig,
+    /// What to do with a request the worker cannot take (its bounds full).
+    pub overload: Overload,
     /// The rules, in configuration order (never empty).
     pub rules: Vec<Rule>,
     /// How denials are answered and which headers are emitted.
@@ -227,6 +237,37 @@ pub enum FailureMode {
     Allow,
     /// Reject the request (fail closed).
     Deny,
+    /// Decide it in the worker, from recent store answers and a share of
+    /// each limit ([`LocalLimiterConfig`]).
+    Local,
+}
+
+/// The local limiter that stands in for the store under `failure_mode:
+/// local`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalLimiterConfig {
+    /// The share of each limit a worker admits per period for a bucket it
+    /// holds no recent store answer for, in millionths (0 < share <= 1).
+    pub share_ppm: u32,
+    /// Buckets tracked per worker; the least recently used go first.
+    pub max_keys: usize,
+}
+
+impl Default for LocalLimiterConfig {
+    fn default() -> Self {
+        LocalLimiterConfig { share_ppm: DEFAULT_LOCAL_SHARE_PPM, max_keys: DEFAULT_LOCAL_KEYS }
+    }
+}
+
+/// What happens to a request the worker cannot take: its queue is full, or
+/// it waited `max_wait` for a busy store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overload {
+    /// Refuse it (`503`, `rate limiter overloaded`). The default: a busy
+    /// proxy never admits unchecked.
+    Reject,
+    /// Let it through unchecked (explicitly asked for).
+    Allow,
 }
 
 /// One rate-limiting rule.

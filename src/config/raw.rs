@@ -17,11 +17,20 @@ use super::read::{Fields, Node};
 pub(crate) struct RawConfig {
     pub(crate) valkey: RawValkey,
     pub(crate) failure_mode: Option<String>,
+    pub(crate) local_limiter: Option<RawLocalLimiter>,
+    pub(crate) overload: Option<String>,
     pub(crate) rules: Vec<RawRule>,
     pub(crate) response: Option<RawResponse>,
     pub(crate) shadow: Option<bool>,
     pub(crate) denial_cache_max_keys: Option<Option<u64>>,
     pub(crate) testing: Option<RawTesting>,
+}
+
+/// `local_limiter`.
+#[derive(Debug)]
+pub(crate) struct RawLocalLimiter {
+    pub(crate) share: Option<Number>,
+    pub(crate) max_keys: Option<u64>,
 }
 
 /// `valkey`.
@@ -151,6 +160,10 @@ impl RawConfig {
         Some(RawConfig {
             valkey: RawValkey::from_fields(f.obj("valkey")?)?,
             failure_mode: f.str("failure_mode"),
+            local_limiter: f
+                .obj("local_limiter")
+                .map(|mut l| RawLocalLimiter { share: l.number("share"), max_keys: l.u64("max_keys") }),
+            overload: f.str("overload"),
             rules: objects(f.arr("rules")).map(RawRule::from_fields).collect::<Option<_>>()?,
             response: f.obj("response").map(RawResponse::from_fields),
             shadow: f.bool("shadow"),

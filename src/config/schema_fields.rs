@@ -8,10 +8,10 @@
 use serde_json::{json, Map, Value};
 
 use super::{
-    Algorithm, Bounds, DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_MAX_BATCH, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_QUEUE, DENIAL_CACHE_KEYS_BOUNDS, MAX_ACCESS_NAME_BYTES, MAX_BATCH_BOUNDS, MAX_CLUSTER_BYTES,
-    MAX_HEADER_MATCHES, MAX_IN_FLIGHT_BOUNDS, MAX_KEY_PARTS, MAX_LIMIT, MAX_LITERAL_BYTES, MAX_NAME_CHARS,
-    MAX_PROPERTY_SEGMENTS, MAX_QUEUE_BOUNDS, MAX_TEXT_BYTES, MAX_WINDOWS,
+    Algorithm, Bounds, DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_LOCAL_KEYS, DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_QUEUE, DENIAL_CACHE_KEYS_BOUNDS, LOCAL_KEYS_BOUNDS, MAX_ACCESS_NAME_BYTES,
+    MAX_BATCH_BOUNDS, MAX_CLUSTER_BYTES, MAX_HEADER_MATCHES, MAX_IN_FLIGHT_BOUNDS, MAX_KEY_PARTS, MAX_LIMIT,
+    MAX_LITERAL_BYTES, MAX_NAME_CHARS, MAX_PROPERTY_SEGMENTS, MAX_QUEUE_BOUNDS, MAX_TEXT_BYTES, MAX_WINDOWS,
 };
 
 /// A duration string.
@@ -94,8 +94,16 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             json!({ "description": "How often the master is asked for, > 0 and <= 1h.", "default": "5s" })
         }
         "failure_mode" => {
-            json!({ "description": "What happens when the store cannot answer: allow lets the request pass, deny answers 503.", "enum": ["allow", "deny", null], "default": "allow" })
+            json!({ "description": "What happens when the store cannot answer: allow lets the request pass, deny answers 503, local has each worker limit by itself (local_limiter).", "enum": ["allow", "deny", "local", null], "default": "allow" })
         }
+        "local_limiter" => json!({ "description": "The local limiter of failure_mode local: what each worker admits by itself while the store cannot answer." }),
+        "local_limiter.share" => json!({ "description": "The share of each window's limit a worker admits per period by itself (rounded up, at least 1), > 0 and <= 1; for a bucket the store answered recently, also at most what it said remained.", "exclusiveMinimum": 0, "maximum": 1, "default": 0.1 }),
+        "local_limiter.max_keys" => count(
+            "Buckets the local limiter tracks per worker; the least recently used go first.",
+            DEFAULT_LOCAL_KEYS,
+            LOCAL_KEYS_BOUNDS,
+        ),
+        "overload" => json!({ "description": "A request the worker cannot take (its queue full, or max_wait passed on a busy store): reject answers 503 (rate limiter overloaded); allow lets it through unchecked.", "enum": ["reject", "allow", null], "default": "reject" }),
         "rules" => json!({ "description": "The rules, in order; rule names must be unique.", "minItems": 1 }),
         "rules[]" => json!({ "description": "One rate-limiting rule: which requests, which bucket, which windows." }),
         "rules[].name" => {

@@ -83,6 +83,8 @@ pub(crate) const CONFIG: Shape = Shape {
     fields: &[
         req("valkey", Kind::Obj(&VALKEY)),
         opt("failure_mode", Kind::Str),
+        opt("local_limiter", Kind::Obj(&LOCAL_LIMITER)),
+        opt("overload", Kind::Str),
         req("rules", Kind::Arr(&RULE_OBJ)),
         opt("response", Kind::Obj(&RESPONSE)),
         opt("shadow", Kind::Bool),
@@ -109,6 +111,8 @@ pub(crate) const SENTINEL: Shape =
     Shape { fields: &[req("cluster", Kind::Str), req("master_name", Kind::Str), opt("refresh", Kind::Duration)] };
 
 pub(crate) const DENIAL_CACHE: Shape = Shape { fields: &[opt("max_keys", Kind::U64)] };
+
+pub(crate) const LOCAL_LIMITER: Shape = Shape { fields: &[opt("share", Kind::Number), opt("max_keys", Kind::U64)] };
 
 const RULE_OBJ: Kind = Kind::Obj(&RULE);
 

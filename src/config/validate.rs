@@ -18,13 +18,13 @@ use super::error::ConfigError;
 use super::keys::key;
 use super::matching::matcher;
 use super::primitives::{bounded_count, duration, envoy_cluster, fail, header_name, limit_count, name_like};
-use super::raw::{RawConfig, RawLimit, RawRule, RawTesting, RawValkey};
+use super::raw::{RawConfig, RawLimit, RawLocalLimiter, RawRule, RawTesting, RawValkey};
 use super::response::response;
 use super::{
-    Algorithm, Config, FailureMode, Limit, Period, Rule, Testing, ValkeyConfig, DEFAULT_DENIAL_CACHE_KEYS,
-    DEFAULT_KEY_PREFIX, DEFAULT_MAX_BATCH, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_QUEUE, DEFAULT_TIMEOUT_MS,
-    DENIAL_CACHE_KEYS_BOUNDS, MAX_BATCH_BOUNDS, MAX_IN_FLIGHT_BOUNDS, MAX_LOG_COST, MAX_PERIOD_MS, MAX_QUEUE_BOUNDS,
-    MAX_TIMEOUT_MS, MAX_WINDOWS,
+    Algorithm, Config, FailureMode, Limit, LocalLimiterConfig, Overload, Period, Rule, Testing, ValkeyConfig,
+    DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_LOCAL_KEYS, DEFAULT_LOCAL_SHARE_PPM, DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_QUEUE, DEFAULT_TIMEOUT_MS, DENIAL_CACHE_KEYS_BOUNDS, LOCAL_KEYS_BOUNDS,
+    MAX_BATCH_BOUNDS, MAX_IN_FLIGHT_BOUNDS, MAX_LOG_COST, MAX_PERIOD_MS, MAX_QUEUE_BOUNDS, MAX_TIMEOUT_MS, MAX_WINDOWS,
 };
 
 /// Spelling of [`MAX_TIMEOUT_MS`] in messages.
@@ -40,6 +40,8 @@ pub(crate) fn config(
 ) -> Option<Config> {
     let valkey = keep(errors, valkey(raw.valkey, env));
     let failure_mode = keep(errors, failure_mode(raw.failure_mode));
+    let local_limiter = keep(errors, local_limiter(raw.local_limiter, failure_mode));
+    let overload = keep(errors, overload(raw.overload));
     let rules = rules(raw.rules, errors);
     let response = keep(errors, response(raw.response));
     let denial_cache_keys = keep(
@@ -55,6 +57,8 @@ pub(crate) fn config(
     Some(Config {
         valkey: valkey?,
         failure_mode: failure_mode?,
+        local_limiter: local_limiter?,
+        overload: overload?,
         rules: rules?,
         response: response?,
         shadow: raw.shadow.unwrap_or(false),
@@ -99,8 +103,36 @@ fn failure_mode(raw: Option<String>) -> Result<FailureMode, ConfigError> {
     match raw.as_deref() {
         None | Some("allow") => Ok(FailureMode::Allow),
         Some("deny") => Ok(FailureMode::Deny),
-        Some(other) => fail("failure_mode", format!("unknown value {other:?}, expected one of allow, deny")),
+        Some("local") => Ok(FailureMode::Local),
+        Some(other) => fail("failure_mode", format!("unknown value {other:?}, expected one of allow, deny, local")),
     }
+}
+
+fn overload(raw: Option<String>) -> Result<Overload, ConfigError> {
+    match raw.as_deref() {
+        None | Some("reject") => Ok(Overload::Reject),
+        Some("allow") => Ok(Overload::Allow),
+        Some(other) => fail("overload", format!("unknown value {other:?}, expected one of reject, allow")),
+    }
+}
+
+/// `local_limiter`, which only `failure_mode: local` uses (`mode` is `None`
+/// when the failure mode itself was invalid: nothing to compare with).
+fn local_limiter(raw: Option<RawLocalLimiter>, mode: Option<FailureMode>) -> Result<LocalLimiterConfig, ConfigError> {
+    let Some(raw) = raw else { return Ok(LocalLimiterConfig::default()) };
+    if mode.is_some_and(|m| m != FailureMode::Local) {
+        return fail("local_limiter", r#"applies only with "failure_mode": "local""#);
+    }
+    let share_ppm = match raw.share {
+        None => DEFAULT_LOCAL_SHARE_PPM,
+        Some(number) => match number.as_f64().filter(|x| x.is_finite() && *x > 0.0 && *x <= 1.0) {
+            // At least one millionth: a share above 0 never rounds to none.
+            Some(x) => ((x * 1_000_000.0).round() as u32).max(1),
+            None => return fail("local_limiter.share", format!("must be > 0 and <= 1 (got {number})")),
+        },
+    };
+    let max_keys = bounded_count("local_limiter.max_keys", raw.max_keys, DEFAULT_LOCAL_KEYS, LOCAL_KEYS_BOUNDS)?;
+    Ok(LocalLimiterConfig { share_ppm, max_keys })
 }
 
 /// Every rule, each checked on its own (a rule's error does not hide the

@@ -1,7 +1,7 @@
 //! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
 //! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
 //! Handles are defined once per worker VM at configuration time: their number
-//! is bounded: 4 per rule, 14 others, one per [`FailureKind`] (12) and one
+//! is bounded: 4 per rule, 17 others, one per [`FailureKind`] (12) and one
 //! per [`Reset`] (6); plus `tollgate.config.errors`, defined only when a
 //! configuration is refused.
 
@@ -31,6 +31,8 @@ pub struct Metrics {
     unknown_outcome: Option<u32>,
     failure_mode_allowed: Option<u32>,
     failure_mode_denied: Option<u32>,
+    local_allowed: Option<u32>,
+    local_denied: Option<u32>,
     store_rq_time: Option<u32>,
     store_calls: Option<u32>,
     store_requests: Option<u32>,
@@ -43,6 +45,7 @@ pub struct Metrics {
     /// `tollgate.stream.resets.<cause>`, in [`Reset::ALL`] order.
     stream_resets: [Option<u32>; Reset::ALL.len()],
     in_flight: Option<u32>,
+    held: Option<u32>,
 }
 
 fn define(kind: MetricType, name: &str) -> Option<u32> {
@@ -86,6 +89,8 @@ impl Metrics {
             unknown_outcome: counter("tollgate.store.unknown_outcome"),
             failure_mode_allowed: counter("tollgate.failure_mode.allowed"),
             failure_mode_denied: counter("tollgate.failure_mode.denied"),
+            local_allowed: counter("tollgate.local.allowed"),
+            local_denied: counter("tollgate.local.denied"),
             store_rq_time: define(MetricType::Histogram, "tollgate.store.rq_time"),
             store_calls: counter("tollgate.store.calls"),
             store_requests: counter("tollgate.store.requests"),
@@ -97,6 +102,7 @@ impl Metrics {
             stream_opens: counter("tollgate.stream.opens"),
             stream_resets: Reset::ALL.map(|r| counter(&format!("tollgate.stream.resets.{}", r.name()))),
             in_flight: define(MetricType::Gauge, "tollgate.stream.in_flight"),
+            held: define(MetricType::Gauge, "tollgate.requests.held"),
         }
     }
 
@@ -111,6 +117,8 @@ impl Metrics {
             Stat::UnknownOutcome => self.unknown_outcome,
             Stat::FailureMode { allowed: true } => self.failure_mode_allowed,
             Stat::FailureMode { allowed: false } => self.failure_mode_denied,
+            Stat::Local { allowed: true } => self.local_allowed,
+            Stat::Local { allowed: false } => self.local_denied,
             Stat::StoreMessages => self.store_calls,
             Stat::StoreRequests => self.store_requests,
             Stat::CacheHit => self.cache_hits,
@@ -136,6 +144,7 @@ impl Metrics {
     pub fn gauge(&self, gauge: Gauge, delta: i64) {
         match gauge {
             Gauge::InFlight => add(self.in_flight, delta),
+            Gauge::Held => add(self.held, delta),
         }
     }
 

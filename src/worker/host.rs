@@ -77,6 +77,10 @@ pub enum Stat {
     FailureMode {
         allowed: bool,
     },
+    /// Decided by the local limiter (`failure_mode: local`).
+    Local {
+        allowed: bool,
+    },
     /// Messages sent on the store stream.
     StoreMessages,
     /// Decisions sent on the store stream.
@@ -94,8 +98,15 @@ pub enum Stat {
 /// A gauge the worker sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gauge {
-    /// Decisions sent on the store stream and not yet answered.
+    /// Commands sent on the store stream and not yet answered.
     InFlight,
+    /// Requests the worker holds: waiting for the store, or answered and
+    /// waiting for their turn to be resumed.
+    Held,
+}
+
+impl Gauge {
+    pub const ALL: [Gauge; 2] = [Gauge::InFlight, Gauge::Held];
 }
 
 /// How loud a log line is.

@@ -119,11 +119,6 @@ impl Link {
         (self.sent.len(), self.bytes)
     }
 
-    /// Requests awaiting replies.
-    pub fn requests_in_flight(&self) -> usize {
-        self.sent.iter().filter(|s| matches!(s.slot, Slot::Request(_))).count()
-    }
-
     /// A stream was opened under `token`; `ready` unless a preamble must be
     /// answered first.
     pub fn opened(&mut self, token: u32, ready: bool, now_ms: u64) {

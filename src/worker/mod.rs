@@ -19,8 +19,10 @@
 //! * the queue bound (`valkey.max_queue`): a request that finds it full is
 //!   refused at once (overload).
 
+mod fail;
 pub mod host;
 mod link;
+mod local;
 #[cfg(any(test, not(target_family = "wasm")))]
 pub mod model_store;
 mod requests;
@@ -34,12 +36,14 @@ mod tests;
 pub use host::{Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
 
 use crate::cache::DenialCache;
-use crate::config::{Config, FailureMode};
+use crate::config::Config;
 use crate::limiter::script::{limiter, Script};
 use crate::plan::{plan, RequestView};
-use crate::response::{overloaded, store_unavailable, LocalReply, SHADOW_HEADER};
+use crate::response::{LocalReply, SHADOW_HEADER};
 use crate::store::{Failure, Preamble};
+use fail::Held;
 use link::Link;
+use local::LocalLimiter;
 use requests::{Pending, Requests};
 use respond::{deny_from_cache, remember, Action, Ruling};
 use sentinels::Sentinels;
@@ -102,9 +106,15 @@ pub struct Worker {
     store: Link,
     sentinels: Option<Sentinels>,
     cache: DenialCache,
+    /// Stands in for the store under `failure_mode: local`.
+    local: LocalLimiter,
     /// Settlements beyond this VM entry's budget, for the next entries.
     deferred: VecDeque<(u32, Settle)>,
     settled: usize,
+    /// The current VM entry is a request's own callback: no local reply may
+    /// be sent for another request in it (Envoy would also stop the current
+    /// request, whose `Continue` it turns into a pause, for good).
+    in_request: bool,
     /// The store answered `NOSCRIPT`: the next call carries the script body
     /// (`EVAL`), and the calls after it in the pipeline find it cached.
     script_wanted: bool,
@@ -115,7 +125,8 @@ pub struct Worker {
     /// does, and cannot open streams to internal listeners).
     serving: bool,
     woken: bool,
-    in_flight_reported: u64,
+    /// The gauges' values last reported, in [`Gauge::ALL`] order.
+    reported: [i64; 2],
     log: Throttle,
 }
 
@@ -133,14 +144,16 @@ impl Worker {
             store: Link::default(),
             sentinels: config.valkey.sentinel.as_ref().map(Sentinels::new),
             cache: DenialCache::new(config.denial_cache_keys),
+            local: LocalLimiter::new(&config.local_limiter),
             deferred: VecDeque::new(),
             settled: 0,
+            in_request: false,
             script_wanted: false,
             script_carrier: None,
             tick: Duration::ZERO,
             serving: false,
             woken: false,
-            in_flight_reported: 0,
+            reported: [0; 2],
             log: Throttle::default(),
             config,
         }
@@ -160,7 +173,7 @@ impl Worker {
         now_ms: u64,
         headers: ResponseHeaders,
     ) -> Flow {
-        self.begin(host);
+        self.begin(host, true);
         let flow = self.start(host, id, request, now_ms, headers);
         self.finish(host, false, now_ms);
         flow
@@ -198,16 +211,21 @@ impl Worker {
             host.count(Stat::CacheHit, 1);
             return self.rule_now(host, id, ruling, &headers);
         }
+        let request = Held { checks: &planned.checks, at_ms: arrival_ms, headers: &headers };
         if let Some(failure) = self.store.down(now_ms).cloned() {
-            return self.fail_now(host, id, &failure, now_ms);
+            return self.fail_now(host, id, &failure, &request, now_ms);
         }
         // The bound is on requests that must wait for room on the stream:
         // as many as the stream can take go out as soon as it is ready.
         let room = self.config.valkey.max_in_flight.saturating_sub(self.store.in_flight().0);
         if self.requests.queued() >= self.config.valkey.max_queue.saturating_add(room) {
-            host.count(Stat::Overloaded, 1);
-            host.reply(id, &overloaded());
-            return Flow::Pause;
+            return match self.overloaded(host) {
+                Settle::Admit(_) => Flow::Continue,
+                Settle::Reply(reply) => {
+                    host.reply(id, &reply);
+                    Flow::Pause
+                }
+            };
         }
         let pending = Pending {
             checks: planned.checks,
@@ -235,20 +253,20 @@ impl Worker {
     /// The worker was woken (its own callback).
     pub fn on_wake(&mut self, host: &mut dyn Host, now_ms: u64) {
         self.woken = false;
-        self.begin(host);
+        self.begin(host, false);
         self.finish(host, true, now_ms);
     }
 
     /// The tick (its own callback): deadlines.
     pub fn on_tick(&mut self, host: &mut dyn Host, now_ms: u64) {
-        self.begin(host);
+        self.begin(host, false);
         self.expire(host, now_ms);
         self.finish(host, true, now_ms);
     }
 
     /// Bytes arrived on stream `token`.
     pub fn on_stream_message(&mut self, host: &mut dyn Host, token: u32, bytes: &[u8], now_ms: u64) {
-        self.begin(host);
+        self.begin(host, false);
         if self.store.token() == Some(token) {
             self.on_store_bytes(host, bytes, now_ms);
         } else if let Some(s) = self.sentinels.as_mut().filter(|s| s.token() == Some(token)) {
@@ -260,7 +278,7 @@ impl Worker {
 
     /// Stream `token` closed with gRPC `status`.
     pub fn on_stream_close(&mut self, host: &mut dyn Host, token: u32, status: u32, now_ms: u64) {
-        self.begin(host);
+        self.begin(host, false);
         if self.store.token() == Some(token) {
             self.on_store_close(host, status, now_ms);
         } else if let Some(s) = self.sentinels.as_mut().filter(|s| s.token() == Some(token)) {
@@ -270,10 +288,15 @@ impl Worker {
     }
 
     /// Every VM entry starts here: settlements left over from the last one
-    /// go first, within this entry's budget.
-    fn begin(&mut self, host: &mut dyn Host) {
+    /// go first, within this entry's budget (in a request's callback, only
+    /// the admissions ahead of the first reply).
+    fn begin(&mut self, host: &mut dyn Host, in_request: bool) {
         self.settled = 0;
+        self.in_request = in_request;
         while self.settled < MAX_SETTLED_PER_ENTRY {
+            if in_request && matches!(self.deferred.front(), Some((_, Settle::Reply(_)))) {
+                break;
+            }
             let Some((id, settle)) = self.deferred.pop_front() else { break };
             self.settled += 1;
             Self::carry_out(host, id, &settle);
@@ -287,12 +310,13 @@ impl Worker {
             self.lookup(host, now_ms);
         }
         self.pump(host, own, now_ms);
-        let in_flight = self.store.requests_in_flight() as u64;
-        if in_flight != self.in_flight_reported {
-            let delta = i64::try_from(in_flight).unwrap_or(i64::MAX)
-                - i64::try_from(self.in_flight_reported).unwrap_or(i64::MAX);
-            host.gauge(Gauge::InFlight, delta);
-            self.in_flight_reported = in_flight;
+        let now = [self.store.in_flight().0, self.requests.len() + self.deferred.len()];
+        for ((gauge, value), reported) in Gauge::ALL.into_iter().zip(now).zip(&mut self.reported) {
+            let value = i64::try_from(value).unwrap_or(i64::MAX);
+            if value != *reported {
+                host.gauge(gauge, value - *reported);
+                *reported = value;
+            }
         }
         let want = if !self.deferred.is_empty() {
             DEFERRED_TICK
@@ -323,9 +347,11 @@ impl Worker {
         }
     }
 
-    /// Carries out a settlement now, or defers it past this entry's budget.
+    /// Carries out a settlement of a held request now, or defers it past
+    /// this entry's budget (and, as a reply, past a request's callback).
     fn settle(&mut self, host: &mut dyn Host, id: u32, settle: Settle) {
-        if self.settled < MAX_SETTLED_PER_ENTRY && self.deferred.is_empty() {
+        let reply_in_request = self.in_request && matches!(settle, Settle::Reply(_));
+        if self.settled < MAX_SETTLED_PER_ENTRY && self.deferred.is_empty() && !reply_in_request {
             self.settled += 1;
             Self::carry_out(host, id, &settle);
         } else {
@@ -366,61 +392,6 @@ impl Worker {
                 host.reply(id, &reply);
                 Flow::Pause
             }
-        }
-    }
-
-    /// Counts and logs a failure and gives what `failure_mode` makes of it.
-    fn failure(&mut self, host: &mut dyn Host, failure: &Failure, now_ms: u64) -> Settle {
-        if self.log.due(now_ms) {
-            host.log(
-                Level::Warn,
-                &format!(
-                    "tollgate: {failure} (failure_mode applies; repeats are not logged for {}s)",
-                    Throttle::INTERVAL_MS / 1000
-                ),
-            );
-        }
-        host.count(Stat::StoreError(failure.kind()), 1);
-        if failure.may_have_run() {
-            host.count(Stat::UnknownOutcome, 1);
-        }
-        match self.config.failure_mode {
-            FailureMode::Allow => {
-                host.count(Stat::FailureMode { allowed: true }, 1);
-                Settle::Admit(None)
-            }
-            FailureMode::Deny => {
-                host.count(Stat::FailureMode { allowed: false }, 1);
-                Settle::Reply(store_unavailable())
-            }
-        }
-    }
-
-    /// `failure_mode` for the request being started, in its own callback.
-    fn fail_now(&mut self, host: &mut dyn Host, id: u32, failure: &Failure, now_ms: u64) -> Flow {
-        match self.failure(host, failure, now_ms) {
-            Settle::Admit(_) => Flow::Continue,
-            Settle::Reply(reply) => {
-                host.reply(id, &reply);
-                Flow::Pause
-            }
-        }
-    }
-
-    /// `failure_mode` for held request `id`.
-    fn fail(&mut self, host: &mut dyn Host, id: u32, failure: &Failure, now_ms: u64) {
-        if self.requests.remove(id).is_none() {
-            return;
-        }
-        let settle = self.failure(host, failure, now_ms);
-        self.settle(host, id, settle);
-    }
-
-    /// Refuses held request `id`: the worker is overloaded.
-    fn shed(&mut self, host: &mut dyn Host, id: u32) {
-        if self.requests.remove(id).is_some() {
-            host.count(Stat::Overloaded, 1);
-            self.settle(host, id, Settle::Reply(overloaded()));
         }
     }
 

@@ -38,6 +38,10 @@ impl Requests {
         self.map.is_empty()
     }
 
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
     /// Requests waiting to be sent.
     pub fn queued(&self) -> usize {
         self.queue.len()

@@ -5,13 +5,12 @@
 
 use super::host::{Host, Reset, Stat};
 use super::link::Slot;
-use super::requests::Pending;
 use super::respond::respond;
 use super::{Worker, MAX_IN_FLIGHT_BYTES};
 use crate::limiter::script::{encode_call, Invocation};
 use crate::resp::Value;
 use crate::store::sentinel::Change;
-use crate::store::{interpret_reply, preamble_failure, Failure, FailureKind, Outcome};
+use crate::store::{interpret_reply, preamble_failure, Failure, Outcome};
 
 /// The gRPC status of a stream that never reached the store: Envoy answers
 /// `UNAVAILABLE` when the tunnel cannot connect upstream (nothing was sent
@@ -25,11 +24,6 @@ pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 /// `NOSCRIPT` answers one request may get before it fails (`noscript`): the
 /// script was flushed again between its two calls.
 const MAX_NOSCRIPTS: u8 = 2;
-
-/// Failure kinds that suggest the master moved: ask the Sentinels again.
-fn master_suspect(kind: FailureKind) -> bool {
-    matches!(kind, FailureKind::Unavailable | FailureKind::Timeout | FailureKind::ReadOnly)
-}
 
 impl Worker {
     /// Sends queued requests while the stream has room. From a request's
@@ -212,26 +206,15 @@ impl Worker {
         let Some(p) = self.requests.remove(id) else { return false };
         match outcome {
             Outcome::Decided(decision) => {
-                let Pending { checks, arrival_ms, headers, .. } = p;
-                let ruling = respond(&self.config, &checks, &decision, arrival_ms);
-                let settle = self.rule(host, ruling, arrival_ms, &headers);
+                self.learn(&p, &decision, now_ms);
+                let ruling = respond(&self.config, &p.checks, &decision, p.arrival_ms);
+                let settle = self.rule(host, ruling, p.arrival_ms, &p.headers);
                 self.settle(host, id, settle);
             }
-            Outcome::NoScript => self.fail_held(host, id, &Failure::NoScriptAfterEval, now_ms),
-            Outcome::Failed(failure) => self.fail_held(host, id, &failure, now_ms),
+            Outcome::NoScript => self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
+            Outcome::Failed(failure) => self.fail_held(host, id, &p, &failure, now_ms),
         }
         false
-    }
-
-    /// `failure_mode` for a request already taken off the held ones.
-    fn fail_held(&mut self, host: &mut dyn Host, id: u32, failure: &Failure, now_ms: u64) {
-        if master_suspect(failure.kind()) {
-            if let Some(s) = &mut self.sentinels {
-                s.suspect(now_ms);
-            }
-        }
-        let settle = self.failure(host, failure, now_ms);
-        self.settle(host, id, settle);
     }
 
     /// No call carries the script any more (its stream is gone).
@@ -287,8 +270,8 @@ impl Worker {
             let Slot::Request(id) = slot else { continue };
             if requeue {
                 back.push(id);
-            } else if self.requests.remove(id).is_some() {
-                self.fail_held(host, id, &failure, now_ms);
+            } else if let Some(p) = self.requests.remove(id) {
+                self.fail_held(host, id, &p, &failure, now_ms);
             }
         }
         self.requests.requeue(&back);

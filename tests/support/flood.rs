@@ -19,20 +19,16 @@ pub enum Class {
     Overloaded,
     /// `failure_mode` (200 without `RateLimit`, or its 503).
     FailureMode,
-    /// Decided by the local limiter while the store could not answer.
-    Local,
     /// No response, or anything else.
     Other,
 }
 
-pub const CLASSES: [Class; 5] = [Class::Decided, Class::Overloaded, Class::FailureMode, Class::Local, Class::Other];
+pub const CLASSES: [Class; 4] = [Class::Decided, Class::Overloaded, Class::FailureMode, Class::Other];
 
 pub fn classify(response: Option<&Response>) -> Class {
     let Some(r) = response else { return Class::Other };
     let body = r.body_text();
-    if r.header("x-tollgate-local").is_some() {
-        Class::Local
-    } else if r.header("ratelimit").is_some() {
+    if r.header("ratelimit").is_some() {
         Class::Decided
     } else if r.status == 503 && body.contains("overloaded") {
         Class::Overloaded
@@ -43,16 +39,20 @@ pub fn classify(response: Option<&Response>) -> Class {
     }
 }
 
+/// Called with every answer: the client thread, the request's index, the
+/// response (if any).
+pub type OnAnswer = dyn Fn(usize, usize, Option<&Response>) + Send + Sync;
+
 /// Counts per class, and the slowest answer.
 #[derive(Debug, Default)]
 pub struct Tally {
-    counts: [AtomicU64; 5],
+    counts: [AtomicU64; 4],
     slowest_us: AtomicU64,
 }
 
 impl Tally {
     pub fn count(&self, class: Class) -> u64 {
-        let i = CLASSES.iter().position(|c| *c == class).unwrap_or(4);
+        let i = CLASSES.iter().position(|c| *c == class).unwrap_or(3);
         self.counts[i].load(Ordering::Relaxed)
     }
 
@@ -65,7 +65,7 @@ impl Tally {
     }
 
     fn add(&self, class: Class, took: Duration) {
-        let i = CLASSES.iter().position(|c| *c == class).unwrap_or(4);
+        let i = CLASSES.iter().position(|c| *c == class).unwrap_or(3);
         self.counts[i].fetch_add(1, Ordering::Relaxed);
         self.slowest_us.fetch_max(took.as_micros() as u64, Ordering::Relaxed);
     }
@@ -103,12 +103,25 @@ pub struct Flood {
 impl Flood {
     /// `connections` clients to 127.0.0.1:`port`, each at most `max_each` requests.
     pub fn start(port: u16, connections: usize, max_each: usize, request: Arc<RequestFn>) -> Flood {
+        Flood::start_with(port, connections, max_each, request, Arc::new(|_, _, _| {}))
+    }
+
+    /// [`Flood::start`], calling `on_answer(thread, index, response)` for
+    /// every answer.
+    pub fn start_with(
+        port: u16,
+        connections: usize,
+        max_each: usize,
+        request: Arc<RequestFn>,
+        on_answer: Arc<OnAnswer>,
+    ) -> Flood {
         let stop = Arc::new(AtomicBool::new(false));
         let tally = Arc::new(Tally::default());
         let started = Instant::now();
         let handles = (0..connections)
             .map(|thread| {
-                let (stop, tally, request) = (stop.clone(), tally.clone(), request.clone());
+                let (stop, tally, request, on_answer) =
+                    (stop.clone(), tally.clone(), request.clone(), on_answer.clone());
                 std::thread::Builder::new()
                     .stack_size(128 << 10)
                     .spawn(move || {
@@ -133,6 +146,7 @@ impl Flood {
                                 conn = None;
                             }
                             tally.add(classify(response.as_ref()), sent.elapsed());
+                            on_answer(thread, index, response.as_ref());
                         }
                     })
                     .expect("spawn a flood client")

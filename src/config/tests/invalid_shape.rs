@@ -55,7 +55,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         error(r#"{ "valkey": { "cluster": "c" }, "rules": [], "version": 1 }"#),
-        "version: unknown field, expected one of valkey, failure_mode, rules, response, shadow, denial_cache, testing"
+        "version: unknown field, expected one of valkey, failure_mode, local_limiter, overload, rules, response, shadow, denial_cache, testing"
     );
     assert_eq!(
         error(&valkey(r#"{ "cluster": "c", "port": 6379 }"#)),

@@ -35,8 +35,8 @@ fn key_prefix_and_rule_names() {
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn failure_mode_values() {
     let mode = |m: &str| error(&format!(r#"{{ "failure_mode": {m}, {}"#, &valkey(r#"{ "cluster": "c" }"#)[1..]));
-    assert_eq!(mode("\"Allow\""), "failure_mode: unknown value \"Allow\", expected one of allow, deny");
-    assert_eq!(mode("\"\""), "failure_mode: unknown value \"\", expected one of allow, deny");
+    assert_eq!(mode("\"Allow\""), "failure_mode: unknown value \"Allow\", expected one of allow, deny, local");
+    assert_eq!(mode("\"\""), "failure_mode: unknown value \"\", expected one of allow, deny, local");
     assert_eq!(mode("true"), "failure_mode: invalid type: boolean `true`, expected a string");
 }
 

@@ -76,6 +76,8 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for StrOrObj<T> {
 struct RawConfig {
     valkey: Obj<RawValkey>,
     failure_mode: Option<String>,
+    local_limiter: Option<Obj<RawLocalLimiter>>,
+    overload: Option<String>,
     rules: Vec<Obj<RawRule>>,
     response: Option<Obj<RawResponse>>,
     shadow: Option<bool>,
@@ -105,6 +107,14 @@ struct RawSentinel {
     cluster: String,
     master_name: String,
     refresh: Option<Value>,
+}
+
+/// `local_limiter`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLocalLimiter {
+    share: Option<Number>,
+    max_keys: Option<u64>,
 }
 
 /// `denial_cache`.

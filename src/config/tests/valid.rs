@@ -53,6 +53,8 @@ fn example_parses_to_expected_values() {
             sentinel: None,
         },
         failure_mode: FailureMode::Allow,
+        local_limiter: LocalLimiterConfig::default(),
+        overload: Overload::Reject,
         rules: vec![Rule {
             name: "auth.createToken".into(),
             matcher: Match {
@@ -252,4 +254,19 @@ fn names_at_the_bounds_and_many_rules() {
 fn whitespace_around_the_document_is_fine() {
     let config = parse(&format!("\n\t {EXAMPLE} \r\n"));
     assert_eq!(config.rules.len(), 1);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn local_limiter_and_overload() {
+    let config = Config::from_json(include_bytes!("../../../tests/fixtures/config/valid/local-limiter.json")).unwrap();
+    assert_eq!(config.failure_mode, FailureMode::Local);
+    assert_eq!(config.local_limiter, LocalLimiterConfig { share_ppm: 250_000, max_keys: 5_000 });
+    assert_eq!(config.overload, Overload::Reject);
+    let allow = Config::from_json(
+        br#"{ "valkey": { "cluster": "c" }, "failure_mode": "local", "overload": "allow",
+              "rules": [ { "name": "r", "limits": [ { "limit": 1, "period": 1 } ] } ] }"#,
+    )
+    .unwrap();
+    assert_eq!((allow.overload, allow.local_limiter), (Overload::Allow, LocalLimiterConfig::default()));
+    assert_eq!(LocalLimiterConfig::default().share_ppm, 100_000, "a tenth of each limit");
 }

@@ -28,12 +28,18 @@ pub struct FakeHost {
     pub removed_headers: Vec<String>,
     pub counts: HashMap<Stat, u64>,
     pub in_flight: i64,
+    pub held: i64,
     pub tick: Duration,
     pub wakes: usize,
     pub logs: Vec<(Level, String)>,
     pub store_times: Vec<u64>,
     /// Settlements in the current VM entry (reset by the rig per event).
     pub settled_this_entry: usize,
+    /// The request whose own callback is running, if one is.
+    pub request_entry: Option<u32>,
+    /// Local replies sent for request `.1` in request `.0`'s own callback,
+    /// which Envoy would turn into a pause of request `.0` for good.
+    pub foreign_replies: Vec<(u32, u32)>,
     /// Make `open_stream` fail with this.
     pub refuse_open: Option<String>,
     /// Make `send` fail.
@@ -95,6 +101,9 @@ impl Host for FakeHost {
 
     fn reply(&mut self, id: u32, reply: &LocalReply) {
         self.settled_this_entry += 1;
+        if let Some(current) = self.request_entry.filter(|c| *c != id) {
+            self.foreign_replies.push((current, id));
+        }
         self.replies.push((id, reply.clone()));
     }
 
@@ -109,6 +118,7 @@ impl Host for FakeHost {
     fn gauge(&mut self, gauge: Gauge, delta: i64) {
         match gauge {
             Gauge::InFlight => self.in_flight += delta,
+            Gauge::Held => self.held += delta,
         }
     }
 
@@ -189,7 +199,9 @@ impl Rig {
         self.headers.insert(id, slot.clone());
         let req = Req(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         self.host.settled_this_entry = 0;
+        self.host.request_entry = Some(id);
         let flow = self.worker.on_request(&mut self.host, id, &req, self.now, slot);
+        self.host.request_entry = None;
         (id, flow)
     }
 

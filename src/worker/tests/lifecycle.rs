@@ -212,3 +212,25 @@ fn at_most_128_requests_are_settled_per_vm_entry() {
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     assert_eq!(rig.host.tick, Duration::ZERO);
 }
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_request_callback_sends_no_reply_for_another_request() {
+    // Envoy pauses the current request for good if a local reply for any
+    // request is sent in its callback: deferred denials wait for the tick.
+    let mut rig = Rig::new(seed().valkey(r#""max_batch": 1024"#).valkey(r#""max_in_flight": 1024"#));
+    let ids: Vec<u32> = (0..300).map(|i| rig.request(&format!("u{}", i % 2)).0).collect();
+    rig.wake();
+    let token = rig.stream();
+    rig.answer(token);
+    let deferred = ids.iter().filter(|id| rig.host.status(**id).is_none()).count();
+    assert!(deferred > 0, "some settlements were deferred");
+    let (late, flow) = rig.request("late");
+    assert_eq!(rig.host.foreign_replies, vec![], "deferred denials are not sent in a request's callback");
+    assert_eq!(flow, Flow::Pause);
+    rig.tick(1);
+    rig.tick(1);
+    rig.settle();
+    assert!(ids.iter().all(|id| matches!(rig.host.status(*id), Some(200 | 429))));
+    assert_eq!(ids.iter().filter(|id| rig.host.status(**id) == Some(429)).count(), 300 - 10);
+    assert_eq!(rig.host.status(late), Some(200));
+}

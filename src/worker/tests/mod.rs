@@ -2,7 +2,9 @@
 //! store that decides with the pure models, and a fake clock. Each test runs
 //! in milliseconds.
 
+mod chaos;
 mod fake;
 mod lifecycle;
+mod local;
 mod sentinel;
 mod stream;

@@ -1,0 +1,132 @@
+//! What a request gets when the store cannot decide it (`failure_mode`:
+//! allow, deny, or the local limiter), and when the worker cannot take it
+//! (`overload`: reject, or allow when explicitly asked).
+
+use super::host::{Host, Level, ResponseHeaders, Stat};
+use super::requests::Pending;
+use super::respond::respond;
+use super::{Flow, Settle, Throttle, Worker};
+use crate::config::{FailureMode, Overload};
+use crate::limiter::{Check, Decision};
+use crate::response::{overloaded, store_unavailable};
+use crate::store::{Failure, FailureKind};
+
+/// Failure kinds that suggest the master moved: ask the Sentinels again.
+fn master_suspect(kind: FailureKind) -> bool {
+    matches!(kind, FailureKind::Unavailable | FailureKind::Timeout | FailureKind::ReadOnly)
+}
+
+/// What `failure_mode: local` needs of a request: its checks, the time on
+/// its clock (the injected one in tests), and where admitted headers go.
+pub(super) struct Held<'a> {
+    pub checks: &'a [Check],
+    pub at_ms: u64,
+    pub headers: &'a ResponseHeaders,
+}
+
+impl<'a> Held<'a> {
+    /// A held request at `now_ms` on the proxy's clock.
+    fn of(p: &'a Pending, now_ms: u64) -> Held<'a> {
+        let at_ms = p.now_override.map_or(now_ms, |o| o.saturating_add(now_ms.saturating_sub(p.local_arrival_ms)));
+        Held { checks: &p.checks, at_ms, headers: &p.headers }
+    }
+}
+
+impl Worker {
+    /// Counts and logs a failure and gives what `failure_mode` makes of it.
+    fn failure(&mut self, host: &mut dyn Host, failure: &Failure, request: &Held<'_>, now_ms: u64) -> Settle {
+        if self.log.due(now_ms) {
+            host.log(
+                Level::Warn,
+                &format!(
+                    "tollgate: {failure} (failure_mode applies; repeats are not logged for {}s)",
+                    Throttle::INTERVAL_MS / 1000
+                ),
+            );
+        }
+        host.count(Stat::StoreError(failure.kind()), 1);
+        if failure.may_have_run() {
+            host.count(Stat::UnknownOutcome, 1);
+        }
+        match self.config.failure_mode {
+            FailureMode::Allow => {
+                host.count(Stat::FailureMode { allowed: true }, 1);
+                Settle::Admit(None)
+            }
+            FailureMode::Deny => {
+                host.count(Stat::FailureMode { allowed: false }, 1);
+                Settle::Reply(store_unavailable())
+            }
+            FailureMode::Local => {
+                let decision = self.local.decide(request.checks, request.at_ms);
+                host.count(Stat::Local { allowed: decision.allowed }, 1);
+                // Local denials are not remembered: the cache holds the store's.
+                let mut ruling = respond(&self.config, request.checks, &decision, request.at_ms);
+                ruling.denials.clear();
+                self.rule(host, ruling, request.at_ms, request.headers)
+            }
+        }
+    }
+
+    /// The store decided `p`: under `failure_mode: local`, its buckets'
+    /// local counts start from the store's answer.
+    pub(super) fn learn(&mut self, p: &Pending, decision: &Decision, now_ms: u64) {
+        if self.config.failure_mode == FailureMode::Local {
+            self.local.learn(&p.checks, decision, Held::of(p, now_ms).at_ms);
+        }
+    }
+
+    /// `failure_mode` for the request being started, in its own callback.
+    pub(super) fn fail_now(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        failure: &Failure,
+        request: &Held<'_>,
+        now_ms: u64,
+    ) -> Flow {
+        match self.failure(host, failure, request, now_ms) {
+            Settle::Admit(_) => Flow::Continue,
+            Settle::Reply(reply) => {
+                host.reply(id, &reply);
+                Flow::Pause
+            }
+        }
+    }
+
+    /// `failure_mode` for held request `id`.
+    pub(super) fn fail(&mut self, host: &mut dyn Host, id: u32, failure: &Failure, now_ms: u64) {
+        if let Some(p) = self.requests.remove(id) {
+            self.fail_held(host, id, &p, failure, now_ms);
+        }
+    }
+
+    /// `failure_mode` for request `id`, already taken off the held ones.
+    pub(super) fn fail_held(&mut self, host: &mut dyn Host, id: u32, p: &Pending, failure: &Failure, now_ms: u64) {
+        if master_suspect(failure.kind()) {
+            if let Some(s) = &mut self.sentinels {
+                s.suspect(now_ms);
+            }
+        }
+        let settle = self.failure(host, failure, &Held::of(p, now_ms), now_ms);
+        self.settle(host, id, settle);
+    }
+
+    /// What `overload` makes of a request the worker cannot take (counted).
+    pub(super) fn overloaded(&mut self, host: &mut dyn Host) -> Settle {
+        host.count(Stat::Overloaded, 1);
+        match self.config.overload {
+            Overload::Reject => Settle::Reply(overloaded()),
+            Overload::Allow => Settle::Admit(None),
+        }
+    }
+
+    /// Refuses held request `id` (or lets it through, if `overload: allow`):
+    /// the worker is overloaded.
+    pub(super) fn shed(&mut self, host: &mut dyn Host, id: u32) {
+        if self.requests.remove(id).is_some() {
+            let settle = self.overloaded(host);
+            self.settle(host, id, settle);
+        }
+    }
+}
