@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 
-.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-configs demo test unit lint wasm-test validate integration netns-load flood algorithms-report bench fuzz soak clean
+.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo test unit lint wasm-test validate integration netns-load flood algorithms-report bench fuzz soak clean
 
 all: build
 
@@ -59,8 +59,15 @@ run: build
 compose: build
 	@scripts/compose.sh $(ARGS)
 
-# Regenerates envoy/compose/*.yaml from envoy/envoy.yaml and
-# envoy/envoy-sentinel.yaml (the edits are listed in tests/packaging_compose.rs).
+# The same with profile `registry`: `make image`'s module pushed to the stack's
+# own registry, fetched from it by a one-shot container, run by envoy-registry
+# on 127.0.0.1:10200 (admin 9903).
+compose-registry: image
+	@TOLLGATE_COMPOSE_REGISTRY=1 scripts/compose.sh --profile registry $(ARGS)
+
+# Regenerates envoy/compose/ from envoy/envoy-dynamic.yaml,
+# envoy/dynamic/listeners.yaml and envoy/envoy-sentinel.yaml (the edits are
+# listed in tests/packaging_compose.rs).
 compose-configs:
 	TOLLGATE_WRITE_COMPOSE_CONFIGS=1 cargo test --quiet --test packaging_compose compose_envoy_configs
 

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Builds local stand-ins for the images envoy/docker-compose.yml pins, for a
 # machine that cannot pull them: the Envoy and valkey-server binaries that
-# `make tools` installs (same versions), the glibc libraries `ldd` lists, and
-# busybox as /bin/sh, imported from a tarball (`docker import`: no builder, no
-# base image, nothing pulled). Needs a running Docker engine.
+# `make tools` installs and Debian's docker-registry (`make image-tools`) for
+# registry:<version> (same versions, checked), the glibc libraries `ldd`
+# lists, and busybox as /bin/sh (with wget, sed and sha256sum for
+# envoy/compose/fetch-module.sh), imported from a tarball (`docker import`:
+# no builder, no base image, nothing pulled). Needs a running Docker engine.
+# Without docker-registry the registry stand-in is skipped, with a note.
 #
-# An image that already has the tag is kept: a stand-in whose binary is
-# unchanged (label org.tollgate.stand-in = the binary's sha256), or the
-# official image itself (no such label). A stale stand-in is rebuilt.
+# An image that already has the tag is kept: a stand-in built from the same
+# binary by the same script (label org.tollgate.stand-in = the sha256 of
+# both), or the official image itself (no such label). A stale stand-in is
+# rebuilt, and the old one removed.
 set -euo pipefail
+SELF="$(readlink -f "$0")"
 cd "$(dirname "$0")/.."
 ENVOY="${TOLLGATE_ENVOY:-$PWD/.tools/bin/envoy}"
 VALKEY="${TOLLGATE_VALKEY:-$PWD/.tools/bin/valkey-server}"
+REGISTRY="$(command -v docker-registry || true)"
 BUSYBOX="$(command -v busybox || true)"
 [ -n "$BUSYBOX" ] || { echo "compose-images: no busybox (scripts/install-docker.sh installs it)" >&2; exit 1; }
 
@@ -38,10 +44,10 @@ stand_in() {
   local said
   said=$("$binary" --version 2>&1 || true)
   case "$said" in
-    *"/$version/"* | *"v=$version "*) ;;
+    *"/$version/"* | *"v=$version "* | *" $version+"* | *" $version") ;;
     *) echo "compose-images: $tag, but $binary says: $said" >&2; exit 1 ;;
   esac
-  label=$(sha256sum "$binary" | cut -d' ' -f1)
+  label=$(cat "$binary" "$SELF" | sha256sum | cut -d' ' -f1)
   if current=$(docker image inspect -f '{{index .Config.Labels "org.tollgate.stand-in"}}' "$tag" 2>/dev/null); then
     if [ "$current" = "$label" ]; then
       echo "compose-images: $tag: stand-in up to date"
@@ -57,13 +63,20 @@ stand_in() {
   cp "$binary" "$root/usr/local/bin/$1"
   for name in "${@:2}"; do ln -s "$1" "$root/usr/local/bin/$name"; done
   cp "$BUSYBOX" "$root/bin/busybox"
-  for applet in sh printf cat echo ls mkdir rm sleep; do ln -s busybox "$root/bin/$applet"; done
+  for applet in sh printf cat echo ls mkdir rm mv sleep wget sed tr grep cut wc sha256sum; do ln -s busybox "$root/bin/$applet"; done
   # The dynamic loader and libraries, at the paths the binary asks for.
   for lib in $(ldd "$binary" | grep -o '/[^ ]*'); do
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
   done
   printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
+  if [ "$1" = registry ]; then
+    # The official image's config, at its path.
+    mkdir -p "$root/etc/docker/registry" "$root/var/lib/registry"
+    printf '%s\n' "version: 0.1" "log:" "  fields:" "    service: registry" "storage:" "  cache:" \
+      "    blobdescriptor: inmemory" "  filesystem:" "    rootdirectory: /var/lib/registry" "http:" \
+      "  addr: :5000" "  headers:" "    X-Content-Type-Options: [nosniff]" >"$root/etc/docker/registry/config.yml"
+  fi
   tar -C "$root" -cf - . | docker import \
     --change "ENV PATH=/usr/local/bin:/bin" \
     --change "LABEL org.tollgate.stand-in=$label" \
@@ -74,3 +87,10 @@ stand_in() {
 
 stand_in "$(tag_of envoyproxy/envoy)" "$ENVOY" envoy
 stand_in "$(tag_of valkey/valkey)" "$VALKEY" valkey-server valkey-sentinel
+if [ -n "$REGISTRY" ]; then
+  stand_in "$(tag_of registry)" "$REGISTRY" registry
+else
+  echo "compose-images: no docker-registry (make image-tools installs it): no stand-in for profile registry"
+fi
+# Stale stand-ins that a rebuild untagged: dangling, removed.
+docker image prune --force --filter label=org.tollgate.stand-in >/dev/null

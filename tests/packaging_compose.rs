@@ -1,11 +1,15 @@
 //! `envoy/docker-compose.yml` and its Envoy configs, checked without a Docker
 //! engine (tests/compose.rs runs the stack for real):
-//! - `envoy/compose/*.yaml` are `envoy/envoy.yaml` and `envoy/envoy-sentinel.yaml`
-//!   with exactly the listed edits, so a change to the originals shows up here
-//!   and is carried over by `make compose-configs`;
-//! - images are pinned to the versions `make tools` installs;
-//! - only the Envoys publish ports, on the host's 127.0.0.1, and each mounts
-//!   the module where its config's relative `filename` points;
+//! - `envoy/compose/envoy.yaml`, `envoy/compose/dynamic/listeners.yaml` and
+//!   `envoy/compose/envoy-sentinel.yaml` are `envoy/envoy-dynamic.yaml`,
+//!   `envoy/dynamic/listeners.yaml` and `envoy/envoy-sentinel.yaml` with
+//!   exactly the listed edits, so a change to the originals shows up here and
+//!   is carried over by `make compose-configs`; the LDS listener passes
+//!   `envoy --mode validate` with the compose bootstrap;
+//! - images are pinned to the versions `make tools` and `make image-tools` install;
+//! - only the Envoys (and the registry) publish ports, on the host's 127.0.0.1,
+//!   and each Envoy mounts the LDS directory and the module where its config's
+//!   relative paths point; the registry profile fetches the crate version's tag;
 //! - the Sentinel Envoy's cluster names the Sentinel services and their ports.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -29,25 +33,26 @@ const fn edit(scope: Option<&'static str>, from: &'static str, to: &'static str)
 }
 
 /// Listening inside a container: on every address, not loopback only.
-const LISTEN_EVERYWHERE: [Edit; 2] = [
-    edit(
-        None,
-        "socket_address: { address: 127.0.0.1, port_value: 9901 }",
-        "socket_address: { address: 0.0.0.0, port_value: 9901 }",
-    ),
-    edit(
-        None,
-        "socket_address: { address: 127.0.0.1, port_value: 10000 }",
-        "socket_address: { address: 0.0.0.0, port_value: 10000 }",
-    ),
-];
+const ADMIN_EVERYWHERE: Edit = edit(
+    None,
+    "socket_address: { address: 127.0.0.1, port_value: 9901 }",
+    "socket_address: { address: 0.0.0.0, port_value: 9901 }",
+);
+const LISTENER_EVERYWHERE: Edit = edit(
+    None,
+    "socket_address: { address: 127.0.0.1, port_value: 10000 }",
+    "socket_address: { address: 0.0.0.0, port_value: 10000 }",
+);
 
-/// (original, compose copy, edits beyond [`LISTEN_EVERYWHERE`]).
-const CONFIGS: [(&str, &str, &[Edit]); 2] = [
+/// (original, compose copy, edits). The demo Envoy's bootstrap and its LDS
+/// file keep their relative paths: compose mounts the LDS directory at
+/// /tollgate/envoy/dynamic. The Sentinel Envoy stays static.
+const CONFIGS: [(&str, &str, &[Edit]); 3] = [
     (
-        "envoy/envoy.yaml",
+        "envoy/envoy-dynamic.yaml",
         "envoy/compose/envoy.yaml",
         &[
+            ADMIN_EVERYWHERE,
             edit(Some("valkey"), "type: STATIC", "type: STRICT_DNS"),
             edit(
                 Some("valkey"),
@@ -56,10 +61,13 @@ const CONFIGS: [(&str, &str, &[Edit]); 2] = [
             ),
         ],
     ),
+    ("envoy/dynamic/listeners.yaml", "envoy/compose/dynamic/listeners.yaml", &[LISTENER_EVERYWHERE]),
     (
         "envoy/envoy-sentinel.yaml",
         "envoy/compose/envoy-sentinel.yaml",
         &[
+            ADMIN_EVERYWHERE,
+            LISTENER_EVERYWHERE,
             edit(Some("valkey_sentinels"), "type: STATIC", "type: STRICT_DNS"),
             edit(
                 Some("valkey_sentinels"),
@@ -120,8 +128,8 @@ fn render(original: &str, edits: &[&Edit]) -> Result<String, String> {
 #[test]
 fn compose_envoy_configs_are_the_originals_with_the_listed_edits() {
     let write = std::env::var_os("TOLLGATE_WRITE_COMPOSE_CONFIGS").is_some();
-    for (original, copy, own) in CONFIGS {
-        let edits: Vec<&Edit> = LISTEN_EVERYWHERE.iter().chain(own.iter()).collect();
+    for (original, copy, edits) in CONFIGS {
+        let edits: Vec<&Edit> = edits.iter().collect();
         let text = std::fs::read_to_string(repo_root().join(original)).unwrap();
         let body = render(&text, &edits)
             .unwrap_or_else(|e| panic!("{original} changed shape: {e}; update the edits in this test"));
@@ -178,52 +186,128 @@ fn compose_images_are_pinned_to_the_local_versions() {
         tags.push((repository.to_string(), version.to_string()));
     }
     let local = |bin: std::path::PathBuf| {
-        let out = Command::new(bin).arg("--version").output().unwrap();
+        let out = Command::new(&bin).arg("--version").output();
+        let out = out.unwrap_or_else(|e| panic!("{}: {e} (make tools, make image-tools)", bin.display()));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let (envoy, valkey) = (local(envoy_bin()), local(valkey_bin()));
+    let registry = local("docker-registry".into());
     for (repository, version) in tags {
         match repository.as_str() {
             "envoyproxy/envoy" => assert!(envoy.contains(&format!("/{version}/")), "{version} vs {envoy}"),
             "valkey/valkey" => assert!(valkey.contains(&format!("v={version} ")), "{version} vs {valkey}"),
+            "registry" => assert!(registry.contains(&format!(" {version}+")), "{version} vs {registry}"),
             other => panic!("unexpected image {other}"),
         }
     }
 }
 
+/// `service`'s volume mounted at `target`: its source, as written.
+fn mount_source(name: &str, service: &Json, target: &str) -> String {
+    let volumes = strings(&service["volumes"]);
+    let volume = volumes.iter().find(|v| v.split(':').nth(1) == Some(target));
+    volume.unwrap_or_else(|| panic!("{name}: nothing mounted at {target}")).split(':').next().unwrap().to_string()
+}
+
 #[test]
-fn only_the_envoys_publish_ports_on_loopback_and_mount_the_module_where_their_config_points() {
+fn only_the_envoys_and_the_registry_publish_ports_on_loopback_and_each_envoy_mounts_what_its_config_names() {
     let services = compose()["services"].clone();
     let mut envoys = Vec::new();
     for (name, service) in services.as_object().unwrap() {
         assert!(service.get("network_mode").is_none(), "{name}: the stack has its own network");
         let ports = strings(&service["ports"]);
+        assert!(ports.iter().all(|p| p.starts_with("127.0.0.1:")), "{name}: {ports:?}");
+        let targets: Vec<&str> = ports.iter().map(|p| p.rsplit(':').next().unwrap()).collect();
+        if name == "registry" {
+            assert_eq!(targets, ["5000"], "the registry, for the push from the host");
+            continue;
+        }
         if !service["image"].as_str().unwrap().starts_with("envoyproxy/envoy:") {
             assert!(ports.is_empty(), "{name} publishes {ports:?}");
             continue;
         }
         envoys.push(name.clone());
-        let targets: Vec<&str> = ports.iter().map(|p| p.rsplit(':').next().unwrap()).collect();
         assert_eq!(targets, ["10000", "9901"], "{name}: the listener and the admin");
-        assert!(ports.iter().all(|p| p.starts_with("127.0.0.1:")), "{name}: {ports:?}");
 
         let command = strings(&service["command"]);
         let config = &command[command.iter().position(|a| a == "-c").unwrap() + 1];
-        let volumes = strings(&service["volumes"]);
-        let mount = |target: &str| {
-            let volume = volumes.iter().find(|v| v.split(':').nth(1) == Some(target));
-            let source = volume.unwrap_or_else(|| panic!("{name}: nothing mounted at {target}")).split(':').next();
-            repo_root().join("envoy").join(source.unwrap())
-        };
-        let config_source = mount(config);
+        let config_source = repo_root().join("envoy").join(mount_source(name, service, config));
         assert_eq!(config_source.parent().unwrap(), repo_root().join("envoy/compose"));
         let text = std::fs::read_to_string(&config_source).unwrap();
-        let filename = text.lines().find_map(|l| l.trim().strip_prefix("filename: ")).unwrap();
         let workdir = service["working_dir"].as_str().unwrap();
-        assert_eq!(mount(&format!("{workdir}/{filename}")), repo_root().join("envoy/../").join(filename));
+        // The LDS directory, where the bootstrap's relative path points.
+        if let Some(lds) = text.lines().find_map(|l| l.trim().strip_prefix("path: ")) {
+            let (dir, file) = lds.rsplit_once('/').unwrap();
+            assert_eq!(mount_source(name, service, &format!("{workdir}/{dir}")), "./compose/dynamic", "{name}");
+            assert!(repo_root().join("envoy/compose/dynamic").join(file).exists());
+        }
+        // The module: the build's file, or (profile registry) the volume
+        // that module-fetch fills.
+        let filename = text.lines().find_map(|l| l.trim().strip_prefix("filename: ")).unwrap();
+        let (dir, file) = filename.rsplit_once('/').unwrap();
+        if name == "envoy-registry" {
+            assert_eq!(mount_source(name, service, &format!("{workdir}/{dir}")), "module");
+            assert_eq!(file, "tollgate.wasm");
+            assert_eq!(mount_source("module-fetch", &services["module-fetch"], "/module"), "module");
+        } else {
+            let source = mount_source(name, service, &format!("{workdir}/{filename}"));
+            assert_eq!(repo_root().join("envoy").join(source), repo_root().join("envoy/../").join(filename));
+        }
     }
     envoys.sort();
-    assert_eq!(envoys, ["envoy", "envoy-sentinel"]);
+    assert_eq!(envoys, ["envoy", "envoy-registry", "envoy-sentinel"]);
+}
+
+#[test]
+fn the_registry_profile_fetches_the_tag_that_make_image_builds() {
+    let services = compose()["services"].clone();
+    let cargo = std::fs::read_to_string(repo_root().join("Cargo.toml")).unwrap();
+    let version = cargo.lines().find_map(|l| l.strip_prefix("version = \"")?.strip_suffix('"')).unwrap();
+    let fetch = &services["module-fetch"];
+    assert_eq!(fetch["environment"]["TOLLGATE_MODULE_TAG"], format!("${{TOLLGATE_MODULE_TAG:-{version}}}"));
+    assert_eq!(fetch["environment"]["TOLLGATE_REGISTRY"], "http://registry:5000");
+    assert_eq!(fetch["image"], services["registry"]["image"], "the registry's image has the shell and wget");
+    let needs = &services["envoy-registry"]["depends_on"]["module-fetch"]["condition"];
+    assert_eq!(needs, "service_completed_successfully");
+}
+
+/// A bootstrap for `envoy --mode validate` (which does not read LDS files):
+/// the compose bootstrap with the LDS file's listeners made static.
+fn with_static_listeners(bootstrap: &str, lds: &str) -> String {
+    let mut boot = Json::deserialize(serde_norway::Deserializer::from_str(bootstrap)).unwrap();
+    let lds = Json::deserialize(serde_norway::Deserializer::from_str(lds)).unwrap();
+    boot.as_object_mut().unwrap().remove("dynamic_resources").expect("the bootstrap uses LDS");
+    let listeners = boot["static_resources"]["listeners"].as_array_mut().unwrap();
+    for mut resource in lds["resources"].as_array().unwrap().clone() {
+        resource.as_object_mut().unwrap().remove("@type");
+        listeners.push(resource);
+    }
+    boot.to_string()
+}
+
+#[test]
+fn the_compose_lds_listener_passes_envoy_validate_and_a_bad_limit_is_named() {
+    let read = |path: &str| std::fs::read_to_string(repo_root().join(path)).unwrap();
+    let (bootstrap, lds) = (read("envoy/compose/envoy.yaml"), read("envoy/compose/dynamic/listeners.yaml"));
+    let bad = lds.replace(r#"{ "limit": 5, "period": "3s" }"#, r#"{ "limit": 0, "period": "3s" }"#);
+    assert_ne!(bad, lds);
+    let dir = support::scratch_dir("compose-validate");
+    for (name, listeners, ok) in [("good", &lds, true), ("bad", &bad, false)] {
+        let file = dir.join(format!("{name}.json"));
+        std::fs::write(&file, with_static_listeners(&bootstrap, listeners)).unwrap();
+        let out = Command::new(envoy_bin())
+            .args(["--mode", "validate", "--log-level", "error", "-c"])
+            .arg(&file)
+            .current_dir(repo_root())
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.success(), ok, "{name}:\n{said}");
+        if !ok {
+            assert!(said.contains("rules[0].limits[1].limit: must be > 0"), "{said}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -214,7 +214,7 @@ impl Project {
         for file in &self.overrides {
             cmd.arg("-f").arg(file);
         }
-        cmd.args(["--profile", "sentinel"]).args(args);
+        cmd.args(["--profile", "sentinel", "--profile", "registry"]).args(args);
         for var in ["COMPOSE_FILE", "COMPOSE_PROFILES", "COMPOSE_PROJECT_NAME"] {
             cmd.env_remove(var);
         }
@@ -286,10 +286,14 @@ pub fn leftovers(name: &str) -> Vec<String> {
 }
 
 /// Projects of test processes that no longer run (killed before their
-/// `down`), removed by name.
+/// `down`): their containers, networks and volumes (the registry's data
+/// among them), removed by name.
 fn remove_stale_projects() {
-    let out = docker(&["ps", "-a", "--format", "{{.Label \"com.docker.compose.project\"}}"]);
-    let names = String::from_utf8_lossy(&out.stdout).into_owned();
+    let label = "{{.Label \"com.docker.compose.project\"}}";
+    let mut names = String::new();
+    for kind in [["ps", "-a"], ["network", "ls"], ["volume", "ls"]] {
+        names.push_str(&String::from_utf8_lossy(&docker(&[kind[0], kind[1], "--format", label]).stdout));
+    }
     let mut stale: Vec<&str> = names
         .lines()
         .filter(|n| n.strip_prefix("tollgate-test-").and_then(|r| r.split('-').next()).is_some_and(|pid| !alive(pid)))
@@ -299,6 +303,15 @@ fn remove_stale_projects() {
     for name in stale {
         let down = ["-p", name, "down", "--volumes", "--timeout", "1"];
         let _ = Command::new(compose_bin()).args(down).current_dir(std::env::temp_dir()).output();
+        // What `down` without the compose file may leave: volumes, and
+        // networks without containers.
+        let filter = format!("label=com.docker.compose.project={name}");
+        for kind in ["volume", "network"] {
+            let ids = docker(&[kind, "ls", "-q", "--filter", &filter]).stdout;
+            for id in String::from_utf8_lossy(&ids).split_whitespace() {
+                let _ = docker(&[kind, "rm", id]);
+            }
+        }
     }
 }
 
