@@ -9,6 +9,8 @@ mod envoy;
 mod http;
 pub mod load;
 pub mod netns;
+#[path = "../../src/testing/plugin.rs"]
+pub mod plugin;
 pub mod tls;
 mod valkey;
 
