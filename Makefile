@@ -10,6 +10,12 @@ export TOLLGATE_WASM := $(CURDIR)/$(WASM)
 export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-test-runner
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
+# The files of tests/ that need no Envoy, no Valkey, no built module and
+# nothing from .tools/: `make unit` runs them. `make integration` runs every
+# other tests/*.rs, so a new file runs there unless it is listed here;
+# tests/test_split.rs checks both lists against tests/ and these files' purity.
+PURE_TESTS := cli config_fixtures config_limits docs_examples resp_properties schema test_split
+INTEGRATION_TESTS := $(filter-out $(PURE_TESTS),$(basename $(notdir $(wildcard tests/*.rs))))
 
 .PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo test unit lint wasm-test validate integration netns-load flood algorithms-report bench fuzz soak clean
 
@@ -94,8 +100,9 @@ lint:
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --target wasm32-wasip1 --lib -- -D warnings
 
+# The unit tests, the doc tests and the pure files of tests/ (PURE_TESTS).
 unit:
-	cargo test --lib
+	cargo test --lib $(addprefix --test ,$(PURE_TESTS))
 	cargo test --doc
 
 # The pure modules' unit tests again, compiled to wasm32 and run under node.
@@ -109,7 +116,7 @@ validate: build
 	done
 
 integration: build image redis7 docker-tools netns-tools
-	cargo test --test '*' -- --test-threads 2
+	cargo test $(addprefix --test ,$(INTEGRATION_TESTS)) -- --test-threads 2
 
 # Not part of `make test`: cargo fuzz (nightly) on the RESP decoder, the store
 # reply and the config parser, FUZZ_RUNS (10 million) executions per target.

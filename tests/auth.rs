@@ -12,6 +12,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 use support::load::{self, Request};
+use support::plugin::{plugin, rule};
 use support::{Envoy, EnvoyOptions, Valkey};
 use tollgate::resp::{decode_all, encode_command, Limits, Value};
 
@@ -59,18 +60,16 @@ fn protected() -> Valkey {
 }
 
 fn config(failure_mode: &str, username: Option<&str>) -> String {
-    let user = username.map(|u| format!(r#""username": "{u}", "#)).unwrap_or_default();
-    format!(
-        r#"{{
-  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "500ms", {user}"password_env": "TOLLGATE_VALKEY_PASSWORD" }},
-  "failure_mode": "{failure_mode}",
-  "rules": [
-    {{ "name": "api", "key": [ {{ "header": "x-user-id" }} ], "limits": [ {{ "limit": 5, "period": "60s" }} ] }},
-    {{ "name": "burst", "algorithm": "gcra", "key": [ {{ "header": "x-user-id" }} ],
-       "limits": [ {{ "limit": 50, "period": "60s" }} ] }}
-  ]
-}}"#
-    )
+    let mut config = plugin().timeout("500ms");
+    if let Some(user) = username {
+        config = config.valkey(&format!(r#""username": "{user}""#));
+    }
+    config
+        .valkey(r#""password_env": "TOLLGATE_VALKEY_PASSWORD""#)
+        .failure_mode(failure_mode)
+        .with(rule("api").header("x-user-id").limit(5, "60s"))
+        .with(rule("burst").algorithm("gcra").header("x-user-id").limit(50, "60s"))
+        .json()
 }
 
 /// Envoy with `password` in the VM's environment (`None`: not provided).

@@ -16,6 +16,7 @@ mod support;
 
 use std::sync::Arc;
 use support::load::{Load, Request};
+use support::plugin::plugin;
 use support::{Envoy, EnvoyOptions, Valkey};
 use tollgate::resp::Value;
 
@@ -24,13 +25,7 @@ const THREADS: usize = 16;
 const PER_THREAD: usize = 40;
 
 fn config() -> String {
-    r#"{
-  "valkey": { "cluster": "tollgate_valkey", "timeout": "200ms" },
-  "failure_mode": "deny",
-  "rules": [ { "name": "api", "key": [ { "header": "x-user-id" } ],
-               "limits": [ { "limit": 5, "period": "1h" } ] } ]
-}"#
-    .to_string()
+    plugin().timeout("200ms").failure_mode("deny").rule("api", Some("x-user-id"), &[(5, "1h")]).json()
 }
 
 fn stat(envoy: &Envoy, name: &str) -> u64 {

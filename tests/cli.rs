@@ -4,6 +4,10 @@
 //! filter logs it, and bad input. Fast: no Envoy, no Valkey.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+#[path = "../src/testing/plugin.rs"]
+mod plugin;
+
+use plugin::{plugin, rule};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -182,11 +186,14 @@ fn explain_prints_the_demo_rule() {
 #[test]
 fn explain_describes_every_algorithm_and_refuses_invalid_files() {
     for algorithm in ["gcra", "sliding_window", "fixed_window"] {
-        let doc = format!(
-            r#"{{ "valkey": {{ "cluster": "c" }}, "rules": [ {{ "name": "r", "algorithm": "{algorithm}", "cost": 2,
-                "key": [ {{ "remote_address": {{ "v4_prefix": 24 }} }}, "method" ],
-                "limits": [ {{ "limit": 600, "period": "600s" }}, {{ "limit": 30, "period": "20s" }} ] }} ] }}"#
-        );
+        let rule = rule("r")
+            .algorithm(algorithm)
+            .field(r#""cost": 2"#)
+            .key(r#"{ "remote_address": { "v4_prefix": 24 } }"#)
+            .key(r#""method""#)
+            .limit(600, "600s")
+            .limit(30, "20s");
+        let doc = plugin().cluster("c").with(rule).json();
         let path = scratch(&format!("{algorithm}.json"), &doc);
         let (code, out, _) = tollgate(&["explain", path.to_str().unwrap()]);
         assert_eq!(code, 0, "{out}");

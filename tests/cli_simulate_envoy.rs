@@ -6,6 +6,7 @@
 
 mod support;
 
+use support::plugin::{plugin, rule, seed_rule};
 use support::{Envoy, EnvoyOptions, Valkey};
 use tollgate::cli::simulate::simulate;
 use tollgate::cli::table::{render, Row};
@@ -17,36 +18,16 @@ const T0: u64 = 1_800_000_000_000;
 
 /// The seed's rule (as `envoy/envoy.yaml`), with the test clock.
 fn seed_config() -> String {
-    format!(
-        r#"{{
-  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "100ms", "key_prefix": "tollgate" }},
-  "rules": [
-    {{
-      "name": "auth.createToken",
-      "match": {{ "path_prefix": "/auth/token", "methods": ["POST"] }},
-      "key": [ {{ "header": "x-user-id" }} ],
-      "limits": [ {{ "limit": 20, "period": "60s" }}, {{ "limit": 5, "period": "3s" }} ]
-    }}
-  ],
-  "testing": {{ "now_header": "{NOW}" }}
-}}"#
-    )
+    plugin().timeout("100ms").valkey(r#""key_prefix": "tollgate""#).with(seed_rule()).now_header(NOW).json()
 }
 
 /// Two rules of different algorithms deciding the same requests.
 fn mixed_config() -> String {
-    format!(
-        r#"{{
-  "valkey": {{ "cluster": "tollgate_valkey" }},
-  "rules": [
-    {{ "name": "user", "algorithm": "gcra", "key": [ {{ "header": "x-user-id" }} ],
-       "limits": [ {{ "limit": 10, "period": "10s" }}, {{ "limit": 3, "period": "1s" }} ] }},
-    {{ "name": "route", "algorithm": "fixed_window", "match": {{ "path_prefix": "/api" }},
-       "limits": [ {{ "limit": 4, "period": "2s" }} ] }}
-  ],
-  "testing": {{ "now_header": "{NOW}" }}
-}}"#
-    )
+    plugin()
+        .with(rule("user").algorithm("gcra").header("x-user-id").limit(10, "10s").limit(3, "1s"))
+        .with(rule("route").algorithm("fixed_window").path_prefix("/api").limit(4, "2s"))
+        .now_header(NOW)
+        .json()
 }
 
 /// The table a client of a real Envoy writes down for `requests`.

@@ -1,13 +1,14 @@
 //! Hostile and oversized plugin configurations: 1,000 rules of 5 windows,
 //! absurd periods, 1 MiB documents. Each is accepted, or rejected with an
-//! error naming the field, in bounded time; the 1,000-rule configuration is
-//! also loaded by a real Envoy.
+//! error naming the field, in bounded time (tests/config_limits_envoy.rs
+//! loads the 1,000-rule configuration in a real Envoy).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod support;
+#[path = "../src/testing/plugin.rs"]
+mod plugin;
 
+use plugin::{plugin, wide_rule};
 use std::time::{Duration, Instant};
-use support::{Envoy, EnvoyOptions, Valkey};
 use tollgate::config::{Config, ConfigError};
 
 /// Generous for a debug build on a busy 2-core machine; the parser takes a
@@ -20,25 +21,14 @@ fn timed_parse(doc: &str) -> (Result<Config, ConfigError>, Duration) {
     (result, start.elapsed())
 }
 
-fn rule(i: usize) -> String {
-    format!(
-        r#"{{ "name": "r{i}", "match": {{ "path_prefix": "/r{i}/" }}, "key": [ {{ "header": "x-user-id" }} ],
-  "limits": [ {{ "limit": 10, "period": "1s" }}, {{ "limit": 100, "period": "1m" }}, {{ "limit": 1000, "period": "1h" }},
-              {{ "limit": 10000, "period": "1d" }}, {{ "limit": 50000, "period": "7d" }} ] }}"#
-    )
-}
-
-fn with_rules(rules: &[String]) -> String {
-    format!(r#"{{ "valkey": {{ "cluster": "tollgate_valkey" }}, "rules": [ {} ] }}"#, rules.join(",\n"))
-}
-
-fn thousand_rules() -> String {
-    with_rules(&(0..1000).map(rule).collect::<Vec<_>>())
+/// Rules `r0`.. `r{n-1}`, then `extra`.
+fn wide_rules(n: usize, extra: &[usize]) -> String {
+    (0..n).chain(extra.iter().copied()).fold(plugin(), |p, i| p.with(wide_rule(i))).json()
 }
 
 #[test]
 fn a_thousand_rules_of_five_windows_parse_in_bounded_time() {
-    let doc = thousand_rules();
+    let doc = wide_rules(1000, &[]);
     let (config, took) = timed_parse(&doc);
     println!("1,000 rules x 5 windows ({} bytes): parsed in {took:?}", doc.len());
     let config = config.unwrap();
@@ -58,9 +48,10 @@ fn absurd_periods_are_rejected_by_name() {
         (r#""0ms""#, "must be > 0"),
         (r#""1.5s""#, "invalid duration \"1.5s\""),
     ] {
-        let doc = format!(
-            r#"{{ "valkey": {{ "cluster": "c" }}, "rules": [ {{ "name": "r", "limits": [ {{ "limit": 1, "period": {period} }} ] }} ] }}"#
-        );
+        let doc = plugin()
+            .cluster("c")
+            .rule_json(&format!(r#"{{ "name": "r", "limits": [ {{ "limit": 1, "period": {period} }} ] }}"#))
+            .json();
         let (result, took) = timed_parse(&doc);
         let err = result.err().unwrap_or_else(|| panic!("{period} accepted"));
         assert_eq!(err.path(), "rules[0].limits[0].period", "{period}");
@@ -76,15 +67,12 @@ fn one_mebibyte_documents_are_decided_in_bounded_time() {
     let cases: Vec<(&str, String, Result<usize, &str>)> = vec![
         (
             "a 1 MiB rule name",
-            format!(
-                r#"{{ "valkey": {{ "cluster": "c" }}, "rules": [ {{ "name": "{}", "limits": [] }} ] }}"#,
-                "a".repeat(MIB)
-            ),
+            plugin().cluster("c").rule_json(&format!(r#"{{ "name": "{}", "limits": [] }}"#, "a".repeat(MIB))).json(),
             Err("rules[0].name: must be at most 64 characters (got 1048576)"),
         ),
         (
             "1 MiB of whitespace around a valid document",
-            format!("{}{}", " ".repeat(MIB), with_rules(&[valid_rule.to_string()])),
+            format!("{}{}", " ".repeat(MIB), plugin().rule_json(valid_rule).json()),
             Ok(1),
         ),
         (
@@ -100,15 +88,15 @@ fn one_mebibyte_documents_are_decided_in_bounded_time() {
             ),
             Err("(root): invalid JSON at line 1 column 217: recursion limit exceeded"),
         ),
-        ("5,000 rules, 1.2 MiB", with_rules(&(0..5000).map(rule).collect::<Vec<_>>()), Ok(5000)),
+        ("5,000 rules, 1.4 MiB", wide_rules(5000, &[]), Ok(5000)),
         (
             "a 1 MiB cluster name",
-            format!(r#"{{ "valkey": {{ "cluster": "{}" }}, "rules": [ {valid_rule} ] }}"#, "c".repeat(MIB)),
+            plugin().cluster(&"c".repeat(MIB)).rule_json(valid_rule).json(),
             Err("valkey.cluster: must be at most 255 bytes (got 1048576)"),
         ),
         (
             "a duplicate name at the end of 5,000 rules",
-            with_rules(&(0..5000).map(rule).chain([rule(0)]).collect::<Vec<_>>()),
+            wide_rules(5000, &[0]),
             Err("rules[5000].name: duplicate rule name \"r0\" (also rules[0].name)"),
         ),
     ];
@@ -123,22 +111,4 @@ fn one_mebibyte_documents_are_decided_in_bounded_time() {
         }
         assert!(took < PARSE_BOUND, "{what} took {took:?}");
     }
-}
-
-/// A real Envoy loads the 1,000-rule configuration (4,000 rule counters per
-/// worker) and decides with the last rule's five windows.
-#[test]
-fn envoy_loads_a_thousand_rules() {
-    let valkey = Valkey::start();
-    let start = Instant::now();
-    let envoy =
-        Envoy::start(&EnvoyOptions { plugin_config: thousand_rules(), valkey_port: valkey.port, concurrency: 2 });
-    println!("Envoy ready with 1,000 rules in {:?}", start.elapsed());
-    let resp = envoy.request("GET", "/r999/x", &[("x-user-id", "alice")]);
-    assert_eq!(resp.status, 200);
-    let policy = resp.header("ratelimit-policy").unwrap();
-    assert_eq!(policy.matches("\"r999/").count(), 5, "{policy}");
-    assert_eq!(valkey.int(&["ZCARD", "tollgate:{r999:alice}:log"]), 1);
-    assert_eq!(envoy.request("GET", "/elsewhere", &[("x-user-id", "alice")]).header("ratelimit"), None);
-    assert_eq!(envoy.stat("wasmcustom.tollgate.rule.r999.allowed"), Some(1));
 }

@@ -5,6 +5,10 @@
 //! key part (wrapped into a minimal configuration before parsing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+#[path = "../src/testing/plugin.rs"]
+mod plugin;
+
+use plugin::plugin;
 use tollgate::config::Config;
 
 /// `(info string, body, line)` of every fenced block whose info starts with `json`.
@@ -29,8 +33,10 @@ fn json_blocks(text: &str) -> Vec<(String, String, usize)> {
     out
 }
 
+/// The fenced example as a whole configuration: a rule, a match or a key part
+/// goes into a rule of its own (written as JSON: its period is a number).
 fn wrap(info: &str, body: &str) -> String {
-    let rule = |r: &str| format!(r#"{{ "valkey": {{ "cluster": "c" }}, "rules": [ {r} ] }}"#);
+    let rule = |r: &str| plugin().cluster("c").rule_json(r).json();
     match info {
         "json" => body.to_owned(),
         "json rule" => rule(body),

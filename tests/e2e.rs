@@ -5,27 +5,25 @@
 mod support;
 
 use std::time::{Duration, Instant};
+use support::plugin::{plugin, rule, seed_rule, Plugin};
 use support::{remaining, Envoy, EnvoyOptions, Response, Valkey};
 
 const NOW: &str = "x-tollgate-test-now-ms";
 
 /// The seed's rule, with the test clock header enabled.
 fn seed_config(failure_mode: &str) -> String {
-    format!(
-        r#"{{
-  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "100ms", "key_prefix": "tollgate" }},
-  "failure_mode": "{failure_mode}",
-  "rules": [
-    {{
-      "name": "auth.createToken",
-      "match": {{ "path_prefix": "/auth/token", "methods": ["POST"] }},
-      "key": [ {{ "header": "x-user-id" }} ],
-      "limits": [ {{ "limit": 20, "period": "60s" }}, {{ "limit": 5, "period": "3s" }} ]
-    }}
-  ],
-  "testing": {{ "now_header": "{NOW}" }}
-}}"#
-    )
+    seed_plugin(failure_mode).with(seed_rule()).json()
+}
+
+/// The seed's rule with its second window (5 per 3s) replaced by `limit`
+/// per `period`.
+fn seed_config_short_window(limit: u64, period: &str) -> String {
+    let seed = rule("auth.createToken").path_prefix("/auth/token").methods(&["POST"]).header("x-user-id");
+    seed_plugin("allow").with(seed.limit(20, "60s").limit(limit, period)).json()
+}
+
+fn seed_plugin(failure_mode: &str) -> Plugin {
+    plugin().timeout("100ms").valkey(r#""key_prefix": "tollgate""#).failure_mode(failure_mode).now_header(NOW)
 }
 
 fn start(valkey: &Valkey, config: String, concurrency: u32) -> Envoy {
@@ -134,13 +132,8 @@ fn users_are_independent_and_unmatched_requests_pass_untouched() {
 #[test]
 fn concurrent_requests_through_two_envoys_admit_exactly_the_limit() {
     let valkey = Valkey::start();
-    let config = r#"{
-      "valkey": { "cluster": "tollgate_valkey", "timeout": "2s" },
-      "failure_mode": "deny",
-      "rules": [ { "name": "burst", "key": [ { "header": "x-user-id" } ],
-                   "limits": [ { "limit": 50, "period": "60s" } ] } ]
-    }"#;
-    let envoys = [start(&valkey, config.into(), 2), start(&valkey, config.into(), 2)];
+    let config = plugin().timeout("2s").failure_mode("deny").rule("burst", Some("x-user-id"), &[(50, "60s")]).json();
+    let envoys = [start(&valkey, config.clone(), 2), start(&valkey, config, 2)];
     let ports: Vec<u16> = envoys.iter().map(|e| e.port).collect();
     let handles: Vec<_> = (0..200)
         .map(|i| {
@@ -259,7 +252,7 @@ fn store_not_answering_is_bounded_by_the_timeout() {
 #[test]
 fn invalid_static_config_is_refused_with_the_field_path() {
     let valkey = Valkey::start();
-    let bad = seed_config("allow").replace(r#""limit": 5,"#, r#""limit": 0,"#);
+    let bad = seed_config_short_window(0, "3s");
     let outcome = Envoy::try_start(&EnvoyOptions { plugin_config: bad, valkey_port: valkey.port, concurrency: 1 });
     let Err(log) = outcome else { panic!("Envoy accepted an invalid plugin configuration") };
     assert!(
@@ -285,7 +278,7 @@ fn invalid_dynamic_config_is_rejected_and_the_previous_one_keeps_working() {
     assert_eq!(token(&envoy, "alice", t0).status, 429);
 
     let rejected_before = envoy.stat("listener_manager.lds.update_rejected").unwrap_or(0);
-    envoy.reload(&seed_config("allow").replace(r#""period": "3s""#, r#""period": "0s""#));
+    envoy.reload(&seed_config_short_window(5, "0s"));
     support::wait_until("the LDS update to be rejected", Duration::from_secs(20), || {
         envoy.stat("listener_manager.lds.update_rejected").unwrap_or(0) > rejected_before
     });
@@ -301,7 +294,7 @@ fn invalid_dynamic_config_is_rejected_and_the_previous_one_keeps_working() {
     assert_eq!(remaining(&token(&envoy, "bob", t0))[1].1, 4);
 
     // A valid new configuration (10 per 3s) applies to new requests, no restart.
-    envoy.reload(&seed_config("allow").replace(r#""limit": 5,"#, r#""limit": 10,"#));
+    envoy.reload(&seed_config_short_window(10, "3s"));
     support::wait_until("the new limits to apply", Duration::from_secs(20), || {
         token(&envoy, "carol", t0).header("ratelimit-policy").is_some_and(|p| p.contains("q=10;w=3"))
     });

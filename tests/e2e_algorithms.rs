@@ -5,6 +5,7 @@
 
 mod support;
 
+use support::plugin::{plugin, rule};
 use support::{remaining, Envoy, EnvoyOptions, Response, Valkey};
 use tollgate::resp::Value;
 
@@ -14,19 +15,13 @@ const BOB: &str = "tollgate:{user:bob}:gcra";
 const ROUTE: &str = "tollgate:{route}:fw";
 
 fn config() -> String {
-    format!(
-        r#"{{
-  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "2s" }},
-  "failure_mode": "deny",
-  "rules": [
-    {{ "name": "user", "algorithm": "gcra", "key": [ {{ "header": "x-user-id" }} ],
-      "limits": [ {{ "limit": 20, "period": "60s" }}, {{ "limit": 5, "period": "3s" }} ] }},
-    {{ "name": "route", "algorithm": "fixed_window", "match": {{ "path_prefix": "/auth/token" }},
-      "limits": [ {{ "limit": 8, "period": "10s" }} ] }}
-  ],
-  "testing": {{ "now_header": "{NOW}" }}
-}}"#
-    )
+    plugin()
+        .timeout("2s")
+        .failure_mode("deny")
+        .with(rule("user").algorithm("gcra").header("x-user-id").limit(20, "60s").limit(5, "3s"))
+        .with(rule("route").algorithm("fixed_window").path_prefix("/auth/token").limit(8, "10s"))
+        .now_header(NOW)
+        .json()
 }
 
 fn call(envoy: &Envoy, user: &str, now_ms: u64) -> Response {

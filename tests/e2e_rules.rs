@@ -5,28 +5,34 @@
 
 mod support;
 
+use support::plugin::{plugin, rule, Plugin};
 use support::{repo_root, Envoy, EnvoyOptions, Extras, Response, Valkey};
 
-fn options(valkey: &Valkey, rules: &str, extra: &str) -> EnvoyOptions {
-    EnvoyOptions {
-        plugin_config: format!(r#"{{ "valkey": {{ "cluster": "tollgate_valkey" }}, "rules": {rules} {extra} }}"#),
-        valkey_port: valkey.port,
-        concurrency: 1,
-    }
+fn options(valkey: &Valkey, config: Plugin) -> EnvoyOptions {
+    EnvoyOptions { plugin_config: config.json(), valkey_port: valkey.port, concurrency: 1 }
 }
 
 /// One rule per key part, each on its own path, each 1 per minute.
-const KEY_RULES: &str = r#"[
-  { "name": "q",   "match": { "path": "/q" },   "key": [ { "query": "api_key" } ],            "limits": [ { "limit": 1, "period": "1m" } ] },
-  { "name": "c",   "match": { "path": "/c" },   "key": [ { "cookie": "session" } ],           "limits": [ { "limit": 1, "period": "1m" } ] },
-  { "name": "ip",  "match": { "path": "/ip" },  "key": [ { "remote_address": { "v4_prefix": 24, "v6_prefix": 64 } } ], "limits": [ { "limit": 1, "period": "1m" } ] },
-  { "name": "xff", "match": { "path": "/xff" }, "key": [ { "forwarded_for": { "trusted_hops": 1 } } ], "limits": [ { "limit": 1, "period": "1m" } ] },
-  { "name": "p",   "match": { "path_prefix": "/p/" }, "key": [ "path" ],                      "limits": [ { "limit": 1, "period": "1m" } ] },
-  { "name": "m",   "match": { "path": "/m" },   "key": [ "method" ],                          "limits": [ { "limit": 1, "period": "1m" } ] },
-  { "name": "a",   "match": { "path": "/a" },   "key": [ "authority" ],                       "limits": [ { "limit": 1, "period": "1m" } ] },
-  { "name": "lit", "match": { "path": "/lit" }, "key": [ { "literal": "tenant-a" }, { "header": "x-api-key", "on_missing": { "default": "anonymous" } } ], "limits": [ { "limit": 1, "period": "1m" } ] },
-  { "name": "jwt", "match": { "path": "/jwt" }, "key": [ { "property": ["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", "payload", "sub"] } ], "limits": [ { "limit": 1, "period": "1m" } ] }
-]"#;
+fn key_rules() -> Plugin {
+    let on = |name: &str, path: &str, part: &str| {
+        rule(name).matching(&format!(r#""path": "{path}""#)).key(part).limit(1, "1m")
+    };
+    let jwt_sub =
+        r#"{ "property": ["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", "payload", "sub"] }"#;
+    plugin()
+        .with(on("q", "/q", r#"{ "query": "api_key" }"#))
+        .with(on("c", "/c", r#"{ "cookie": "session" }"#))
+        .with(on("ip", "/ip", r#"{ "remote_address": { "v4_prefix": 24, "v6_prefix": 64 } }"#))
+        .with(on("xff", "/xff", r#"{ "forwarded_for": { "trusted_hops": 1 } }"#))
+        .with(rule("p").path_prefix("/p/").key(r#""path""#).limit(1, "1m"))
+        .with(on("m", "/m", r#""method""#))
+        .with(on("a", "/a", r#""authority""#))
+        .with(
+            on("lit", "/lit", r#"{ "literal": "tenant-a" }"#)
+                .key(r#"{ "header": "x-api-key", "on_missing": { "default": "anonymous" } }"#),
+        )
+        .with(on("jwt", "/jwt", jwt_sub))
+}
 
 fn jwt_filter() -> String {
     let jwks = std::fs::read_to_string(repo_root().join("tests/fixtures/jwt/jwks.json")).unwrap();
@@ -69,7 +75,7 @@ fn keys(valkey: &Valkey) -> Vec<String> {
 fn every_key_part_through_envoy() {
     let valkey = Valkey::start();
     let extras = Extras { http_filters_before: Some(jwt_filter()), ipv6: false };
-    let envoy = Envoy::start_extras(&options(&valkey, KEY_RULES, ""), &extras);
+    let envoy = Envoy::start_extras(&options(&valkey, key_rules()), &extras);
 
     first_passes_second_denied(&envoy, "GET", "/q?api_key=K1", &[], "query");
     assert_eq!(envoy.request("GET", "/q?x=1&api_key=K2", &[]).status, 200, "another api key");
@@ -116,8 +122,7 @@ fn every_key_part_through_envoy() {
 #[test]
 fn ipv6_clients_are_masked_to_their_prefix() {
     let valkey = Valkey::start();
-    let envoy =
-        Envoy::start_extras(&options(&valkey, KEY_RULES, ""), &Extras { http_filters_before: None, ipv6: true });
+    let envoy = Envoy::start_extras(&options(&valkey, key_rules()), &Extras { http_filters_before: None, ipv6: true });
     first_passes_second_denied(&envoy, "GET", "/ip", &[], "remote address over IPv6");
     assert_eq!(keys(&valkey), ["tollgate:{ip:%3A%3A%2F64}:log"], "::1 masked to ::/64");
 }
@@ -132,19 +137,19 @@ fn matched(resp: &Response) -> Vec<String> {
 #[test]
 fn every_match_condition_through_envoy() {
     let valkey = Valkey::start();
-    let rules = r#"[
-      { "name": "exact",    "match": { "path": "/a" },                     "limits": [ { "limit": 100, "period": "1m" } ] },
-      { "name": "prefix",   "match": { "path_prefix": "/api/" },           "limits": [ { "limit": 100, "period": "1m" } ] },
-      { "name": "regex",    "match": { "path_regex": "/api/v[0-9]+/items" }, "limits": [ { "limit": 100, "period": "1m" } ] },
-      { "name": "post",     "match": { "methods": ["POST", "PUT"] },       "limits": [ { "limit": 100, "period": "1m" } ] },
-      { "name": "host",     "match": { "authority": "api.example.com" },   "limits": [ { "limit": 100, "period": "1m" } ] },
-      { "name": "present",  "match": { "headers": [ { "name": "x-api-key", "present": true } ] },  "limits": [ { "limit": 100, "period": "1m" } ] },
-      { "name": "hexact",   "match": { "headers": [ { "name": "x-plan", "exact": "free" } ] },     "limits": [ { "limit": 100, "period": "1m" } ] },
-      { "name": "hprefix",  "match": { "headers": [ { "name": "user-agent", "prefix": "curl/" } ] }, "limits": [ { "limit": 100, "period": "1m" } ] },
-      { "name": "hregex",   "match": { "headers": [ { "name": "x-plan", "regex": "(free|trial)" } ] }, "limits": [ { "limit": 100, "period": "1m" } ] },
-      { "name": "notfree",  "match": { "headers": [ { "name": "x-plan", "exact": "free", "invert": true } ] }, "limits": [ { "limit": 100, "period": "1m" } ] }
-    ]"#;
-    let envoy = Envoy::start(&options(&valkey, rules, ""));
+    let when = |name: &str, condition: &str| rule(name).matching(condition).limit(100, "1m");
+    let config = plugin()
+        .with(when("exact", r#""path": "/a""#))
+        .with(when("prefix", r#""path_prefix": "/api/""#))
+        .with(when("regex", r#""path_regex": "/api/v[0-9]+/items""#))
+        .with(when("post", r#""methods": ["POST", "PUT"]"#))
+        .with(when("host", r#""authority": "api.example.com""#))
+        .with(when("present", r#""headers": [ { "name": "x-api-key", "present": true } ]"#))
+        .with(when("hexact", r#""headers": [ { "name": "x-plan", "exact": "free" } ]"#))
+        .with(when("hprefix", r#""headers": [ { "name": "user-agent", "prefix": "curl/" } ]"#))
+        .with(when("hregex", r#""headers": [ { "name": "x-plan", "regex": "(free|trial)" } ]"#))
+        .with(when("notfree", r#""headers": [ { "name": "x-plan", "exact": "free", "invert": true } ]"#));
+    let envoy = Envoy::start(&options(&valkey, config));
     let m = |method: &str, path: &str, headers: &[(&str, &str)]| matched(&envoy.request(method, path, headers));
     assert_eq!(m("GET", "/a?x=1", &[]), ["exact", "notfree"]);
     assert_eq!(m("GET", "/api/v2/items", &[]), ["prefix", "regex", "notfree"]);
@@ -161,9 +166,9 @@ fn every_match_condition_through_envoy() {
 #[test]
 fn both_header_families_and_a_custom_denial() {
     let valkey = Valkey::start();
-    let rules = r#"[ { "name": "r", "limits": [ { "limit": 2, "period": "10s" }, { "limit": 1, "period": "1s" } ] } ]"#;
-    let response = r#", "response": { "status": 403, "headers": ["ratelimit", "x-ratelimit"], "body": "text", "text": "slow down\n" }"#;
-    let envoy = Envoy::start(&options(&valkey, rules, response));
+    let with_response = |response: &str| plugin().rule("r", None, &[(2, "10s"), (1, "1s")]).top(response);
+    let response = r#""response": { "status": 403, "headers": ["ratelimit", "x-ratelimit"], "body": "text", "text": "slow down\n" }"#;
+    let envoy = Envoy::start(&options(&valkey, with_response(response)));
     let ok = envoy.request("GET", "/", &[]);
     assert_eq!(ok.status, 200);
     assert_eq!(ok.header("ratelimit"), Some(r#""r/10s";r=1;t=10, "r/1s";r=0;t=1"#));
@@ -179,8 +184,8 @@ fn both_header_families_and_a_custom_denial() {
 
     // Only X-RateLimit, nothing on admitted responses, no body.
     let valkey2 = Valkey::start();
-    let response = r#", "response": { "headers": ["x-ratelimit"], "body": "none", "on_allowed": false }"#;
-    let envoy = Envoy::start(&options(&valkey2, rules, response));
+    let response = r#""response": { "headers": ["x-ratelimit"], "body": "none", "on_allowed": false }"#;
+    let envoy = Envoy::start(&options(&valkey2, with_response(response)));
     let ok = envoy.request("GET", "/", &[]);
     assert_eq!((ok.header("x-ratelimit-limit"), ok.header("ratelimit")), (None, None));
     let denied = envoy.request("GET", "/", &[]);
@@ -193,11 +198,12 @@ fn both_header_families_and_a_custom_denial() {
 #[test]
 fn shadow_rules_decide_and_count_but_never_deny() {
     let valkey = Valkey::start();
-    let rules = r#"[
-      { "name": "trial", "shadow": true, "key": [ { "header": "x-user" } ], "limits": [ { "limit": 1, "period": "1m" } ] },
-      { "name": "site", "limits": [ { "limit": 100, "period": "1m" } ] }
-    ]"#;
-    let envoy = Envoy::start(&options(&valkey, rules, ""));
+    let config = plugin().with(rule("trial").field(r#""shadow": true"#).header("x-user").limit(1, "1m")).rule(
+        "site",
+        None,
+        &[(100, "1m")],
+    );
+    let envoy = Envoy::start(&options(&valkey, config));
     let first = envoy.request("GET", "/", &[("x-user", "u"), ("x-tollgate-shadow-denied", "forged")]);
     assert_eq!(first.status, 200);
     assert_eq!(first.header("x-upstream-saw-shadow-denied"), None, "a client cannot forge the report");
@@ -212,8 +218,7 @@ fn shadow_rules_decide_and_count_but_never_deny() {
 
     // Global shadow: the enforced rule of a shadow filter does not deny either.
     let valkey2 = Valkey::start();
-    let rules = r#"[ { "name": "one", "limits": [ { "limit": 1, "period": "1m" } ] } ]"#;
-    let envoy = Envoy::start(&options(&valkey2, rules, r#", "shadow": true"#));
+    let envoy = Envoy::start(&options(&valkey2, plugin().rule("one", None, &[(1, "1m")]).shadow(true)));
     assert_eq!(envoy.request("GET", "/", &[]).status, 200);
     let resp = envoy.request("GET", "/", &[]);
     assert_eq!(resp.status, 200);
@@ -224,9 +229,7 @@ fn shadow_rules_decide_and_count_but_never_deny() {
 #[test]
 fn metrics_after_a_known_sequence() {
     let mut valkey = Valkey::start();
-    let rules =
-        r#"[ { "name": "auth", "key": [ { "header": "x-user" } ], "limits": [ { "limit": 5, "period": "1m" } ] } ]"#;
-    let envoy = Envoy::start(&options(&valkey, rules, ""));
+    let envoy = Envoy::start(&options(&valkey, plugin().rule("auth", Some("x-user"), &[(5, "1m")])));
     for _ in 0..7 {
         envoy.request("GET", "/", &[("x-user", "alice")]);
     }

@@ -8,19 +8,18 @@ mod support;
 
 use std::time::Duration;
 use support::load::{send_raw, Request};
+use support::plugin::{plugin, rule};
 use support::{admin_get, Envoy, EnvoyOptions, Valkey};
 use tollgate::resp::Value;
 
-const CONFIG: &str = r#"{
-  "valkey": { "cluster": "tollgate_valkey", "timeout": "1s" },
-  "failure_mode": "deny",
-  "rules": [
-    { "name": "hdr", "match": { "path_prefix": "/h" }, "key": [ { "header": "x-user-id" } ],
-      "limits": [ { "limit": 1000, "period": "60s" } ] },
-    { "name": "qry", "match": { "path_prefix": "/q" }, "key": [ { "query": "u" } ],
-      "limits": [ { "limit": 1000, "period": "60s" } ] }
-  ]
-}"#;
+fn config() -> String {
+    plugin()
+        .timeout("1s")
+        .failure_mode("deny")
+        .with(rule("hdr").path_prefix("/h").header("x-user-id").limit(1000, "60s"))
+        .with(rule("qry").path_prefix("/q").key(r#"{ "query": "u" }"#).limit(1000, "60s"))
+        .json()
+}
 
 /// Longest possible key of this configuration: `tollgate:{qry:` + a part of
 /// at most 64 bytes (longer ones become `#<sha1>`, 41 bytes) + `}:log`.
@@ -44,7 +43,7 @@ fn raise_header_limits(config: String) -> String {
 }
 
 fn start(valkey: &Valkey, raised: bool) -> Envoy {
-    let options = EnvoyOptions { plugin_config: CONFIG.into(), valkey_port: valkey.port, concurrency: 1 };
+    let options = EnvoyOptions { plugin_config: config(), valkey_port: valkey.port, concurrency: 1 };
     let edit = move |text: String| if raised { raise_header_limits(text) } else { text };
     Envoy::try_start_edited(&options, &edit).unwrap_or_else(|log| panic!("envoy did not start:\n{log}"))
 }

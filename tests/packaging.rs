@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use support::plugin::plugin;
 use support::{free_port, http, repo_root, wasm_path, Bootstrap, Envoy, EnvoyOptions, Valkey};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -155,13 +156,7 @@ fn extract_artifact(layout: &Path) -> Vec<u8> {
 }
 
 fn limited_config() -> String {
-    format!(
-        r#"{{
-  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "1s" }},
-  "rules": [ {{ "name": "pulled", "key": [ {{ "header": "x-user-id" }} ], "limits": [ {{ "limit": 2, "period": "60s" }} ] }} ],
-  "testing": {{ "now_header": "{NOW}" }}
-}}"#
-    )
+    plugin().timeout("1s").rule("pulled", Some("x-user-id"), &[(2, "60s")]).now_header(NOW).json()
 }
 
 /// Push both images, pull them back, compare the module, run it.

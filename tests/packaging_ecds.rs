@@ -7,19 +7,14 @@
 mod support;
 
 use std::time::Duration;
+use support::plugin::plugin;
 use support::{wait_until, wasm_path, Bootstrap, Envoy, EnvoyOptions, Valkey};
 
 const NOW: &str = "x-tollgate-test-now-ms";
 const ECDS: &str = "extension_config_discovery.http_filter.tollgate";
 
-fn config(rule: &str, limit: u32) -> String {
-    format!(
-        r#"{{
-  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "1s" }},
-  "rules": [ {{ "name": "{rule}", "key": [ {{ "header": "x-user-id" }} ], "limits": [ {{ "limit": {limit}, "period": "60s" }} ] }} ],
-  "testing": {{ "now_header": "{NOW}" }}
-}}"#
-    )
+fn config(rule: &str, limit: u64) -> String {
+    plugin().timeout("1s").rule(rule, Some("x-user-id"), &[(limit, "60s")]).now_header(NOW).json()
 }
 
 fn statuses(envoy: &Envoy, user: &str, n: usize) -> Vec<u16> {

@@ -10,14 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::admin_get;
 use support::load::{send_raw, Request};
+use support::plugin::plugin;
 use support::{Envoy, EnvoyOptions, Valkey};
 
-const CONFIG: &str = r#"{
-  "valkey": { "cluster": "tollgate_valkey", "timeout": "100ms" },
-  "failure_mode": "allow",
-  "rules": [ { "name": "soak", "key": [ { "header": "x-user-id" } ],
-               "limits": [ { "limit": 15, "period": "10s" }, { "limit": 5, "period": "1s" } ] } ]
-}"#;
+fn config() -> String {
+    plugin().timeout("100ms").failure_mode("allow").rule("soak", Some("x-user-id"), &[(15, "10s"), (5, "1s")]).json()
+}
 
 /// Requests per second, over all threads.
 const RATE: u64 = 200;
@@ -40,7 +38,7 @@ fn heap_allocated(admin: u16) -> u64 {
 fn soak_steady_load_keeps_memory_flat_and_nothing_pending() {
     let seconds: u64 = std::env::var("SOAK_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
     let valkey = Valkey::start();
-    let envoy = Envoy::start(&EnvoyOptions { plugin_config: CONFIG.into(), valkey_port: valkey.port, concurrency: 2 });
+    let envoy = Envoy::start(&EnvoyOptions { plugin_config: config(), valkey_port: valkey.port, concurrency: 2 });
     let pid = envoy.pid().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let counts: Arc<[AtomicU64; 4]> = Arc::new(Default::default()); // 200, 429, other, errors

@@ -10,18 +10,12 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 use support::load::{self, Report, Request};
+use support::plugin::plugin;
 use support::{Envoy, EnvoyOptions, Valkey};
 use tollgate::resp::Value;
 
 fn config(failure_mode: &str) -> String {
-    format!(
-        r#"{{
-  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "500ms" }},
-  "failure_mode": "{failure_mode}",
-  "rules": [ {{ "name": "api", "key": [ {{ "header": "x-user-id" }} ],
-               "limits": [ {{ "limit": 5, "period": "60s" }} ] }} ]
-}}"#
-    )
+    plugin().timeout("500ms").failure_mode(failure_mode).rule("api", Some("x-user-id"), &[(5, "60s")]).json()
 }
 
 /// One worker, so "once per interval per worker" means exactly one line.

@@ -6,6 +6,7 @@
 
 mod support;
 
+use support::plugin::{plugin, seed_rule};
 use support::tls::{tls_transport_socket, with_valkey_transport_socket, Certs, Redis};
 use support::{Envoy, EnvoyOptions, Response};
 use tollgate::resp::Value;
@@ -13,16 +14,7 @@ use tollgate::resp::Value;
 const NOW: &str = "x-tollgate-test-now-ms";
 
 fn seed_config(failure_mode: &str) -> String {
-    format!(
-        r#"{{
-  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "500ms" }},
-  "failure_mode": "{failure_mode}",
-  "rules": [ {{ "name": "auth.createToken", "match": {{ "path_prefix": "/auth/token", "methods": ["POST"] }},
-               "key": [ {{ "header": "x-user-id" }} ],
-               "limits": [ {{ "limit": 20, "period": "60s" }}, {{ "limit": 5, "period": "3s" }} ] }} ],
-  "testing": {{ "now_header": "{NOW}" }}
-}}"#
-    )
+    plugin().timeout("500ms").failure_mode(failure_mode).with(seed_rule()).now_header(NOW).json()
 }
 
 fn envoy_over_tls(redis: &Redis, failure_mode: &str, ca: &std::path::Path, certs: &Certs) -> Envoy {

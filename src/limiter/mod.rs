@@ -99,17 +99,7 @@ pub struct Check {
 impl Check {
     /// A sliding-log check for unit tests: `windows` as `(limit, period_ms)`.
     pub(crate) fn for_test(rule: usize, key: &str, windows: &[(u64, u64)], cost: u64) -> Check {
-        let nz = |n: u64| NonZeroU64::new(n).unwrap_or(NonZeroU64::MIN);
-        Check {
-            rule,
-            key: key.to_owned(),
-            windows: windows
-                .iter()
-                .map(|&(limit, period)| Window { limit: nz(limit), period_ms: nz(period) })
-                .collect(),
-            cost: nz(cost),
-            algorithm: Algorithm::SlidingLog,
-        }
+        crate::testing::check(Algorithm::SlidingLog, rule, key, windows, cost)
     }
 }
 

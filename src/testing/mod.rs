@@ -1,12 +1,16 @@
-//! Builders shared by the unit tests: plugin configurations (the same file
-//! the integration tests include) and store answers.
+//! Builders shared by the unit tests: plugin configurations and limiter
+//! checks (the same files the integration tests include) and store answers.
 
+mod check;
 mod plugin;
 
+pub use check::check;
 pub use plugin::{plugin, Plugin};
 
 use crate::config::Config;
 use crate::limiter::WindowOutcome;
+// What `check.rs` builds, named where it looks (`super::`).
+use crate::limiter::{Algorithm, Check, Window};
 
 impl Plugin {
     /// The configuration, parsed and validated.

@@ -5,12 +5,16 @@
 
 use crate::support::{try_command, Valkey};
 use std::collections::BTreeMap;
-use std::num::NonZeroU64;
 use tollgate::limiter::model::Model;
 use tollgate::limiter::script::{encode_call, limiter, Invocation};
 use tollgate::limiter::{Algorithm, Check, Decision, Window};
 use tollgate::resp::Value;
 use tollgate::store::{self, Outcome};
+
+/// The checks builder the unit tests use (`Check::for_test`).
+#[path = "../../src/testing/check.rs"]
+mod checks;
+pub use checks::check;
 
 /// The script, called directly; `now_ms` `None` means Valkey's clock.
 pub fn store_decide_at(valkey: &Valkey, checks: &[Check], now_ms: Option<u64>) -> Decision {
@@ -38,20 +42,6 @@ fn raw_call(port: u16, body: &[u8]) -> Value {
     };
     let args: Vec<&[u8]> = items.iter().map(|v| v.as_bytes().unwrap()).collect();
     try_command(port, &args).unwrap()
-}
-
-pub fn nz(n: u64) -> NonZeroU64 {
-    NonZeroU64::new(n).unwrap()
-}
-
-pub fn check(algorithm: Algorithm, rule: usize, key: &str, windows: &[(u64, u64)], cost: u64) -> Check {
-    Check {
-        rule,
-        key: key.to_string(),
-        windows: windows.iter().map(|&(l, p)| Window { limit: nz(l), period_ms: nz(p) }).collect(),
-        cost: nz(cost),
-        algorithm,
-    }
 }
 
 /// How long after its last admission a bucket's key lives (the script's

@@ -11,6 +11,8 @@ mod http;
 pub mod load;
 pub mod netns;
 pub mod steady;
+#[path = "../../src/testing/plugin.rs"]
+pub mod plugin;
 pub mod tls;
 mod valkey;
 
