@@ -10,9 +10,9 @@ pub mod flood;
 mod http;
 pub mod load;
 pub mod netns;
-pub mod steady;
 #[path = "../../src/testing/plugin.rs"]
 pub mod plugin;
+pub mod steady;
 pub mod tls;
 mod valkey;
 
