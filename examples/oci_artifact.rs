@@ -86,9 +86,9 @@ fn write_layout(wasm: &[u8], layout: &Path, tag: &str) -> Result<Digest, Error> 
             (ANNOTATION_TITLE.to_string(), "tollgate".to_string()),
         ]))
         .build()?;
-    // Through serde_json's (sorted) map: oci-spec keeps annotations in a
-    // HashMap, whose order would change the digest from run to run.
-    let manifest_bytes = serde_json::to_vec(&serde_json::to_value(&manifest)?)?;
+    // oci-spec keeps annotations in a HashMap, whose order would change the
+    // digest from run to run: every object's keys are sorted first.
+    let manifest_bytes = serde_json::to_vec(&sorted(serde_json::to_value(&manifest)?))?;
     let mut manifest_desc = put_blob(&blobs, "application/vnd.oci.image.manifest.v1+json", &manifest_bytes)?;
     let digest = manifest_desc.digest().clone();
     manifest_desc.set_annotations(Some(HashMap::from([(ANNOTATION_REF_NAME.to_string(), tag.to_string())])));
@@ -111,4 +111,18 @@ fn put_blob(blobs: &Path, media_type: &str, bytes: &[u8]) -> Result<Descriptor, 
 fn titled(mut descriptor: Descriptor, title: &str) -> Descriptor {
     descriptor.set_annotations(Some(HashMap::from([(ANNOTATION_TITLE.to_string(), title.to_string())])));
     descriptor
+}
+
+/// `value` with every object's keys in sorted order (serde_json keeps
+/// insertion order in this crate: its `preserve_order` feature is on).
+fn sorted(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<(String, serde_json::Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        serde_json::Value::Array(items) => serde_json::Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
 }
