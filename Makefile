@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml)
 
-.PHONY: all tools image-tools build image run demo test unit lint wasm-test validate integration algorithms-report bench fuzz soak clean
+.PHONY: all tools image-tools build image run demo test unit lint wasm-test validate integration algorithms-report bench bench-script fuzz soak clean
 
 all: build
 
@@ -48,6 +48,13 @@ bench: build
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; } \
 	  || { echo "bench needs wrk (Debian package wrk); install it as root" >&2; exit 1; }
 	python3 scripts/bench.py
+
+# Not part of `make test`: Valkey µs per decision per algorithm and case, and
+# decisions per second of one Valkey core, FCALL and EVALSHA, straight to a
+# valkey-server (no Envoy); prints the tables and writes them into
+# docs/algorithms.md. BASELINE=<git ref> also measures that version's script.
+bench-script: tools
+	python3 scripts/script_cost.py $(if $(BASELINE),--baseline $(BASELINE))
 
 test: tools lint unit wasm-test build validate image integration
 	@echo "make test: all suites passed"
