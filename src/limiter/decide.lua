@@ -25,7 +25,7 @@ local function decide(KEYS, ARGV)
   local keys = #KEYS
   local a = 2
   for i = 1, keys do
-    local algorithm = ALGORITHMS[ARGV[a]]
+    local algorithm = algorithm_for(ARGV[a])
     local cost = config_number(ARGV[a + 1])
     local n = config_number(ARGV[a + 2])
     if not algorithm then

@@ -11,7 +11,7 @@
 --           count > 0, else 0.
 -- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
-ALGORITHMS.fw = {
+MAKE_ALGORITHM.fw = function() return {
   check = function(b)
     for w = 1, b.n do
       local win = b[w]
@@ -52,4 +52,4 @@ ALGORITHMS.fw = {
     if w.count > 0 then reset = (w.k + 1) * w.period - now end
     return remaining, reset
   end,
-}
+} end

@@ -14,7 +14,7 @@
 -- stats     remaining = floor((P * L - debt) / P); reset = ceil(debt / L).
 -- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
-ALGORITHMS.gcra = {
+MAKE_ALGORITHM.gcra = function() return {
   check = function(b)
     for w = 1, b.n do
       local win = b[w]
@@ -64,4 +64,4 @@ ALGORITHMS.gcra = {
   stats = function(b, w)
     return idiv(w.period * w.limit - w.debt, w.period), cdiv(w.debt, w.limit)
   end,
-}
+} end

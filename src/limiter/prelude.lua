@@ -8,7 +8,7 @@
 --
 -- The code is prelude.lua (this file: contract, clock, exact integer
 -- helpers), sliding_log.lua, gcra.lua, sliding_window.lua, fixed_window.lua
--- (each registers one algorithm in ALGORITHMS and states its per-bucket
+-- (each registers one algorithm in MAKE_ALGORITHM and states its per-bucket
 -- contract) and decide.lua (decide(KEYS, ARGV): argument parsing and the
 -- three phases). src/limiter/script.rs ships it as a script (the definitions,
 -- then `return decide(KEYS, ARGV)`, for EVAL/EVALSHA) and as a function
@@ -165,4 +165,19 @@ end
 --   commit(b)            phase 2: record b.cost in every window, set the TTL
 --   stats(b, w, allowed) phase 3: remaining, reset_ms of window w after the
 --                        decision
-local ALGORITHMS = {}
+-- Each algorithm file registers a function making its table in
+-- MAKE_ALGORITHM; the table is made on first use, so a script (which makes
+-- everything again on every call) makes only the algorithms it uses.
+local ALGORITHMS, MAKE_ALGORITHM = {}, {}
+
+-- The algorithm with id `id`, or nil.
+local function algorithm_for(id)
+  local algorithm = ALGORITHMS[id]
+  if algorithm == nil then
+    local make = MAKE_ALGORITHM[id]
+    if not make then return nil end
+    algorithm = make()
+    ALGORITHMS[id] = algorithm
+  end
+  return algorithm
+end

@@ -171,7 +171,13 @@ mod tests {
         assert_eq!(s.sha.len(), 40);
         assert_eq!(s.sha, sha1_smol::Sha1::from(s.body).hexdigest());
         assert!(s.body.starts_with("-- tollgate"));
-        for file in ["ALGORITHMS.log =", "ALGORITHMS.gcra =", "ALGORITHMS.sw =", "ALGORITHMS.fw =", "-- Phase 3"] {
+        for file in [
+            "MAKE_ALGORITHM.log =",
+            "MAKE_ALGORITHM.gcra =",
+            "MAKE_ALGORITHM.sw =",
+            "MAKE_ALGORITHM.fw =",
+            "-- Phase 3",
+        ] {
             assert!(s.body.contains(file), "{file}");
         }
         assert!(s.body.ends_with("\nreturn decide(KEYS, ARGV)\n"));

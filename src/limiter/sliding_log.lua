@@ -32,7 +32,7 @@ local function log_oldest(b, w)
   return w.oldest
 end
 
-ALGORITHMS.log = {
+MAKE_ALGORITHM.log = function() return {
   check = function(b)
     local key, cost, longest = b.key, b.cost, b.max_period
     local cut = num(now - longest)
@@ -110,4 +110,4 @@ ALGORITHMS.log = {
     if w.count > 0 then oldest = log_oldest(b, w) end
     return remaining, oldest + w.period - now
   end,
-}
+} end

@@ -27,7 +27,7 @@ local function sw_fit_offset(prev, room, period)
   return nil
 end
 
-ALGORITHMS.sw = {
+MAKE_ALGORITHM.sw = function() return {
   check = function(b)
     for w = 1, b.n do
       local win = b[w]
@@ -94,4 +94,4 @@ ALGORITHMS.sw = {
     end
     return remaining, reset
   end,
-}
+} end
