@@ -72,7 +72,8 @@ pub fn markdown(targets: &[Target], rows: &[Row], parts: &[Measured], server: &s
         machine()
     )
     .unwrap();
-    writeln!(md, "pipelined on one connection, Valkey's clock, a new key per decision (see the footnotes).\n").unwrap();
+    writeln!(md, "pipelined on one connection, the server's clock. Each cell: µs per decision from `INFO").unwrap();
+    writeln!(md, "commandstats` / from the server's CPU time, and decisions per second of one core.\n").unwrap();
     let mut head = String::from("| algorithm | windows | decision |");
     let mut rule = String::from("| --- | --- | --- |");
     for p in &paths {
