@@ -11,7 +11,7 @@ own (no Envoy). Prints the table and writes it into docs/algorithms.md.
 --baseline also measures the script of an older version in the same run: the
 concatenation of its src/limiter/{prelude,sliding_log,gcra,sliding_window,
 fixed_window,decide}.lua (the layout since the four algorithms; a version
-whose decide.lua only defines `decide` gets `return decide(KEYS, ARGV)`).
+whose decide.lua only defines `decide` gets `return decide(KEYS, ARGV, true)`).
 
 For `make bench` (scripts/bench.py):
 
@@ -51,8 +51,8 @@ def baseline_script(ref, workdir):
             sys.exit(f"--baseline {ref}: no src/limiter/{name}.lua there ({out.stderr.strip()})")
         parts.append(out.stdout)
     body = "".join(parts)
-    if "local function decide(" in parts[-1] and "return decide(KEYS, ARGV)" not in body:
-        body += "return decide(KEYS, ARGV)\n"
+    if "local function decide(" in parts[-1] and "return decide(KEYS, ARGV" not in body:
+        body += "return decide(KEYS, ARGV, true)\n"
     path = Path(workdir) / f"baseline-{ref.replace('/', '_')}.lua"
     path.write_text(body)
     return path

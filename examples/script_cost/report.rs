@@ -51,7 +51,9 @@ fn machine() -> String {
         })
         .unwrap_or_else(|| "?".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cores} cores ({cpu})")
+    // What else ran on the machine meanwhile (other work slows every cell).
+    let load = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split(' ').next().map(str::to_owned));
+    format!("{cores} cores ({cpu}), load average {} at the end", load.unwrap_or_else(|| "?".into()))
 }
 
 fn today() -> String {

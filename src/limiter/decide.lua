@@ -1,5 +1,5 @@
 -- The driver (last part of the definitions; contract in prelude.lua):
--- decide(KEYS, ARGV) parses KEYS/ARGV into buckets, then phase 1 (check
+-- decide(KEYS, ARGV[, once]) parses KEYS/ARGV into buckets, then phase 1 (check
 -- every window of every key, no writes), phase 2 (commit every key, only if
 -- every window fits), phase 3 (statistics per window, after the decision).
 
@@ -7,7 +7,10 @@
 -- BUCKETS[i] is the bucket of KEYS[i], BUCKETS[i][w] its window w.
 local BUCKETS = {}
 
-local function decide(KEYS, ARGV)
+-- `once`: the definitions were made for this call only (a script), so
+-- nothing is worth keeping for later calls.
+local function decide(KEYS, ARGV, once)
+  if once then config_room = 0 end
   fmod = math.fmod
   if ARGV[1] == '' then
     local t = redis.call('TIME')

@@ -9,9 +9,9 @@
 -- The code is prelude.lua (this file: contract, clock, exact integer
 -- helpers), sliding_log.lua, gcra.lua, sliding_window.lua, fixed_window.lua
 -- (each registers one algorithm in MAKE_ALGORITHM and states its per-bucket
--- contract) and decide.lua (decide(KEYS, ARGV): argument parsing and the
+-- contract) and decide.lua (decide(KEYS, ARGV, once): argument parsing and the
 -- three phases). src/limiter/script.rs ships it as a script (the definitions,
--- then `return decide(KEYS, ARGV)`, for EVAL/EVALSHA) and as a function
+-- then `return decide(KEYS, ARGV, true)`, for EVAL/EVALSHA) and as a function
 -- library (the definitions once, at FUNCTION LOAD; decide per FCALL). Code
 -- at the top level must therefore only define: a library's top level runs
 -- without the standard libraries (string, math, tonumber, ... exist only
@@ -90,15 +90,16 @@ local ARGS = {}
 
 -- tonumber() of a limit, period, cost or window count as sent: these repeat
 -- from call to call, and a cached lookup is cheaper than parsing (strtod).
--- At most 4096 strings are kept.
-local CONFIG_NUMBERS, config_numbers = {}, 0
+-- At most 4096 strings are kept, and none when the definitions live for one
+-- call only (a script: decide() sets config_room to 0).
+local CONFIG_NUMBERS, config_room = {}, 4096
 local function config_number(s)
   local x = CONFIG_NUMBERS[s]
   if x == nil then
     x = tonumber(s)
-    if config_numbers < 4096 then
+    if config_room > 0 then
       CONFIG_NUMBERS[s] = x or false
-      config_numbers = config_numbers + 1
+      config_room = config_room - 1
     end
   end
   return x or nil

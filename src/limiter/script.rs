@@ -3,11 +3,11 @@
 //! comment of `prelude.lua`; the reply is parsed by [`super::reply::parse`]).
 //!
 //! The code is one set of definitions: `prelude.lua`, the four algorithm files
-//! and `decide.lua` (which defines `decide(KEYS, ARGV)`), so checks of
+//! and `decide.lua` (which defines `decide(KEYS, ARGV, once)`), so checks of
 //! different algorithms are decided in one atomic call. It ships two ways:
 //!
 //! * **A script** ([`Script::body`], run by `EVALSHA`/`EVAL`): the definitions,
-//!   then `return decide(KEYS, ARGV)`. Every call evaluates every definition
+//!   then `return decide(KEYS, ARGV, true)`. Every call evaluates every definition
 //!   again before deciding.
 //! * **A function library** ([`Script::library`], loaded by `FUNCTION LOAD`
 //!   once per server, run by `FCALL`): the definitions are evaluated once, at
@@ -69,7 +69,7 @@ const BODY: &str = concat!(
     include_str!("sliding_window.lua"),
     include_str!("fixed_window.lua"),
     include_str!("decide.lua"),
-    "return decide(KEYS, ARGV)\n",
+    "return decide(KEYS, ARGV, true)\n",
 );
 
 /// The library around the definitions, with `@NAME@` where its name goes.
@@ -78,7 +78,7 @@ const LIBRARY_TAIL: &str = "redis.register_function('@NAME@', decide)\n";
 
 /// The library text with `name`.
 fn library(name: &str) -> String {
-    let definitions = BODY.strip_suffix("return decide(KEYS, ARGV)\n").unwrap_or(BODY);
+    let definitions = BODY.strip_suffix("return decide(KEYS, ARGV, true)\n").unwrap_or(BODY);
     format!("{}{definitions}{}", LIBRARY_HEAD.replace("@NAME@", name), LIBRARY_TAIL.replace("@NAME@", name))
 }
 
@@ -180,7 +180,7 @@ mod tests {
         ] {
             assert!(s.body.contains(file), "{file}");
         }
-        assert!(s.body.ends_with("\nreturn decide(KEYS, ARGV)\n"));
+        assert!(s.body.ends_with("\nreturn decide(KEYS, ARGV, true)\n"));
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
@@ -190,7 +190,7 @@ mod tests {
         assert_eq!(s.function, format!("tollgate_{}", &hash[..12]));
         let header = format!("#!lua name={}\n", s.function);
         let footer = format!("redis.register_function('{}', decide)\n", s.function);
-        let definitions = s.body.strip_suffix("return decide(KEYS, ARGV)\n").unwrap();
+        let definitions = s.body.strip_suffix("return decide(KEYS, ARGV, true)\n").unwrap();
         assert_eq!(s.library, format!("{header}{definitions}{footer}"));
         // Any change to the code changes the name.
         let changed = library("@NAME@").replacen("-- tollgate", "-- Tollgate", 1);
