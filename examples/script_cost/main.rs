@@ -15,7 +15,7 @@
 //! (10^6 / CPU µs), and the commands the limiter ran per decision.
 //!
 //! Every path has a valkey-server of its own (what one path allocates and
-//! collects must not slow another down). Decisions run in rounds of 500 keys,
+//! collects must not slow another down). Decisions run in rounds of 200 keys,
 //! the paths' rounds alternating, and a cell is the median over its rounds:
 //! load from elsewhere on the machine falls on every path alike, and a
 //! preempted round does not count. Timing on a shared machine is still noisy:
@@ -26,7 +26,8 @@
 //! by `EVALSHA`, e.g. an older version's), `--library LABEL=FILE` (another
 //! library, its function named like the library), `--dump DIR` (write this
 //! version's `script.lua` and `library.lua` there, to measure them later),
-//! `--json` (rows as JSON, for `scripts/script_cost.py`), `--write-docs`
+//! `--json` (the decision rows as JSON, without the parts, for
+//! `scripts/script_cost.py`), `--write-docs`
 //! (the tables into `docs/algorithms.md`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -48,7 +49,7 @@ use tollgate::resp::{encode_command, Value};
 pub const ONE: &[(u64, u64)] = &[(20, 60_000)];
 pub const TWO: &[(u64, u64)] = &[(20, 60_000), (5, 3_000)];
 /// Keys per round: each round fills its keys, then measures them.
-const ROUND: usize = 500;
+const ROUND: usize = 200;
 
 #[derive(Clone, Copy, PartialEq)]
 pub enum Case {
@@ -262,12 +263,13 @@ fn main() {
         }
     }
     measure(&mut targets, &mut rows, decisions);
-    let parts = parts::measure(decisions);
-    eprintln!();
     if json {
+        eprintln!();
         println!("{}", report::json(&targets, &rows, &server, decisions));
         return;
     }
+    let parts = parts::measure(decisions);
+    eprintln!();
     let text = report::markdown(&targets, &rows, &parts, &server, decisions);
     print!("{text}");
     if docs {

@@ -33,15 +33,20 @@
 //!   (`NOSCRIPT` to `EVALSHA`; `ERR Function not found` to `FCALL`, after a
 //!   restart without persistence, a `FUNCTION FLUSH`, a failover to a server
 //!   that never had it, or the first call). **Such a call did not run**: send
-//!   it again after `EVAL`-ing it (script) or after [`encode_load`] (function;
-//!   the load and the resent call can go in one pipeline, in that order).
-//!   Any other error reply did not decide either, but is not cured by loading.
+//!   it again as [`Invocation::Eval`] (script), or after [`encode_load`]
+//!   (function; the load and the resent call can go in one pipeline, in that
+//!   order). Any other error reply did not decide either, but is not cured by
+//!   loading; its first word classifies it as before (`WRONGTYPE`, `OOM`,
+//!   `READONLY`, `ERR tollgate: ...`). One difference: out of memory under
+//!   `noeviction`, `FCALL` is refused with `OOM` before it runs, even for a
+//!   request that would be denied, where `EVAL` fails only at its first write.
 //! * The reply of a call that ran: [`super::reply::parse`].
 //!
-//! `FCALL` needs Valkey (any version) or Redis 7.0 and later, and ACL
-//! permission for `fcall` and `function|load` (the script needs `evalsha` and
-//! `eval`). Redis 6 answers `FUNCTION LOAD` with `ERR unknown command`: use the
-//! script there.
+//! `FCALL` needs Valkey (any version) or Redis 7.0 and later. The smallest ACL
+//! (`tests/script_acl.rs`): `~<key prefix>:* +time +zadd +zcount
+//! +zrangebyscore +zremrangebyscore +hmget +hset +pexpire`, plus `+fcall
+//! +function|load` for the library, `+evalsha +eval` for the script. Redis 6
+//! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
 use super::Check;
 use crate::resp::{encode_command, Value};
