@@ -17,7 +17,7 @@ ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 PURE_TESTS := cli config_fixtures config_limits docs_examples resp_properties schema test_split
 INTEGRATION_TESTS := $(filter-out $(PURE_TESTS),$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo test unit lint wasm-test validate integration netns-load flood algorithms-report bench fuzz soak clean
+.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
 
 all: build
 
@@ -91,6 +91,13 @@ bench: build
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; } \
 	  || { echo "bench needs wrk (Debian package wrk); install it as root" >&2; exit 1; }
 	python3 scripts/bench.py
+
+# Not part of `make test`: Valkey µs per decision per algorithm and case, and
+# decisions per second of one Valkey core, FCALL and EVALSHA, straight to a
+# valkey-server (no Envoy); prints the tables and writes them into
+# docs/algorithms.md. BASELINE=<git ref> also measures that version's script.
+bench-script: tools
+	python3 scripts/script_cost.py $(if $(BASELINE),--baseline $(BASELINE))
 
 test: tools lint unit wasm-test build validate image integration
 	@echo "make test: all suites passed"

@@ -1,7 +1,8 @@
 //! Differential property tests: random traces (times, keys, costs, several
 //! windows, several rules of any mix of algorithms) must give identical
 //! decisions, remaining, reset and retry in the pure model and in the script
-//! in a real Valkey, with injected time.
+//! in a real Valkey, with injected time. Every trace runs through both
+//! invocation paths (the script and the function library), on its own keys.
 //!
 //! Failing cases are shrunk and their seeds saved next to this file in
 //! `differential_props.proptest-regressions` (commit it): saved cases run
@@ -11,7 +12,7 @@
 mod harness;
 mod support;
 
-use harness::{check, Differential};
+use harness::{check, Differential, Path};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use proptest::test_runner::TestRunner;
@@ -60,6 +61,12 @@ fn steps() -> impl Strategy<Value = Vec<(u64, u8)>> {
 }
 
 fn run_trace(valkey: &Valkey, rules: &[Rule], start: u64, steps: &[(u64, u8)]) {
+    for path in Path::ALL {
+        run_trace_via(valkey, path, rules, start, steps);
+    }
+}
+
+fn run_trace_via(valkey: &Valkey, path: Path, rules: &[Rule], start: u64, steps: &[(u64, u8)]) {
     static CASE: AtomicU64 = AtomicU64::new(0);
     let case = CASE.fetch_add(1, Ordering::Relaxed);
     let checks: Vec<Check> = rules
@@ -70,7 +77,7 @@ fn run_trace(valkey: &Valkey, rules: &[Rule], start: u64, steps: &[(u64, u8)]) {
             check(r.algorithm, i, &key, &r.windows, r.cost)
         })
         .collect();
-    let mut diff = Differential::new(valkey);
+    let mut diff = Differential::via(valkey, path);
     let mut now = start;
     for &(gap, mask) in steps {
         now += gap;

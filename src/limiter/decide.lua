@@ -1,68 +1,106 @@
--- The driver (last part of the script; contract in prelude.lua): parse
--- KEYS/ARGV into buckets, then phase 1 (check every window of every key, no
--- writes), phase 2 (commit every key, only if every window fits), phase 3
--- (statistics per window, after the decision).
+-- The driver (last part of the definitions; contract in prelude.lua):
+-- decide(KEYS, ARGV[, once]) parses KEYS/ARGV into buckets, then phase 1 (check
+-- every window of every key, no writes), phase 2 (commit every key, only if
+-- every window fits), phase 3 (statistics per window, after the decision).
 
-local buckets = {}
-local a = 2
-for i = 1, #KEYS do
-  local algorithm = ALGORITHMS[ARGV[a]]
-  local cost = tonumber(ARGV[a + 1])
-  local n = tonumber(ARGV[a + 2])
-  if not algorithm then
-    return redis.error_reply('ERR tollgate: unknown algorithm for key ' .. i)
-  end
-  if not cost or not n or cost < 1 or n < 1 or cost ~= math.floor(cost) then
-    return redis.error_reply('ERR tollgate: bad cost or window count for key ' .. i)
-  end
-  a = a + 3
-  local windows = {}
-  local max_period = 0
-  for w = 1, n do
-    local limit = tonumber(ARGV[a])
-    local period = tonumber(ARGV[a + 1])
-    if not limit or not period or limit < 1 or period < 1
-        or limit ~= math.floor(limit) or period ~= math.floor(period) then
-      return redis.error_reply('ERR tollgate: bad window ' .. w .. ' for key ' .. i)
+-- Buckets and windows, kept from call to call (see ARGS in prelude.lua):
+-- BUCKETS[i] is the bucket of KEYS[i], BUCKETS[i][w] its window w.
+local BUCKETS = {}
+
+-- `once`: the definitions were made for this call only (a script), so
+-- nothing is worth keeping for later calls.
+local function decide(KEYS, ARGV, once)
+  if once then config_room = 0 end
+  fmod = math.fmod
+  if ARGV[1] == '' then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    ttl_slack = 0
+  else
+    now = tonumber(ARGV[1])
+    ttl_slack = 60000
+    if not now or now < 0 or now % 1 ~= 0 then
+      return redis.error_reply('ERR tollgate: bad now')
     end
-    a = a + 2
-    windows[w] = { limit = limit, period = period }
-    if period > max_period then max_period = period end
   end
-  buckets[i] = { key = KEYS[i], algorithm = algorithm, cost = cost, windows = windows, max_period = max_period }
-end
-if a ~= #ARGV + 1 then
-  return redis.error_reply('ERR tollgate: argument count does not match KEYS')
-end
+  now_s = nil
 
-for _, b in ipairs(buckets) do
-  b.algorithm.load(b)
-end
-
--- Phase 1: does the request fit every window of every key?
-local allowed = true
-for _, b in ipairs(buckets) do
-  for _, w in ipairs(b.windows) do
-    w.retry = b.algorithm.retry(b, w)
-    if w.retry > 0 then allowed = false end
+  local keys = #KEYS
+  local a = 2
+  for i = 1, keys do
+    local algorithm = algorithm_for(ARGV[a])
+    local cost = config_number(ARGV[a + 1])
+    local n = config_number(ARGV[a + 2])
+    if not algorithm then
+      return redis.error_reply('ERR tollgate: unknown algorithm for key ' .. i)
+    end
+    if not cost or not n or cost < 1 or n < 1 or cost % 1 ~= 0 then
+      return redis.error_reply('ERR tollgate: bad cost or window count for key ' .. i)
+    end
+    a = a + 3
+    local b = BUCKETS[i]
+    if not b then
+      b = {}
+      BUCKETS[i] = b
+    end
+    b.key, b.algorithm, b.cost, b.n, b.max_period = KEYS[i], algorithm, cost, n, 0
+    for w = 1, n do
+      local limit_s, period_s = ARGV[a], ARGV[a + 1]
+      local limit, period = config_number(limit_s), config_number(period_s)
+      if not limit or not period or limit < 1 or period < 1 or limit % 1 ~= 0 or period % 1 ~= 0 then
+        return redis.error_reply('ERR tollgate: bad window ' .. w .. ' for key ' .. i)
+      end
+      a = a + 2
+      local win = b[w]
+      if not win then
+        win = {}
+        b[w] = win
+      end
+      win.limit, win.period, win.limit_s, win.period_s = limit, period, limit_s, period_s
+      if period > b.max_period then b.max_period, b.max_period_s = period, period_s end
+    end
   end
-end
-
--- Phase 2: record the request in every key, only if every window had room.
-if allowed then
-  for _, b in ipairs(buckets) do
-    b.algorithm.commit(b)
+  if a ~= #ARGV + 1 then
+    return redis.error_reply('ERR tollgate: argument count does not match KEYS')
   end
-end
 
--- Phase 3: statistics per window, after the decision.
-local reply = { allowed and 1 or 0, now }
-for _, b in ipairs(buckets) do
-  for _, w in ipairs(b.windows) do
-    local remaining, reset = b.algorithm.stats(b, w)
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = reset
-    reply[#reply + 1] = w.retry
+  -- Phase 1: does the request fit every window of every key?
+  local allowed = true
+  for i = 1, keys do
+    local b = BUCKETS[i]
+    if not b.algorithm.check(b) then allowed = false end
   end
+
+  -- Phase 2: record the request in every key, only if every window had room.
+  if allowed then
+    for i = 1, keys do
+      local b = BUCKETS[i]
+      b.algorithm.commit(b)
+    end
+  end
+
+  -- Phase 3: statistics per window, after the decision. (The reply is made
+  -- at its final size when that is 1 or 2 windows: growing a table costs.)
+  local flag, reply = allowed and 1 or 0, nil
+  local windows = 0
+  for i = 1, keys do windows = windows + BUCKETS[i].n end
+  if windows == 1 then
+    reply = { flag, now, 0, 0, 0 }
+  elseif windows == 2 then
+    reply = { flag, now, 0, 0, 0, 0, 0, 0 }
+  else
+    reply = { flag, now }
+  end
+  local r = 2
+  for i = 1, keys do
+    local b = BUCKETS[i]
+    local stats = b.algorithm.stats
+    for w = 1, b.n do
+      local win = b[w]
+      local remaining, reset = stats(b, win, allowed)
+      reply[r + 1], reply[r + 2], reply[r + 3] = remaining, reset, win.retry
+      r = r + 3
+    end
+  end
+  return reply
 end
-return reply

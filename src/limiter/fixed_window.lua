@@ -9,35 +9,40 @@
 -- commit    count = count + cost; TTL = longest period.
 -- stats     remaining = limit - count; reset = end of the window if
 --           count > 0, else 0.
+-- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
-ALGORITHMS.fw = {
-  load = function(b)
-    for _, w in ipairs(b.windows) do
-      w.field = num(w.period)
-      w.k = idiv(now, w.period)
-      local v = redis.call('HMGET', b.key, w.field .. ':k', w.field .. ':c')
-      w.count = 0
-      if tonumber(v[1]) == w.k then w.count = tonumber(v[2]) or 0 end
+MAKE_ALGORITHM.fw = function() return {
+  check = function(b)
+    for w = 1, b.n do
+      local win = b[w]
+      name_fields(win, 'fw', win.period_s, ':k', ':c')
+      win.k = idiv(now, win.period)
     end
-  end,
-
-  retry = function(b, w)
-    if w.count + b.cost <= w.limit then return 0 end
-    return (w.k + 1) * w.period - now
+    local v = hmget(b, 2)
+    local fits = true
+    for w = 1, b.n do
+      local win = b[w]
+      local count = 0
+      if tonumber(v[2 * w - 1]) == win.k then count = tonumber(v[2 * w]) or 0 end
+      win.count = count
+      if count + b.cost <= win.limit then
+        win.retry = 0
+      else
+        win.retry = (win.k + 1) * win.period - now
+        fits = false
+      end
+    end
+    return fits
   end,
 
   commit = function(b)
-    local args = {}
-    for _, w in ipairs(b.windows) do
+    for w = 1, b.n do
       -- Windows with the same period share their fields and count.
-      w.count = w.count + b.cost
-      args[#args + 1] = w.field .. ':k'
-      args[#args + 1] = num(w.k)
-      args[#args + 1] = w.field .. ':c'
-      args[#args + 1] = num(w.count)
+      local win = b[w]
+      win.count = win.count + b.cost
+      win.v1, win.v2 = num(win.k), num(win.count)
     end
-    redis.call('HSET', b.key, unpack(args))
-    redis.call('PEXPIRE', b.key, num(b.max_period + ttl_slack))
+    hset_expire(b, 2, b.max_period, b.max_period_s)
   end,
 
   stats = function(b, w)
@@ -47,4 +52,4 @@ ALGORITHMS.fw = {
     if w.count > 0 then reset = (w.k + 1) * w.period - now end
     return remaining, reset
   end,
-}
+} end

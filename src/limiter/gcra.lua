@@ -12,48 +12,56 @@
 --           retry = ceil((debt - (L - cost) * P) / L).
 -- commit    at = now, d = debt + cost * P; TTL = longest period.
 -- stats     remaining = floor((P * L - debt) / P); reset = ceil(debt / L).
+-- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
-ALGORITHMS.gcra = {
-  load = function(b)
-    for _, w in ipairs(b.windows) do
-      w.field = num(w.limit) .. '/' .. num(w.period)
-      local v = redis.call('HMGET', b.key, w.field .. ':at', w.field .. ':d')
-      local at, d = tonumber(v[1]), tonumber(v[2])
-      w.debt = 0
+MAKE_ALGORITHM.gcra = function() return {
+  check = function(b)
+    for w = 1, b.n do
+      local win = b[w]
+      if win.named_for ~= 'gcra' or win.named_limit ~= win.limit_s or win.named_period ~= win.period_s then
+        name_fields(win, 'gcra', win.limit_s .. '/' .. win.period_s, ':at', ':d')
+      end
+    end
+    local v = hmget(b, 2)
+    local fits = true
+    for w = 1, b.n do
+      local win = b[w]
+      local limit, period = win.limit, win.period
+      local at, d = tonumber(v[2 * w - 1]), tonumber(v[2 * w])
+      local debt = 0
       if at and d then
         local elapsed = now - at
         if elapsed < 0 then elapsed = 0 end
-        if elapsed < w.period then
-          w.debt = d - elapsed * w.limit
-          if w.debt < 0 then w.debt = 0 end
+        if elapsed < period then
+          debt = d - elapsed * limit
+          if debt < 0 then debt = 0 end
         end
       end
+      win.debt = debt
+      -- debt - (L - cost) * P, not debt + cost * P - P * L: the sum could pass
+      -- 2^53 and round; each term here stays within P * L.
+      local over = debt - (limit - b.cost) * period
+      if over <= 0 then
+        win.retry = 0
+      else
+        win.retry = cdiv(over, limit)
+        fits = false
+      end
     end
-  end,
-
-  retry = function(b, w)
-    -- debt - (L - cost) * P, not debt + cost * P - P * L: the sum could pass
-    -- 2^53 and round; each term here stays within P * L.
-    local over = w.debt - (w.limit - b.cost) * w.period
-    if over <= 0 then return 0 end
-    return cdiv(over, w.limit)
+    return fits
   end,
 
   commit = function(b)
-    local args = {}
-    for _, w in ipairs(b.windows) do
+    for w = 1, b.n do
       -- Windows with the same limit and period share their fields and debt.
-      w.debt = w.debt + b.cost * w.period
-      args[#args + 1] = w.field .. ':at'
-      args[#args + 1] = num(now)
-      args[#args + 1] = w.field .. ':d'
-      args[#args + 1] = num(w.debt)
+      local win = b[w]
+      win.debt = win.debt + b.cost * win.period
+      win.v1, win.v2 = now_str(), num(win.debt)
     end
-    redis.call('HSET', b.key, unpack(args))
-    redis.call('PEXPIRE', b.key, num(b.max_period + ttl_slack))
+    hset_expire(b, 2, b.max_period, b.max_period_s)
   end,
 
   stats = function(b, w)
     return idiv(w.period * w.limit - w.debt, w.period), cdiv(w.debt, w.limit)
   end,
-}
+} end

@@ -4,12 +4,24 @@
 -- whatever algorithm each rule uses. The request is admitted only if every
 -- window of every key has room for it; only then is it recorded (in every
 -- key). A denied request changes no count. Each algorithm is specified by its
--- pure model in src/limiter/model/; this script only makes it atomic.
+-- pure model in src/limiter/model/; this code only makes it atomic.
 --
--- The script is the concatenation of prelude.lua (this file: contract, clock,
--- exact integer helpers), sliding_log.lua, gcra.lua, sliding_window.lua,
--- fixed_window.lua (each registers one algorithm in ALGORITHMS and states its
--- per-bucket contract) and decide.lua (argument parsing and the three phases).
+-- The code is prelude.lua (this file: contract, clock, exact integer
+-- helpers), sliding_log.lua, gcra.lua, sliding_window.lua, fixed_window.lua
+-- (each registers one algorithm in MAKE_ALGORITHM and states its per-bucket
+-- contract) and decide.lua (decide(KEYS, ARGV, once): argument parsing and the
+-- three phases). src/limiter/script.rs ships it as a script (the definitions,
+-- then `return decide(KEYS, ARGV, true)`, for EVAL/EVALSHA) and as a function
+-- library (the definitions once, at FUNCTION LOAD; decide per FCALL). Code
+-- at the top level must therefore only define: a library's top level runs
+-- without the standard libraries (string, math, tonumber, ... exist only
+-- inside calls).
+--
+-- Cost (see "What a decision costs in Valkey" in docs/algorithms.md): every
+-- redis.call is 0.6-1.3 us of Valkey time, string.format('%.0f') 0.24 us,
+-- string.format('%d') 0.1 us, a table of 7 fields 0.2 us. So each algorithm reads
+-- all of a key's windows in one command where it can, skips commands whose
+-- answer it already knows, and formats numbers only for what it writes.
 --
 -- KEYS[i]   the bucket of check i (one per matching rule, distinct keys; the
 --           key's suffix names the algorithm: log, gcra, sw, fw).
@@ -19,6 +31,9 @@
 -- ARGV[2..] for each key, in KEYS order:
 --             algorithm (log | gcra | sw | fw), cost, n, then n pairs:
 --             limit, period_ms
+--           Numbers are decimal integers as the proxy writes them (no sign,
+--           leading zero or exponent): limits and periods are used as sent
+--           in hash field names and TTLs.
 --
 -- Reply     { allowed (1|0), now_ms, then for each key, for each window:
 --             remaining, reset_ms, retry_ms }
@@ -32,30 +47,36 @@
 -- products up to limit * period_ms, which the configuration bounds by 2^53),
 -- so Lua's doubles compute exactly what the Rust model computes.
 
-local now
-local injected = ARGV[1] ~= ''
-if not injected then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
-if not now or now < 0 or now ~= math.floor(now) then
-  return redis.error_reply('ERR tollgate: bad now')
+-- The clock of the current call, set by decide() on every call (the
+-- algorithms read it): now in ms, now_s its decimal string (made on first
+-- use). With an injected clock Valkey still expires keys by its own clock, so
+-- tests get a minute of slack (ttl_slack; correctness never depends on
+-- expiry: expired state reads as empty, and the algorithms ignore stale
+-- state; expiry only collects idle keys).
+local now, now_s, ttl_slack = 0, nil, 0
+
+-- An integer (|x| < 2^53) as a decimal string, never an exponent. ('%d' is
+-- exact there and 2.5 times cheaper than '%.0f'.)
+local function num(x) return string.format('%d', x) end
+
+-- now as a decimal string.
+local function now_str()
+  if not now_s then now_s = num(now) end
+  return now_s
 end
 
--- With an injected clock Valkey still expires keys by its own clock, so tests
--- get a minute of slack (correctness never depends on expiry: expired state
--- reads as empty, and the algorithms ignore stale state; expiry only collects
--- idle keys).
-local ttl_slack = 0
-if injected then ttl_slack = 60000 end
+-- The TTL argument for a key that must live `ms` after now: `ms_s` (the same
+-- number as sent by the proxy, a string) when there is no slack.
+local function ttl(ms, ms_s)
+  if ttl_slack == 0 and ms_s then return ms_s end
+  return num(ms + ttl_slack)
+end
 
--- An integer as a decimal string (never an exponent).
-local function num(x) return string.format('%.0f', x) end
+-- math.fmod (set by decide(): a library's top level has no math).
+local fmod
 
 -- floor(a / b) for integers 0 <= a <= 2^53, b > 0; exact (fmod is exact).
-local function idiv(a, b) return (a - math.fmod(a, b)) / b end
+local function idiv(a, b) return (a - fmod(a, b)) / b end
 
 -- ceil(a / b) for integers 0 <= a <= 2^53, b > 0.
 local function cdiv(a, b)
@@ -64,11 +85,103 @@ local function cdiv(a, b)
   return q
 end
 
+-- Tables kept from call to call by a library (a script makes them again on
+-- every call): the argument list below, the buckets and windows of decide(),
+-- the cache of configuration numbers. Every field a call reads is written
+-- earlier in the same call.
+local ARGS = {}
+
+-- tonumber() of a limit, period, cost or window count as sent: these repeat
+-- from call to call, and a cached lookup is cheaper than parsing (strtod).
+-- At most 4096 strings are kept, and none when the definitions live for one
+-- call only (a script: decide() sets config_room to 0).
+local CONFIG_NUMBERS, config_room = {}, 4096
+local function config_number(s)
+  local x = CONFIG_NUMBERS[s]
+  if x == nil then
+    x = tonumber(s)
+    if config_room > 0 then
+      CONFIG_NUMBERS[s] = x or false
+      config_room = config_room - 1
+    end
+  end
+  return x or nil
+end
+
+-- Names the hash fields of window w for algorithm `id`: `base` followed by
+-- each suffix, in w.f1, w.f2 (, w.f3). A reused window keeps the names of
+-- its last call, so the strings are made again only when they change.
+local function name_fields(w, id, base, s1, s2, s3)
+  if w.named_for == id and w.named_limit == w.limit_s and w.named_period == w.period_s then return end
+  w.f1, w.f2 = base .. s1, base .. s2
+  if s3 then w.f3 = base .. s3 end
+  w.named_for, w.named_limit, w.named_period = id, w.limit_s, w.period_s
+end
+
+-- HMGET of `per` (2 or 3) fields of every window w of bucket b, named w.f1,
+-- w.f2 (, w.f3): one command for all windows; values in window order.
+local function hmget(b, per)
+  local w1 = b[1]
+  if b.n == 1 then
+    if per == 2 then return redis.call('HMGET', b.key, w1.f1, w1.f2) end
+    return redis.call('HMGET', b.key, w1.f1, w1.f2, w1.f3)
+  end
+  local m = 0
+  for i = 1, b.n do
+    local w = b[i]
+    ARGS[m + 1], ARGS[m + 2] = w.f1, w.f2
+    if per == 3 then ARGS[m + 3] = w.f3 end
+    m = m + per
+  end
+  return redis.call('HMGET', b.key, unpack(ARGS, 1, m))
+end
+
+-- HSET of `per` fields of every window (w.f1 = w.v1, ...), then the key's
+-- TTL: `ms` after now (`ms_s`: the same number as sent, if it was).
+local function hset_expire(b, per, ms, ms_s)
+  local w1 = b[1]
+  if b.n == 1 then
+    if per == 2 then
+      redis.call('HSET', b.key, w1.f1, w1.v1, w1.f2, w1.v2)
+    else
+      redis.call('HSET', b.key, w1.f1, w1.v1, w1.f2, w1.v2, w1.f3, w1.v3)
+    end
+  else
+    local m = 0
+    for i = 1, b.n do
+      local w = b[i]
+      ARGS[m + 1], ARGS[m + 2], ARGS[m + 3], ARGS[m + 4] = w.f1, w.v1, w.f2, w.v2
+      if per == 3 then ARGS[m + 5], ARGS[m + 6] = w.f3, w.v3 end
+      m = m + 2 * per
+    end
+    redis.call('HSET', b.key, unpack(ARGS, 1, m))
+  end
+  redis.call('PEXPIRE', b.key, ttl(ms, ms_s))
+end
+
 -- The algorithms, by id. Each is a table of functions over a bucket
--- b = { key, cost, windows = { { limit, period }, ... }, max_period }:
---   load(b)       read the bucket's state into b (housekeeping writes that
---                 never change a decision are allowed, e.g. trimming)
---   retry(b, w)   phase 1: ms until b.cost fits window w (0 = fits); no writes
---   commit(b)     phase 2: record b.cost in every window, set the key's TTL
---   stats(b, w)   phase 3: remaining, reset_ms of window w after the decision
-local ALGORITHMS = {}
+-- b = { key, cost, n, max_period, max_period_s, [1..n] = windows }, a window
+-- w = { limit, period, limit_s, period_s (as sent), retry, ... }:
+--   check(b)             phase 1: read the bucket's state, set w.retry for
+--                        every window (ms until b.cost fits, 0 = fits now);
+--                        true if every window fits. No writes, except
+--                        housekeeping that never changes a decision.
+--   commit(b)            phase 2: record b.cost in every window, set the TTL
+--   stats(b, w, allowed) phase 3: remaining, reset_ms of window w after the
+--                        decision
+-- Each algorithm file registers a function making its table in
+-- MAKE_ALGORITHM; the table is made on first use, so a script (which makes
+-- everything again on every call) makes only the algorithms it uses.
+local ALGORITHMS, MAKE_ALGORITHM = {}, {}
+
+-- The algorithm with id `id`, or nil.
+local function algorithm_for(id)
+  local algorithm = ALGORITHMS[id]
+  if algorithm == nil then
+    local make = MAKE_ALGORITHM[id]
+    if not make then return nil end
+    algorithm = make()
+    ALGORITHMS[id] = algorithm
+  end
+  return algorithm
+end

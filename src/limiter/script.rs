@@ -1,23 +1,72 @@
-//! The store-side half of the limiter: the Lua script, its SHA-1 (computed once)
-//! and the encoding of [`Check`]s into its KEYS/ARGV contract (stated in the
-//! header comment of `prelude.lua`).
+//! The store-side half of the limiter: the Lua code, built once, and the
+//! encoding of [`Check`]s into its KEYS/ARGV contract (stated in the header
+//! comment of `prelude.lua`; the reply is parsed by [`super::reply::parse`]).
 //!
-//! The script is one body: `prelude.lua`, the four algorithm files and
-//! `decide.lua`, concatenated, so checks of different algorithms are decided
-//! in one atomic call.
+//! The code is one set of definitions: `prelude.lua`, the four algorithm files
+//! and `decide.lua` (which defines `decide(KEYS, ARGV, once)`), so checks of
+//! different algorithms are decided in one atomic call. It ships two ways:
+//!
+//! * **A script** ([`Script::body`], run by `EVALSHA`/`EVAL`): the definitions,
+//!   then `return decide(KEYS, ARGV, true)`. Every call evaluates every definition
+//!   again before deciding.
+//! * **A function library** ([`Script::library`], loaded by `FUNCTION LOAD`
+//!   once per server, run by `FCALL`): the definitions are evaluated once, at
+//!   load, and every call only decides. The library and its one function are
+//!   both named [`Script::function`], `tollgate_` + 12 hex digits of the
+//!   SHA-1 of the library text, so two tollgate versions sharing a server
+//!   never replace each other's code (identical code shares one library).
+//!
+//! Both take the same KEYS/ARGV and give the same reply, and both write the
+//! same data, so versions and invocations can be mixed on one server.
+//!
+//! # API for the transport
+//!
+//! * [`limiter()`]: the code, built once per process.
+//! * [`encode_call`]`(out, limiter(), how, checks, now_ms)` appends one
+//!   command deciding `checks` atomically: [`Invocation::EvalSha`],
+//!   [`Invocation::Eval`] (the body) or [`Invocation::FCall`].
+//! * [`encode_load`]`(out, limiter())` appends `FUNCTION LOAD REPLACE
+//!   <library>`; Valkey answers the library name as a bulk string (see
+//!   [`is_loaded`]). `REPLACE` makes concurrent loads by several proxies
+//!   harmless: the text of one name never changes.
+//! * [`is_missing`]`(reply)`: the reply says the code is not on this server
+//!   (`NOSCRIPT` to `EVALSHA`; `ERR Function not found` to `FCALL`, after a
+//!   restart without persistence, a `FUNCTION FLUSH`, a failover to a server
+//!   that never had it, or the first call). **Such a call did not run**: send
+//!   it again as [`Invocation::Eval`] (script), or after [`encode_load`]
+//!   (function; the load and the resent call can go in one pipeline, in that
+//!   order). Any other error reply did not decide either, but is not cured by
+//!   loading; its first word classifies it as before (`WRONGTYPE`, `OOM`,
+//!   `READONLY`, `ERR tollgate: ...`). One difference: out of memory under
+//!   `noeviction`, `FCALL` is refused with `OOM` before it runs, even for a
+//!   request that would be denied, where `EVAL` fails only at its first write.
+//! * The reply of a call that ran: [`super::reply::parse`].
+//!
+//! `FCALL` needs Valkey (any version) or Redis 7.0 and later. The smallest ACL
+//! (`tests/script_acl.rs`): `~<key prefix>:* +time +zadd +zcount
+//! +zrangebyscore +zremrangebyscore +hmget +hset +pexpire`, plus `+fcall
+//! +function|load` for the library, `+evalsha +eval` for the script. Redis 6
+//! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
 use super::Check;
-use crate::resp::encode_command;
+use crate::resp::{encode_command, Value};
 use std::sync::OnceLock;
 
-/// A Lua script with its SHA-1, as `SCRIPT LOAD` would report it.
+/// The limiter's code, as a script and as a function library.
 #[derive(Debug)]
 pub struct Script {
+    /// The script run by `EVAL`: the definitions, then the call.
     pub body: &'static str,
+    /// The SHA-1 of [`Script::body`], as `SCRIPT LOAD` would report it.
     pub sha: String,
+    /// The function library for `FUNCTION LOAD`: the same definitions.
+    pub library: String,
+    /// The name of the library and of its one function, for `FCALL`.
+    pub function: String,
 }
 
-/// The whole script.
+/// The script: every definition (the algorithms and `decide`), then one
+/// decision.
 const BODY: &str = concat!(
     include_str!("prelude.lua"),
     include_str!("sliding_log.lua"),
@@ -25,26 +74,43 @@ const BODY: &str = concat!(
     include_str!("sliding_window.lua"),
     include_str!("fixed_window.lua"),
     include_str!("decide.lua"),
+    "return decide(KEYS, ARGV, true)\n",
 );
 
-/// The transactional multi-window limiter, every algorithm in one script.
+/// The library around the definitions, with `@NAME@` where its name goes.
+const LIBRARY_HEAD: &str = "#!lua name=@NAME@\n";
+const LIBRARY_TAIL: &str = "redis.register_function('@NAME@', decide)\n";
+
+/// The library text with `name`.
+fn library(name: &str) -> String {
+    let definitions = BODY.strip_suffix("return decide(KEYS, ARGV, true)\n").unwrap_or(BODY);
+    format!("{}{definitions}{}", LIBRARY_HEAD.replace("@NAME@", name), LIBRARY_TAIL.replace("@NAME@", name))
+}
+
+/// The transactional multi-window limiter, every algorithm in one call.
 pub fn limiter() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT.get_or_init(|| {
-        let body = BODY;
-        Script { body, sha: sha1_smol::Sha1::from(body).hexdigest() }
+        let hash = sha1_smol::Sha1::from(library("@NAME@")).hexdigest();
+        let function = format!("tollgate_{}", hash.get(..12).unwrap_or(&hash));
+        Script { body: BODY, sha: sha1_smol::Sha1::from(BODY).hexdigest(), library: library(&function), function }
     })
 }
 
-/// How the script is invoked: by SHA, or with its body after `NOSCRIPT`.
+/// How the code is invoked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Invocation {
+    /// The script by its SHA (`NOSCRIPT` until the server has seen it).
     EvalSha,
+    /// The script with its body (what answers `NOSCRIPT`).
     Eval,
+    /// The library's function (`ERR Function not found` until loaded).
+    FCall,
 }
 
-/// Appends one `EVALSHA`/`EVAL` command deciding all `checks` atomically.
-/// `now_ms` overrides the server clock (tests only; `None` = Valkey `TIME`).
+/// Appends one `EVALSHA`/`EVAL`/`FCALL` command deciding all `checks`
+/// atomically. `now_ms` overrides the server clock (tests only; `None` =
+/// Valkey `TIME`).
 pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: &[Check], now_ms: Option<u64>) {
     let mut owned: Vec<String> = Vec::with_capacity(2 + checks.len() * 8);
     owned.push(checks.len().to_string());
@@ -62,12 +128,35 @@ pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: 
     let (verb, target): (&[u8], &[u8]) = match how {
         Invocation::EvalSha => (b"EVALSHA", script.sha.as_bytes()),
         Invocation::Eval => (b"EVAL", script.body.as_bytes()),
+        Invocation::FCall => (b"FCALL", script.function.as_bytes()),
     };
     let mut args: Vec<&[u8]> = Vec::with_capacity(owned.len() + 2);
     args.push(verb);
     args.push(target);
     args.extend(owned.iter().map(|s| s.as_bytes()));
     encode_command(out, &args);
+}
+
+/// Appends `FUNCTION LOAD REPLACE <library>`.
+pub fn encode_load(out: &mut Vec<u8>, script: &Script) {
+    encode_command(out, &[b"FUNCTION", b"LOAD", b"REPLACE", script.library.as_bytes()]);
+}
+
+/// Whether the reply to [`encode_load`] says the library is loaded (Valkey
+/// and Redis answer its name).
+pub fn is_loaded(reply: &Value, script: &Script) -> bool {
+    matches!(reply, Value::Bulk(name) if name == script.function.as_bytes())
+}
+
+/// Whether an error reply says the script or function is not on this server,
+/// so the call did not run and loading it cures the error: `NOSCRIPT ...`
+/// (`EVALSHA`), or exactly `ERR Function not found` (`FCALL`; the text Valkey
+/// 7.2 to 9 and Redis 7 send).
+pub fn is_missing(reply: &Value) -> bool {
+    match reply.as_error() {
+        Some(message) => reply.error_kind() == Some("NOSCRIPT") || message == b"ERR Function not found",
+        None => false,
+    }
 }
 
 #[cfg(test)]
@@ -87,9 +176,75 @@ mod tests {
         assert_eq!(s.sha.len(), 40);
         assert_eq!(s.sha, sha1_smol::Sha1::from(s.body).hexdigest());
         assert!(s.body.starts_with("-- tollgate"));
-        for file in ["ALGORITHMS.log =", "ALGORITHMS.gcra =", "ALGORITHMS.sw =", "ALGORITHMS.fw =", "-- Phase 3"] {
+        for file in [
+            "MAKE_ALGORITHM.log =",
+            "MAKE_ALGORITHM.gcra =",
+            "MAKE_ALGORITHM.sw =",
+            "MAKE_ALGORITHM.fw =",
+            "-- Phase 3",
+        ] {
             assert!(s.body.contains(file), "{file}");
         }
+        assert!(s.body.ends_with("\nreturn decide(KEYS, ARGV, true)\n"));
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn the_library_holds_the_same_definitions_under_a_versioned_name() {
+        let s = limiter();
+        let hash = sha1_smol::Sha1::from(library("@NAME@")).hexdigest();
+        assert_eq!(s.function, format!("tollgate_{}", &hash[..12]));
+        let header = format!("#!lua name={}\n", s.function);
+        let footer = format!("redis.register_function('{}', decide)\n", s.function);
+        let definitions = s.body.strip_suffix("return decide(KEYS, ARGV, true)\n").unwrap();
+        assert_eq!(s.library, format!("{header}{definitions}{footer}"));
+        // Any change to the code changes the name.
+        let changed = library("@NAME@").replacen("-- tollgate", "-- Tollgate", 1);
+        assert_ne!(sha1_smol::Sha1::from(changed).hexdigest()[..12], hash[..12]);
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn fcall_names_the_function_and_load_carries_the_library() {
+        let checks = vec![Check::for_test(0, "k", &[(5, 3_000)], 1)];
+        let mut out = Vec::new();
+        encode_call(&mut out, limiter(), Invocation::FCall, &checks, None);
+        let (Value::Array(items), _) = decode(&out, &Limits::default()).unwrap() else { panic!("not an array") };
+        let text: Vec<&[u8]> = items.iter().map(|v| v.as_bytes().unwrap()).collect();
+        let expected: [&[u8]; 9] = [b"FCALL", limiter().function.as_bytes(), b"1", b"k", b"", b"log", b"1", b"1", b"5"];
+        assert_eq!(text[..9], expected);
+        assert_eq!(text[9], b"3000");
+
+        let mut out = Vec::new();
+        encode_load(&mut out, limiter());
+        let (Value::Array(items), used) = decode(&out, &Limits::default()).unwrap() else { panic!("not an array") };
+        assert_eq!(used, out.len());
+        let text: Vec<&[u8]> = items.iter().map(|v| v.as_bytes().unwrap()).collect();
+        assert_eq!(text, [&b"FUNCTION"[..], b"LOAD", b"REPLACE", limiter().library.as_bytes()]);
+        assert!(is_loaded(&Value::Bulk(limiter().function.as_bytes().to_vec()), limiter()));
+        assert!(!is_loaded(&Value::Bulk(b"tollgate_000000000000".to_vec()), limiter()));
+        assert!(!is_loaded(&Value::Error(b"NOPERM this user has no permissions".to_vec()), limiter()));
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn missing_code_is_told_from_other_errors() {
+        // The exact replies of Valkey 9.1 and Redis 7.0.
+        for missing in [
+            &b"NOSCRIPT No matching script."[..],
+            b"NOSCRIPT No matching script. Please use EVAL.",
+            b"ERR Function not found",
+        ] {
+            assert!(is_missing(&Value::Error(missing.to_vec())), "{}", String::from_utf8_lossy(missing));
+        }
+        for other in [
+            &b"ERR tollgate: bad now"[..],
+            b"ERR Function not found in the test",
+            b"NOPERM User limiter has no permissions to run the 'fcall' command",
+            b"ERR unknown command 'FUNCTION', with args beginning with: 'LOAD'",
+            b"READONLY You can't write against a read only replica.",
+        ] {
+            assert!(!is_missing(&Value::Error(other.to_vec())), "{}", String::from_utf8_lossy(other));
+        }
+        assert!(!is_missing(&Value::Bulk(b"ERR Function not found".to_vec())));
+        assert!(!is_missing(&Value::Integer(0)));
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

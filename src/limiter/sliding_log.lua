@@ -11,46 +11,103 @@
 -- commit    cost entries at now; TTL = longest period.
 -- stats     remaining = limit - count; reset = when the oldest counted entry
 --           leaves (0 if none).
+-- Commands  ZREMRANGEBYSCORE, then ZCOUNT for the longest window, and for
+--           each shorter one unless the longest counted none (windows are
+--           nested: then none counts any); when admitted ZADD and PEXPIRE
+--           (and a ZCOUNT of the entries at now, unless some window counted
+--           none); per denying window the entry it waits for; for reset, the
+--           oldest counted entry of each window that counted some, unless
+--           already known (the entry a window denying by one waits for is
+--           its oldest; windows counting the same entries share it; entries
+--           just added at now are the oldest of a window that counted none).
 
-ALGORITHMS.log = {
-  load = function(b)
-    redis.call('ZREMRANGEBYSCORE', b.key, '-inf', num(now - b.max_period))
-  end,
+-- The oldest entry counted in window w (w.count > 0), after the decision.
+local function log_oldest(b, w)
+  for v = 1, b.n do
+    local other = b[v]
+    if other.oldest and other.count == w.count then return other.oldest end
+  end
+  local e = redis.call('ZRANGEBYSCORE', b.key, w.from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  w.oldest = tonumber(e[2])
+  return w.oldest
+end
 
-  retry = function(b, w)
-    local from = '(' .. num(now - w.period)
-    local count = redis.call('ZCOUNT', b.key, from, '+inf')
-    local excess = count + b.cost - w.limit
-    if excess <= 0 then return 0 end
-    local e = redis.call('ZRANGEBYSCORE', b.key, from, '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
-    local retry = w.period -- cost above the limit: never fits; config forbids it
-    if e[2] then retry = tonumber(e[2]) + w.period - now end
-    if retry < 1 then retry = 1 end
-    return retry
+MAKE_ALGORITHM.log = function() return {
+  check = function(b)
+    local key, cost, longest = b.key, b.cost, b.max_period
+    local cut = num(now - longest)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cut)
+    -- Entries counted by the longest window: all that are left.
+    local all = redis.call('ZCOUNT', key, '(' .. cut, '+inf')
+    -- Entries at now count in every window: a window counting none proves
+    -- there are none.
+    b.empty = false
+    local fits = true
+    for w = 1, b.n do
+      local win = b[w]
+      win.oldest = false
+      local count = 0
+      if win.period == longest then
+        win.from, count = '(' .. cut, all
+      else
+        win.from = '(' .. num(now - win.period)
+        if all > 0 then count = redis.call('ZCOUNT', key, win.from, '+inf') end
+      end
+      win.count = count
+      if count == 0 then b.empty = true end
+      local excess = count + cost - win.limit
+      if excess <= 0 then
+        win.retry = 0
+      else
+        fits = false
+        local retry = win.period -- cost above the limit: never fits; config forbids it
+        if count > 0 then
+          local e = redis.call('ZRANGEBYSCORE', key, win.from, '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
+          if e[2] then
+            local t = tonumber(e[2])
+            if excess == 1 then win.oldest = t end
+            retry = t + win.period - now
+          end
+        end
+        if retry < 1 then retry = 1 end
+        win.retry = retry
+      end
+    end
+    return fits
   end,
 
   commit = function(b)
-    local first = redis.call('ZCOUNT', b.key, num(now), num(now))
-    local args = {}
-    for n = 0, b.cost - 1 do
-      args[#args + 1] = num(now)
-      args[#args + 1] = num(now) .. ':' .. num(first + n)
-      if #args >= 512 or n == b.cost - 1 then -- bounded unpack() per call
-        redis.call('ZADD', b.key, unpack(args))
-        args = {}
+    local key, at = b.key, now_str()
+    local first = 0
+    if not b.empty then first = redis.call('ZCOUNT', key, at, at) end
+    if b.cost == 1 then
+      local n = '0'
+      if first > 0 then n = num(first) end
+      redis.call('ZADD', key, at, at .. ':' .. n)
+    else
+      local m = 0
+      for n = 0, b.cost - 1 do
+        ARGS[m + 1], ARGS[m + 2] = at, at .. ':' .. num(first + n)
+        m = m + 2
+        if m >= 512 or n == b.cost - 1 then -- bounded unpack() per call
+          redis.call('ZADD', key, unpack(ARGS, 1, m))
+          m = 0
+        end
       end
     end
-    redis.call('PEXPIRE', b.key, num(b.max_period + ttl_slack))
+    redis.call('PEXPIRE', key, ttl(b.max_period, b.max_period_s))
   end,
 
-  stats = function(b, w)
-    local from = '(' .. num(now - w.period)
-    local count = redis.call('ZCOUNT', b.key, from, '+inf')
+  stats = function(b, w, allowed)
+    local count = w.count
+    if allowed then count = count + b.cost end
     local remaining = w.limit - count
     if remaining < 0 then remaining = 0 end
-    local reset = 0
-    local oldest = redis.call('ZRANGEBYSCORE', b.key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    if oldest[2] then reset = tonumber(oldest[2]) + w.period - now end
-    return remaining, reset
+    if count == 0 then return remaining, 0 end
+    -- Admitted into a window that counted none: the oldest is what was just
+    -- added. Otherwise read (after the commit, so the new entries count).
+    local oldest = now
+    if w.count > 0 then oldest = log_oldest(b, w) end
+    return remaining, oldest + w.period - now
   end,
-}
+} end

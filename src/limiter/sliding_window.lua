@@ -15,6 +15,7 @@
 -- commit    cur = cur + cost; TTL = 2 * longest period.
 -- stats     remaining = limit - cur - ceil(prev * (P - e) / P) (>= 0); reset =
 --           end of window k + 1 if cur > 0, end of k if prev > 0, else 0.
+-- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
 -- The smallest e in [0, P) with prev * (P - e) <= room * P, or nil.
 local function sw_fit_offset(prev, room, period)
@@ -26,55 +27,57 @@ local function sw_fit_offset(prev, room, period)
   return nil
 end
 
-ALGORITHMS.sw = {
-  load = function(b)
-    for _, w in ipairs(b.windows) do
-      w.field = num(w.period)
-      w.k = idiv(now, w.period)
-      local v = redis.call('HMGET', b.key, w.field .. ':k', w.field .. ':c', w.field .. ':p')
-      local sk, sc, sp = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0
-      w.cur, w.prev = 0, 0
-      if sk == w.k then
-        w.cur, w.prev = sc, sp
-      elseif sk and sk + 1 == w.k then
-        w.prev = sc
+MAKE_ALGORITHM.sw = function() return {
+  check = function(b)
+    for w = 1, b.n do
+      local win = b[w]
+      name_fields(win, 'sw', win.period_s, ':k', ':c', ':p')
+      win.k = idiv(now, win.period)
+    end
+    local v = hmget(b, 3)
+    local fits = true
+    for w = 1, b.n do
+      local win = b[w]
+      local period, limit = win.period, win.limit
+      local sk, sc, sp = tonumber(v[3 * w - 2]), tonumber(v[3 * w - 1]) or 0, tonumber(v[3 * w]) or 0
+      local cur, prev = 0, 0
+      if sk == win.k then
+        cur, prev = sc, sp
+      elseif sk and sk + 1 == win.k then
+        prev = sc
+      end
+      win.cur, win.prev = cur, prev
+      local capped = math.min(prev, limit)
+      local e = now - win.k * period
+      local room = limit - cur - b.cost
+      if room >= 0 and capped * (period - e) <= room * period then
+        win.retry = 0
+      else
+        local at
+        local e0 = sw_fit_offset(capped, room, period)
+        if e0 then
+          at = win.k * period + e0
+        else
+          local e1 = sw_fit_offset(math.min(cur, limit), limit - b.cost, period)
+          if e1 then at = (win.k + 1) * period + e1 else at = (win.k + 2) * period end
+        end
+        local retry = at - now
+        if retry < 1 then retry = 1 end
+        win.retry = retry
+        fits = false
       end
     end
-  end,
-
-  retry = function(b, w)
-    local period, limit = w.period, w.limit
-    local prev = math.min(w.prev, limit)
-    local e = now - w.k * period
-    local room = limit - w.cur - b.cost
-    if room >= 0 and prev * (period - e) <= room * period then return 0 end
-    local at
-    local e0 = sw_fit_offset(prev, room, period)
-    if e0 then
-      at = w.k * period + e0
-    else
-      local e1 = sw_fit_offset(math.min(w.cur, limit), limit - b.cost, period)
-      if e1 then at = (w.k + 1) * period + e1 else at = (w.k + 2) * period end
-    end
-    local retry = at - now
-    if retry < 1 then retry = 1 end
-    return retry
+    return fits
   end,
 
   commit = function(b)
-    local args = {}
-    for _, w in ipairs(b.windows) do
+    for w = 1, b.n do
       -- Windows with the same period share their fields and counts.
-      w.cur = w.cur + b.cost
-      args[#args + 1] = w.field .. ':k'
-      args[#args + 1] = num(w.k)
-      args[#args + 1] = w.field .. ':c'
-      args[#args + 1] = num(w.cur)
-      args[#args + 1] = w.field .. ':p'
-      args[#args + 1] = num(w.prev)
+      local win = b[w]
+      win.cur = win.cur + b.cost
+      win.v1, win.v2, win.v3 = num(win.k), num(win.cur), num(win.prev)
     end
-    redis.call('HSET', b.key, unpack(args))
-    redis.call('PEXPIRE', b.key, num(2 * b.max_period + ttl_slack))
+    hset_expire(b, 3, 2 * b.max_period)
   end,
 
   stats = function(b, w)
@@ -91,4 +94,4 @@ ALGORITHMS.sw = {
     end
     return remaining, reset
   end,
-}
+} end

@@ -1,48 +1,111 @@
 //! The differential harness shared by `differential.rs` and
-//! `differential_props.rs`: the script called directly in a real Valkey
-//! (EVALSHA, then EVAL on NOSCRIPT) next to the pure model, with injected time.
+//! `differential_props.rs` (and `script_cost.rs`, the `script_cost` and
+//! `algorithms_report` examples): the limiter called directly in a real
+//! Valkey next to the pure model, with injected time, through either path
+//! the filter may use ([`Path`]). It uses only `limiter::script` (encoding,
+//! the missing-code predicate) and `limiter::reply` (parsing), as the
+//! transport does.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+pub mod valkey_stats;
 
 use crate::support::{try_command, Valkey};
 use std::collections::BTreeMap;
+use std::num::NonZeroU64;
 use tollgate::limiter::model::Model;
-use tollgate::limiter::script::{encode_call, limiter, Invocation};
-use tollgate::limiter::{Algorithm, Check, Decision, Window};
+use tollgate::limiter::script::{encode_call, encode_load, is_loaded, is_missing, limiter, Invocation};
+use tollgate::limiter::{reply, Algorithm, Check, Decision, Window};
 use tollgate::resp::Value;
-use tollgate::store::{self, Outcome};
+use valkey_stats::Conn;
 
-/// The checks builder the unit tests use (`Check::for_test`).
-#[path = "../../src/testing/check.rs"]
-mod checks;
-pub use checks::check;
+/// How the limiter is invoked: the script (`EVALSHA`, then `EVAL` when
+/// missing) or the function library (`FCALL`, then `FUNCTION LOAD` and
+/// `FCALL` again when missing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Script,
+    Function,
+}
 
-/// The script, called directly; `now_ms` `None` means Valkey's clock.
-pub fn store_decide_at(valkey: &Valkey, checks: &[Check], now_ms: Option<u64>) -> Decision {
-    for how in [Invocation::EvalSha, Invocation::Eval] {
-        let mut body = Vec::new();
-        encode_call(&mut body, limiter(), how, checks, now_ms);
-        let reply = raw_call(valkey.port, &body);
-        match store::interpret_reply(&reply, checks) {
-            Outcome::Decided(d) => return d,
-            Outcome::NoScript => continue,
-            Outcome::Failed(f) => panic!("store failed: {f}"),
+impl Path {
+    pub const ALL: [Path; 2] = [Path::Script, Path::Function];
+
+    /// The first invocation, and the one after loading.
+    pub fn invocations(self) -> [Invocation; 2] {
+        match self {
+            Path::Script => [Invocation::EvalSha, Invocation::Eval],
+            Path::Function => [Invocation::FCall, Invocation::FCall],
         }
     }
-    panic!("NOSCRIPT after EVAL")
+}
+
+/// The limiter's raw reply to one call through `path` (loading the code when
+/// the server says it is missing). `now_ms` `None` means Valkey's clock.
+pub fn store_reply(port: u16, path: Path, checks: &[Check], now_ms: Option<u64>) -> Value {
+    decide_on(&mut Conn::connect(port), path, checks, now_ms)
+}
+
+/// [`store_reply`] on a given connection (e.g. one that has authenticated).
+/// A failed load is returned as the reply.
+pub fn decide_on(conn: &mut Conn, path: Path, checks: &[Check], now_ms: Option<u64>) -> Value {
+    let [first, retry] = path.invocations();
+    let reply = call(conn, first, checks, now_ms);
+    if !is_missing(&reply) {
+        return reply;
+    }
+    if path == Path::Function {
+        let mut load = Vec::new();
+        encode_load(&mut load, limiter());
+        let loaded = conn.pipeline(&load, 1).remove(0);
+        if !is_loaded(&loaded, limiter()) {
+            return loaded;
+        }
+    }
+    let reply = call(conn, retry, checks, now_ms);
+    assert!(!is_missing(&reply), "{path:?}: still missing after loading: {reply:?}");
+    reply
+}
+
+/// One decision through `path`.
+pub fn store_decide_via(valkey: &Valkey, path: Path, checks: &[Check], now_ms: Option<u64>) -> Decision {
+    let reply = store_reply(valkey.port, path, checks, now_ms);
+    assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
+    reply::parse(&reply, checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
+}
+
+/// The limiter through the function library; `now_ms` `None` means Valkey's clock.
+pub fn store_decide_at(valkey: &Valkey, checks: &[Check], now_ms: Option<u64>) -> Decision {
+    store_decide_via(valkey, Path::Function, checks, now_ms)
 }
 
 pub fn store_decide(valkey: &Valkey, checks: &[Check], now_ms: u64) -> Decision {
     store_decide_at(valkey, checks, Some(now_ms))
 }
 
-fn raw_call(port: u16, body: &[u8]) -> Value {
-    // Re-split the encoded command into arguments for the test client.
-    let (Value::Array(items), _) = tollgate::resp::decode(body, &Default::default()).unwrap() else {
-        panic!("pipeline is not one command")
+fn call(conn: &mut Conn, how: Invocation, checks: &[Check], now_ms: Option<u64>) -> Value {
+    let mut body = Vec::new();
+    encode_call(&mut body, limiter(), how, checks, now_ms);
+    conn.pipeline(&body, 1).remove(0)
+}
+
+/// Sends one encoded command (re-split into arguments for the test client).
+pub fn raw_call(port: u16, body: &[u8]) -> Value {
+    let (Value::Array(items), used) = tollgate::resp::decode(body, &Default::default()).unwrap() else {
+        panic!("not one command")
     };
+    assert_eq!(used, body.len(), "not one command");
     let args: Vec<&[u8]> = items.iter().map(|v| v.as_bytes().unwrap()).collect();
     try_command(port, &args).unwrap()
 }
+
+pub fn nz(n: u64) -> NonZeroU64 {
+    NonZeroU64::new(n).unwrap()
+}
+
+/// The checks builder the unit tests use (`Check::for_test`).
+#[path = "../../src/testing/check.rs"]
+mod checks;
+pub use checks::check;
 
 /// How long after its last admission a bucket's key lives (the script's
 /// `PEXPIRE`, without the injected-clock slack).
@@ -59,6 +122,7 @@ pub fn ttl_ms(check: &Check) -> u64 {
 /// its stale state, so agreement proves the TTLs are long enough.
 pub struct Differential<'a> {
     pub valkey: &'a Valkey,
+    pub path: Path,
     pub model: Model,
     /// Per key: the time of its last admission and its TTL.
     written: BTreeMap<String, (u64, u64)>,
@@ -67,8 +131,13 @@ pub struct Differential<'a> {
 }
 
 impl<'a> Differential<'a> {
+    /// Through the function library.
     pub fn new(valkey: &'a Valkey) -> Self {
-        Self { valkey, model: Model::new(), written: BTreeMap::new(), steps: 0, expired: 0 }
+        Self::via(valkey, Path::Function)
+    }
+
+    pub fn via(valkey: &'a Valkey, path: Path) -> Self {
+        Self { valkey, path, model: Model::new(), written: BTreeMap::new(), steps: 0, expired: 0 }
     }
 
     /// Decides `checks` at `now` in both and asserts identical answers.
@@ -85,8 +154,12 @@ impl<'a> Differential<'a> {
             self.expired += 1;
         }
         let expected = self.model.decide(checks, now);
-        let got = store_decide(self.valkey, checks, now);
-        assert_eq!(got, expected, "step {} at {now} ms: store and model disagree on {checks:#?}", self.steps);
+        let got = store_decide_via(self.valkey, self.path, checks, Some(now));
+        assert_eq!(
+            got, expected,
+            "{:?} step {} at {now} ms: store and model disagree on {checks:#?}",
+            self.path, self.steps
+        );
         for c in checks {
             if c.algorithm == Algorithm::SlidingLog {
                 let zcard = self.valkey.int(&["ZCARD", &c.key]);
