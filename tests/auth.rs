@@ -17,14 +17,15 @@ use support::{Envoy, EnvoyOptions, Valkey};
 use tollgate::resp::{decode_all, encode_command, Limits, Value};
 
 const ADMIN_PASSWORD: &str = "admin-pw";
-/// Every command the script runs, plus `EVALSHA`/`EVAL` to run it: the
-/// smallest ACL that decides every algorithm.
+/// Every command the limiter runs, plus `FCALL` and `FUNCTION LOAD` to run
+/// it (`invoke: fcall`, the default): the smallest ACL that decides every
+/// algorithm.
 const LIMITER_ACL: &[&str] = &[
     "on",
     ">limiter-pw",
     "~tollgate:*",
-    "+evalsha",
-    "+eval",
+    "+fcall",
+    "+function|load",
     "+time",
     "+zadd",
     "+zcount",
@@ -135,6 +136,24 @@ fn an_acl_user_with_only_the_script_commands_limits() {
     let r = envoy.request("GET", "/", &[("x-user-id", "bob")]);
     assert_eq!(r.status, 503);
     assert_eq!(stat(&envoy, "store.errors.script"), 1);
+}
+
+/// An ACL written for scripts (`EVALSHA`/`EVAL`, no `FUNCTION LOAD`): the
+/// refused load is logged once and the worker calls the script from then
+/// on, so limiting works without a configuration change.
+#[test]
+fn an_acl_that_allows_only_scripts_falls_back_to_the_script() {
+    let valkey = protected();
+    let mut setuser = vec!["ACL", "SETUSER", "limiter"];
+    setuser.extend(LIMITER_ACL.iter().filter(|p| !p.starts_with("+f")));
+    setuser.extend(["+evalsha", "+eval"]);
+    assert_eq!(authed(valkey.port, &[ADMIN_PASSWORD], &setuser)[1], Value::Simple(b"OK".to_vec()));
+    let envoy = envoy(&valkey, config("deny", Some("limiter")), Some("limiter-pw")).unwrap();
+    assert_limits(&envoy, "alice");
+    assert_eq!(stat(&envoy, "store.errors"), 0, "the refused load failed no request");
+    let line = "function library cannot be used (NOPERM";
+    support::wait_until("the refusal to be logged", Duration::from_secs(30), || envoy.log_text().contains(line));
+    assert_eq!(envoy.log_text().matches(line).count(), 1, "logged once");
 }
 
 /// 20 requests with a wrong password: none decided, all counted as `auth`,

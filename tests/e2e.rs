@@ -148,20 +148,29 @@ fn concurrent_requests_through_two_envoys_admit_exactly_the_limit() {
     assert_eq!(valkey.int(&["ZCARD", "tollgate:{burst:shared}:log"]), 50);
 }
 
-/// SCRIPT FLUSH between requests: NOSCRIPT is answered with EVAL, no request fails.
+/// The limiter's code flushed between requests (`FUNCTION FLUSH` under
+/// `invoke: fcall`, `SCRIPT FLUSH` under `evalsha`): the worker loads it
+/// again (`FUNCTION LOAD`, or `EVAL`), and no request fails.
 #[test]
-fn script_flush_between_requests_fails_nothing() {
-    let valkey = Valkey::start();
-    let envoy = start(&valkey, seed_config("deny"), 1);
-    let t0 = 1_800_000_000_000u64;
-    for call in 1..=5u64 {
-        valkey.cmd(&["SCRIPT", "FLUSH"]);
-        let resp = token(&envoy, "alice", t0 + call);
-        assert_eq!(resp.status, 200, "call {call}");
-        assert_eq!(remaining(&resp)[1].1, 5 - call);
+fn code_flushed_between_requests_fails_nothing() {
+    for (invoke, flush) in [("fcall", "FUNCTION"), ("evalsha", "SCRIPT")] {
+        let valkey = Valkey::start();
+        let config = seed_plugin("deny").valkey(&format!(r#""invoke": "{invoke}""#)).with(seed_rule()).json();
+        let envoy = start(&valkey, config, 1);
+        let t0 = 1_800_000_000_000u64;
+        for call in 1..=5u64 {
+            valkey.cmd(&[flush, "FLUSH"]);
+            let resp = token(&envoy, "alice", t0 + call);
+            assert_eq!(resp.status, 200, "{invoke}: call {call}");
+            assert_eq!(remaining(&resp)[1].1, 5 - call);
+        }
+        valkey.cmd(&[flush, "FLUSH"]);
+        assert_eq!(token(&envoy, "alice", t0 + 6).status, 429);
+        assert_eq!(envoy.stat("wasmcustom.tollgate.store.errors"), Some(0), "{invoke}");
+        let calls =
+            valkey.info_stat("commandstats", if invoke == "fcall" { "cmdstat_fcall" } else { "cmdstat_evalsha" });
+        assert!(calls.as_ref().is_some_and(|c| c.contains("calls=")), "{invoke}: decided by {invoke}: {calls:?}");
     }
-    valkey.cmd(&["SCRIPT", "FLUSH"]);
-    assert_eq!(token(&envoy, "alice", t0 + 6).status, 429);
 }
 
 fn timed(f: impl FnOnce() -> Response) -> (Response, Duration) {

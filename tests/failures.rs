@@ -216,8 +216,9 @@ fn client_pause_fails_within_the_timeout_then_limiting_resumes() {
     assert_resumes(&envoy, "after-pause");
 }
 
-/// A restart loses the cached script and every key: no request fails (the
-/// filter answers NOSCRIPT with EVAL) and decisions start from the new state.
+/// A restart loses the limiter's code and every key: no request fails (the
+/// worker loads the function library again) and decisions start from the
+/// new state.
 /// The local denial cache is off here: with it, denials the store gave before
 /// the restart are kept until their retry time (see docs/performance.md), and
 /// `restart_keeps_cached_denials_until_their_retry_time` shows that.

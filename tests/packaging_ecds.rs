@@ -41,7 +41,7 @@ fn filter_delivered_by_ecds_limits_and_stats_show_it() {
     assert_eq!(stat(&envoy, "http.demo.downstream_rq_2xx"), 2);
     assert_eq!(stat(&envoy, "http.demo.downstream_rq_4xx"), 1);
     // Every decision went to the store on the worker's stream through the
-    // tunnel (plus one EVAL after NOSCRIPT).
+    // tunnel (after one FUNCTION LOAD).
     assert!(stat(&envoy, "wasmcustom.tollgate.store.requests") >= 3);
     assert_eq!(stat(&envoy, "wasmcustom.tollgate.stream.opens"), 1);
 

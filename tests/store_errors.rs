@@ -1,6 +1,7 @@
 //! Error replies from a real Valkey, through Envoy: `-READONLY` (a replica),
-//! `maxmemory` reached under `noeviction` (no `-OOM` for the script), `-WRONGTYPE` (a bucket key
-//! holding a string) and `-NOSCRIPT`. Each is counted under its own
+//! `maxmemory` reached under `noeviction` (`-OOM` for the function, not for
+//! the script), `-WRONGTYPE` (a bucket key holding a string) and the code
+//! flushed. Each is counted under its own
 //! `store.errors.<kind>` stat, follows `failure_mode`, and is logged once per
 //! interval per worker, not once per request.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
@@ -77,16 +78,9 @@ fn readonly_replica_is_counted_and_follows_allow() {
     assert_eq!(replica.int(&["DBSIZE"]), 0, "nothing was written");
 }
 
-/// Valkey out of memory under `noeviction` refuses `SET`, but not tollgate's
-/// script: its first write is a trim (`ZREMRANGEBYSCORE`, not a `denyoom`
-/// command), and a script that has written is allowed to finish, so the later
-/// `ZADD` passes too. Decisions go on; memory grows past `maxmemory` by the
-/// entries admitted meanwhile. (A `-OOM` reply, should a server send one, is
-/// classified `oom`: see `src/store/classify.rs`.)
-#[test]
-fn out_of_memory_valkey_still_decides() {
-    let valkey = Valkey::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"]);
-    let envoy = envoy(valkey.port, "deny");
+/// Fills Valkey up to `maxmemory` (`noeviction`) so that it refuses writes,
+/// and keeps it there: returns the limit set.
+fn fill(valkey: &Valkey) -> u64 {
     let chunk = "x".repeat(64 * 1024);
     let oom = |key: &str| {
         matches!(support::try_command(valkey.port, &[b"SET", key.as_bytes(), chunk.as_bytes()]),
@@ -95,21 +89,57 @@ fn out_of_memory_valkey_still_decides() {
     assert!((0..200).any(|i| oom(&format!("fill:{i}"))), "Valkey reached maxmemory");
     // A failed write frees its buffers and leaves Valkey just under the limit;
     // lower the limit below what is used so that it stays full.
-    let used = || -> u64 {
-        let Value::Bulk(info) = valkey.cmd(&["INFO", "memory"]) else { panic!("INFO") };
-        let info = String::from_utf8(info).unwrap();
-        info.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap()
-    };
-    let limit = used() - 256 * 1024;
+    let limit = used_memory(valkey) - 256 * 1024;
     valkey.cmd(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
     assert!(oom("one-more"), "Valkey refuses writes");
+    limit
+}
+
+fn used_memory(valkey: &Valkey) -> u64 {
+    valkey.info_stat("memory", "used_memory").unwrap().trim().parse().unwrap()
+}
+
+/// Valkey out of memory under `noeviction` (`invoke: fcall`, the default):
+/// it refuses the limiter's function as it refuses any write (`-OOM`, before
+/// anything runs), so every request gets `failure_mode`, counted as `oom`,
+/// and nothing is written past `maxmemory`. Once memory is freed, decisions
+/// resume.
+#[test]
+fn out_of_memory_valkey_refuses_the_function_and_failure_mode_decides() {
+    let valkey = Valkey::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"]);
+    let envoy = envoy(valkey.port, "deny");
+    assert!(decided(&envoy, "alice"), "the library is loaded and one entry written");
+    fill(&valkey);
+    twenty_failing(&envoy, "alice", "deny");
+    assert_counted_and_logged_once(&envoy, "oom", "OOM");
+    assert_eq!(valkey.int(&["ZCARD", "tollgate:{api:alice}:log"]), 1, "nothing written while full");
+    valkey.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert!(decided(&envoy, "alice"), "decided again once Valkey has room");
+}
+
+/// The same under `invoke: evalsha`: Valkey does not refuse the script, whose
+/// first write is a trim (`ZREMRANGEBYSCORE`, not a `denyoom` command), and a
+/// script that has written is allowed to finish, so the later `ZADD` passes
+/// too. Decisions go on, exactly; memory grows past `maxmemory` by the entries
+/// admitted meanwhile.
+#[test]
+fn out_of_memory_valkey_still_runs_the_script() {
+    let valkey = Valkey::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"]);
+    let config = plugin()
+        .timeout("500ms")
+        .failure_mode("deny")
+        .valkey(r#""invoke": "evalsha""#)
+        .rule("api", Some("x-user-id"), &[(5, "60s")])
+        .json();
+    let envoy = Envoy::start(&EnvoyOptions { plugin_config: config, valkey_port: valkey.port, concurrency: 1 });
+    let limit = fill(&valkey);
     let report = load::run(envoy.port, 2, 10, as_user("alice"));
-    println!("{}", report.summary("out of memory"));
+    println!("{}", report.summary("out of memory, evalsha"));
     assert_eq!(report.decided(), 20, "every request decided");
     assert_eq!((report.count(200), report.count(429)), (5, 15));
     assert_eq!(stat(&envoy, "store.errors"), 0);
     assert_eq!(valkey.int(&["ZCARD", "tollgate:{api:alice}:log"]), 5);
-    assert!(used() > limit, "still over maxmemory");
+    assert!(used_memory(&valkey) > limit, "still over maxmemory");
 }
 
 #[test]
@@ -130,6 +160,7 @@ fn noscript_is_reloaded_and_not_a_failure() {
     let valkey = Valkey::start();
     let envoy = envoy(valkey.port, "deny");
     for call in 1..=6 {
+        valkey.cmd(&["FUNCTION", "FLUSH"]);
         valkey.cmd(&["SCRIPT", "FLUSH"]);
         let resp = envoy.request("GET", "/", &[("x-user-id", "alice")]);
         assert_eq!(resp.status, if call <= 5 { 200 } else { 429 }, "call {call}");

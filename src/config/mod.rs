@@ -223,10 +223,24 @@ pub struct ValkeyConfig {
     /// ([`MAX_QUEUE_BOUNDS`], default [`DEFAULT_MAX_QUEUE`]); beyond it a
     /// request is refused as overload.
     pub max_queue: usize,
+    /// How the limiter's code is called.
+    pub invoke: Invoke,
     /// `AUTH` credentials sent first on every store stream, if any.
     pub auth: Option<Auth>,
     /// Sentinel discovery of the master, if configured.
     pub sentinel: Option<SentinelConfig>,
+}
+
+/// How the limiter's code is called on the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invoke {
+    /// `FCALL` of the function library, loaded with `FUNCTION LOAD` when the
+    /// store lacks it (Valkey, Redis 7+). The default: the definitions are
+    /// evaluated once per server, not on every call.
+    Fcall,
+    /// `EVALSHA` of the script, sent with `EVAL` when the store lacks it
+    /// (any Redis with Lua; ACLs that allow only scripts).
+    Evalsha,
 }
 
 /// What happens to a request when Valkey cannot decide (timeout, error,

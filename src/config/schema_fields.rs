@@ -77,6 +77,9 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             DEFAULT_MAX_QUEUE,
             MAX_QUEUE_BOUNDS,
         ),
+        "valkey.invoke" => {
+            json!({ "description": "How the limiter is called: fcall (its function library, loaded with FUNCTION LOAD when missing; Valkey, Redis 7+) or evalsha (the script, sent with EVAL when missing).", "enum": ["fcall", "evalsha", null], "default": "fcall" })
+        }
         "valkey.username" => {
             json!({ "description": "ACL user of AUTH; requires password_env.", "minLength": 1, "maxLength": MAX_ACCESS_NAME_BYTES, "pattern": TOKEN_PATTERN })
         }

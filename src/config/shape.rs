@@ -101,6 +101,7 @@ pub(crate) const VALKEY: Shape = Shape {
         opt("max_in_flight", Kind::U64),
         opt("max_batch", Kind::U64),
         opt("max_queue", Kind::U64),
+        opt("invoke", Kind::Str),
         opt("username", Kind::Str),
         opt("password_env", Kind::Str),
         opt("sentinel", Kind::Obj(&SENTINEL)),

@@ -21,7 +21,7 @@ use super::primitives::{bounded_count, duration, envoy_cluster, fail, header_nam
 use super::raw::{RawConfig, RawLimit, RawLocalLimiter, RawRule, RawTesting, RawValkey};
 use super::response::response;
 use super::{
-    Algorithm, Config, FailureMode, Limit, LocalLimiterConfig, Overload, Period, Rule, Testing, ValkeyConfig,
+    Algorithm, Config, FailureMode, Invoke, Limit, LocalLimiterConfig, Overload, Period, Rule, Testing, ValkeyConfig,
     DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_LOCAL_KEYS, DEFAULT_LOCAL_SHARE_PPM, DEFAULT_MAX_BATCH,
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_QUEUE, DEFAULT_TIMEOUT_MS, DENIAL_CACHE_KEYS_BOUNDS, LOCAL_KEYS_BOUNDS,
     MAX_BATCH_BOUNDS, MAX_IN_FLIGHT_BOUNDS, MAX_LOG_COST, MAX_PERIOD_MS, MAX_QUEUE_BOUNDS, MAX_TIMEOUT_MS, MAX_WINDOWS,
@@ -94,6 +94,7 @@ fn valkey(raw: RawValkey, env: &dyn Fn(&str) -> Option<String>) -> Result<Valkey
         )?,
         max_batch: bounded_count("valkey.max_batch", raw.max_batch, DEFAULT_MAX_BATCH, MAX_BATCH_BOUNDS)?,
         max_queue: bounded_count("valkey.max_queue", raw.max_queue, DEFAULT_MAX_QUEUE, MAX_QUEUE_BOUNDS)?,
+        invoke: invoke(raw.invoke)?,
         auth: auth(raw.username, raw.password_env, env)?,
         sentinel: sentinel(raw.sentinel)?,
     })
@@ -105,6 +106,14 @@ fn failure_mode(raw: Option<String>) -> Result<FailureMode, ConfigError> {
         Some("deny") => Ok(FailureMode::Deny),
         Some("local") => Ok(FailureMode::Local),
         Some(other) => fail("failure_mode", format!("unknown value {other:?}, expected one of allow, deny, local")),
+    }
+}
+
+fn invoke(raw: Option<String>) -> Result<Invoke, ConfigError> {
+    match raw.as_deref() {
+        None | Some("fcall") => Ok(Invoke::Fcall),
+        Some("evalsha") => Ok(Invoke::Evalsha),
+        Some(other) => fail("valkey.invoke", format!("unknown value {other:?}, expected one of fcall, evalsha")),
     }
 }
 

@@ -148,6 +148,19 @@ pub fn is_loaded(reply: &Value, script: &Script) -> bool {
     matches!(reply, Value::Bulk(name) if name == script.function.as_bytes())
 }
 
+/// The reply says this user may not run `FCALL` or `FUNCTION LOAD` (an ACL
+/// written for scripts; Redis before 7 answers `unknown command`). Such a
+/// call did not run either: the script can take over.
+pub fn is_fcall_refused(reply: &Value) -> bool {
+    let Some(message) = reply.as_error() else { return false };
+    let text = String::from_utf8_lossy(message).to_ascii_lowercase();
+    if let Some(name) = text.strip_prefix("err unknown command ") {
+        return ["'fcall'", "`fcall`", "'function'", "`function`"].iter().any(|n| name.starts_with(n));
+    }
+    text.starts_with("noperm")
+        && ["run the 'fcall' command", "run the 'function|load' command"].iter().any(|n| text.contains(n))
+}
+
 /// Whether an error reply says the script or function is not on this server,
 /// so the call did not run and loading it cures the error: `NOSCRIPT ...`
 /// (`EVALSHA`), or exactly `ERR Function not found` (`FCALL`; the text Valkey
@@ -222,6 +235,28 @@ mod tests {
         assert!(is_loaded(&Value::Bulk(limiter().function.as_bytes().to_vec()), limiter()));
         assert!(!is_loaded(&Value::Bulk(b"tollgate_000000000000".to_vec()), limiter()));
         assert!(!is_loaded(&Value::Error(b"NOPERM this user has no permissions".to_vec()), limiter()));
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn refused_functions_are_told_from_other_errors() {
+        // The texts of Valkey 9 and Redis 7 (NOPERM), Redis 7 and 6 (unknown command).
+        for refused in [
+            &b"NOPERM User u has no permissions to run the 'fcall' command"[..],
+            b"NOPERM User u has no permissions to run the 'function|load' command",
+            b"ERR unknown command 'FCALL', with args beginning with: 'tollgate_1' ",
+            b"ERR unknown command `FUNCTION`, with args beginning with: `LOAD`, ",
+        ] {
+            assert!(is_fcall_refused(&Value::Error(refused.to_vec())), "{}", String::from_utf8_lossy(refused));
+        }
+        for other in [
+            &b"NOPERM No permissions to access a key"[..],
+            b"NOPERM User u has no permissions to run the 'zadd' command",
+            b"ERR Function not found",
+            b"ERR unknown command 'FOO', with args beginning with: 'fcall' ",
+        ] {
+            assert!(!is_fcall_refused(&Value::Error(other.to_vec())), "{}", String::from_utf8_lossy(other));
+        }
+        assert!(!is_fcall_refused(&Value::Bulk(b"NOPERM 'fcall'".to_vec())));
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

@@ -127,10 +127,10 @@ pub fn printable(bytes: &[u8], max: usize) -> String {
 /// Interprets one script reply.
 pub fn interpret_reply(reply: &Value, checks: &[Check]) -> Outcome {
     if reply.is_error() {
-        let kind = reply.error_kind().unwrap_or_default();
-        if kind == "NOSCRIPT" {
+        if crate::limiter::script::is_missing(reply) {
             return Outcome::NoScript;
         }
+        let kind = reply.error_kind().unwrap_or_default();
         let message = reply.as_error().map(|e| printable(e, MAX_ERROR_TEXT)).unwrap_or_default();
         let kind = kind.chars().take(MAX_ERROR_TEXT).collect();
         return Outcome::Failed(Failure::ErrorReply { kind, message });

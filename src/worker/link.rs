@@ -38,6 +38,8 @@ pub enum Slot {
     Abandoned(u32),
     /// A Sentinel lookup.
     Lookup,
+    /// `FUNCTION LOAD` of the limiter's library.
+    Load,
 }
 
 #[derive(Debug, Clone)]

@@ -4,8 +4,8 @@
 //! asks of its [`Host`].
 //!
 //! A request is planned, denied from the cache or queued; queued requests
-//! are sent on the worker's one long-lived stream to the store, one script
-//! call each, pipelined; replies come back in order and are paired with the
+//! are sent on the worker's one long-lived stream to the store, one `FCALL`
+//! each (or `EVALSHA`, `valkey.invoke`), pipelined; replies come back in order and are paired with the
 //! requests in order ([`link`]); each reply is ruled on ([`respond`]) and the
 //! request admitted or answered. Deadlines (see docs/reliability.md):
 //!
@@ -19,6 +19,7 @@
 //! * the queue bound (`valkey.max_queue`): a request that finds it full is
 //!   refused at once (overload).
 
+mod entry;
 mod fail;
 pub mod host;
 mod link;
@@ -36,7 +37,7 @@ mod tests;
 pub use host::{Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
 
 use crate::cache::DenialCache;
-use crate::config::Config;
+use crate::config::{Config, Invoke};
 use crate::limiter::script::{limiter, Script};
 use crate::plan::{plan, RequestView};
 use crate::response::{LocalReply, SHADOW_HEADER};
@@ -86,6 +87,15 @@ impl Throttle {
     }
 }
 
+/// What carries the limiter's code to a store that lacks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carrier {
+    /// `FUNCTION LOAD`, ahead of the calls.
+    Load,
+    /// Request `id`'s call, sent as `EVAL`.
+    Call(u32),
+}
+
 /// What happens to a request that is leaving the worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Settle {
@@ -115,11 +125,18 @@ pub struct Worker {
     /// be sent for another request in it (Envoy would also stop the current
     /// request, whose `Continue` it turns into a pause, for good).
     in_request: bool,
-    /// The store answered `NOSCRIPT`: the next call carries the script body
-    /// (`EVAL`), and the calls after it in the pipeline find it cached.
-    script_wanted: bool,
-    /// The request whose call carries the script body, until its reply.
-    script_carrier: Option<u32>,
+    /// How the limiter is called: `valkey.invoke`, until the store refuses
+    /// `FUNCTION LOAD` (then the script, for good).
+    invoke: Invoke,
+    /// The store lacks the limiter's code: the next message carries it
+    /// (`FUNCTION LOAD` before the calls, or one call as `EVAL`), and the
+    /// calls after it in the pipeline find it.
+    code_wanted: bool,
+    /// What carries the code, until its reply.
+    carrier: Option<Carrier>,
+    /// Why the last `FUNCTION LOAD` failed, when the store refused it for
+    /// now (`OOM`): the failure of the calls behind it.
+    load_failure: Option<Failure>,
     tick: Duration,
     /// Whether this worker has served a request (Envoy's main thread never
     /// does, and cannot open streams to internal listeners).
@@ -148,8 +165,10 @@ impl Worker {
             deferred: VecDeque::new(),
             settled: 0,
             in_request: false,
-            script_wanted: false,
-            script_carrier: None,
+            invoke: config.valkey.invoke,
+            code_wanted: false,
+            carrier: None,
+            load_failure: None,
             tick: Duration::ZERO,
             serving: false,
             woken: false,
@@ -285,85 +304,6 @@ impl Worker {
             s.on_close(host, status, now_ms);
         }
         self.finish(host, true, now_ms);
-    }
-
-    /// Every VM entry starts here: settlements left over from the last one
-    /// go first, within this entry's budget (in a request's callback, only
-    /// the admissions ahead of the first reply).
-    fn begin(&mut self, host: &mut dyn Host, in_request: bool) {
-        self.settled = 0;
-        self.in_request = in_request;
-        while self.settled < MAX_SETTLED_PER_ENTRY {
-            if in_request && matches!(self.deferred.front(), Some((_, Settle::Reply(_)))) {
-                break;
-            }
-            let Some((id, settle)) = self.deferred.pop_front() else { break };
-            self.settled += 1;
-            Self::carry_out(host, id, &settle);
-        }
-    }
-
-    /// Every VM entry ends here: send what can be sent, look up the master
-    /// when due (from the worker's own callbacks), report, and set the tick.
-    fn finish(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
-        if own {
-            self.lookup(host, now_ms);
-        }
-        self.pump(host, own, now_ms);
-        let now = [self.store.in_flight().0, self.requests.len() + self.deferred.len()];
-        for ((gauge, value), reported) in Gauge::ALL.into_iter().zip(now).zip(&mut self.reported) {
-            let value = i64::try_from(value).unwrap_or(i64::MAX);
-            if value != *reported {
-                host.gauge(gauge, value - *reported);
-                *reported = value;
-            }
-        }
-        let want = if !self.deferred.is_empty() {
-            DEFERRED_TICK
-        } else if !self.requests.is_empty() || self.store.in_flight().0 > 0 || self.sentinels_busy() {
-            TICK
-        } else if self.sentinels.is_some() && self.serving {
-            IDLE_TICK
-        } else {
-            Duration::ZERO
-        };
-        if want != self.tick {
-            host.set_tick(want);
-            self.tick = want;
-        }
-    }
-
-    fn sentinels_busy(&self) -> bool {
-        self.sentinels.as_ref().is_some_and(Sentinels::busy)
-    }
-
-    fn lookup(&mut self, host: &mut dyn Host, now_ms: u64) {
-        if !self.serving {
-            return;
-        }
-        let timeout_ms = self.timeout_ms;
-        if let Some(s) = &mut self.sentinels {
-            s.lookup(host, now_ms, timeout_ms);
-        }
-    }
-
-    /// Carries out a settlement of a held request now, or defers it past
-    /// this entry's budget (and, as a reply, past a request's callback).
-    fn settle(&mut self, host: &mut dyn Host, id: u32, settle: Settle) {
-        let reply_in_request = self.in_request && matches!(settle, Settle::Reply(_));
-        if self.settled < MAX_SETTLED_PER_ENTRY && self.deferred.is_empty() && !reply_in_request {
-            self.settled += 1;
-            Self::carry_out(host, id, &settle);
-        } else {
-            self.deferred.push_back((id, settle));
-        }
-    }
-
-    fn carry_out(host: &mut dyn Host, id: u32, settle: &Settle) {
-        match settle {
-            Settle::Admit(shadow) => host.admit(id, shadow.as_deref()),
-            Settle::Reply(reply) => host.reply(id, reply),
-        }
     }
 
     /// Counts a ruling's rules, remembers its denials, and gives its action.

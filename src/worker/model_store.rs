@@ -1,6 +1,7 @@
 //! A store that answers a worker's stream with the pure models instead of
-//! Valkey: `AUTH`, `EVALSHA` (`NOSCRIPT` until the script was sent with
-//! `EVAL`), `EVAL`, and `SENTINEL get-master-addr-by-name`. The worker's
+//! Valkey: `AUTH`, `FCALL` (`ERR Function not found` until `FUNCTION
+//! LOAD`), `FUNCTION LOAD`, `EVALSHA` (`NOSCRIPT` until the script was sent
+//! with `EVAL`), `EVAL`, and `SENTINEL get-master-addr-by-name`. The worker's
 //! tests use it as their store, and `tollgate simulate` (host-only) runs the
 //! worker against it. Not in the module.
 
@@ -14,8 +15,14 @@ use std::num::NonZeroU64;
 #[derive(Debug)]
 pub struct ModelStore {
     pub model: Model,
-    /// Whether `EVALSHA` finds the script (else `NOSCRIPT` until an `EVAL`).
+    /// Whether `EVALSHA` finds the script (else `NOSCRIPT` until an `EVAL`),
+    /// and `FCALL` the library (else `Function not found` until a `FUNCTION
+    /// LOAD`): a flush or a restart empties both.
     pub script_loaded: bool,
+    /// What `FUNCTION LOAD` answers instead of loading (an ACL refusal).
+    pub refuse_load: Option<String>,
+    /// `FUNCTION LOAD`s received.
+    pub loads: usize,
     /// The password `AUTH` must give, if any.
     pub password: Option<String>,
     /// What `SENTINEL get-master-addr-by-name` answers (`ip:port`).
@@ -28,7 +35,16 @@ pub struct ModelStore {
 
 impl Default for ModelStore {
     fn default() -> Self {
-        ModelStore { model: Model::new(), script_loaded: true, password: None, master: None, executed: 0, evals: 0 }
+        ModelStore {
+            model: Model::new(),
+            script_loaded: true,
+            refuse_load: None,
+            loads: 0,
+            password: None,
+            master: None,
+            executed: 0,
+            evals: 0,
+        }
     }
 }
 
@@ -70,9 +86,22 @@ impl ModelStore {
                 Some((ip, port)) => Value::Array(vec![Value::Bulk(ip.into()), Value::Bulk(port.into())]),
                 None => Value::Nil,
             },
+            "FUNCTION" => {
+                self.loads += 1;
+                match &self.refuse_load {
+                    Some(e) => error(e),
+                    None if args.get(1).map(text).as_deref() == Some("LOAD") => {
+                        self.script_loaded = true;
+                        Value::Bulk(limiter().function.clone().into_bytes())
+                    }
+                    None => error("ERR unknown subcommand"),
+                }
+            }
+            "FCALL" if !self.script_loaded => error("ERR Function not found"),
+            "FCALL" if args.get(1).map(text) != Some(limiter().function.clone()) => error("ERR Function not found"),
             "EVALSHA" if !self.script_loaded => error("NOSCRIPT No matching script."),
             "EVALSHA" if args.get(1).map(text) != Some(limiter().sha.clone()) => error("NOSCRIPT unknown sha"),
-            "EVALSHA" | "EVAL" => {
+            "FCALL" | "EVALSHA" | "EVAL" => {
                 self.evals += usize::from(verb == "EVAL");
                 self.script_loaded = true;
                 match self.decide(args.get(2..).unwrap_or_default(), now_ms) {

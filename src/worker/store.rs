@@ -3,14 +3,15 @@
 //! replies with requests, and what a closed, refused or stalled stream
 //! means for the requests on it.
 
-use super::host::{Host, Reset, Stat};
+use super::host::{Host, Level, Reset, Stat};
 use super::link::Slot;
 use super::respond::respond;
-use super::{Worker, MAX_IN_FLIGHT_BYTES};
-use crate::limiter::script::{encode_call, Invocation};
+use super::{Carrier, Worker, MAX_IN_FLIGHT_BYTES};
+use crate::config::Invoke;
+use crate::limiter::script::{encode_call, encode_load, is_fcall_refused, is_loaded, Invocation};
 use crate::resp::Value;
 use crate::store::sentinel::Change;
-use crate::store::{interpret_reply, preamble_failure, Failure, Outcome};
+use crate::store::{interpret_reply, preamble_failure, printable, Failure, Outcome};
 
 /// The gRPC status of a stream that never reached the store: Envoy answers
 /// `UNAVAILABLE` when the tunnel cannot connect upstream (nothing was sent
@@ -21,8 +22,9 @@ pub const GRPC_UNAVAILABLE: u32 = 14;
 /// master learned from the Sentinels.
 pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 
-/// `NOSCRIPT` answers one request may get before it fails (`noscript`): the
-/// script was flushed again between its two calls.
+/// "Missing code" answers (`NOSCRIPT`, `ERR Function not found`) one request
+/// may get before it fails (`noscript`): the code was flushed again between
+/// its calls, or a refused `FUNCTION LOAD` moved the worker to the script.
 const MAX_NOSCRIPTS: u8 = 2;
 
 impl Worker {
@@ -104,17 +106,28 @@ impl Worker {
         let (max_batch, max_commands) = (valkey.max_batch, valkey.max_in_flight);
         let mut message = Vec::new();
         let mut batch: Vec<(u32, usize)> = Vec::new();
+        // The store lacks the function library: load it ahead of the calls.
+        let mut load = 0;
+        if self.code_wanted && self.carrier.is_none() && self.invoke == Invoke::Fcall {
+            encode_load(&mut message, self.script);
+            load = message.len();
+        }
         while batch.len() < max_batch {
             let Some(id) = self.requests.peek_queued() else { break };
             let Some(p) = self.requests.get(id) else { break };
             let start = message.len();
-            // After a NOSCRIPT, one call carries the script (EVAL caches it);
-            // every call after it in the pipeline finds it by its SHA.
-            let carries = self.script_wanted && self.script_carrier.is_none();
-            let how = if carries { Invocation::Eval } else { Invocation::EvalSha };
+            // Under `evalsha`, after a NOSCRIPT one call carries the script
+            // (EVAL caches it); every call after it finds it by its SHA.
+            let carries = self.code_wanted && self.carrier.is_none() && load == 0;
+            let how = match self.invoke {
+                Invoke::Fcall => Invocation::FCall,
+                Invoke::Evalsha if carries => Invocation::Eval,
+                Invoke::Evalsha => Invocation::EvalSha,
+            };
             encode_call(&mut message, self.script, how, &p.checks, p.now_override);
             let len = message.len() - start;
             let (commands, bytes) = self.store.in_flight();
+            let commands = commands + usize::from(load > 0);
             let fits = (commands == 0 && batch.is_empty())
                 || (commands + batch.len() < max_commands
                     && bytes.saturating_add(message.len()) <= MAX_IN_FLIGHT_BYTES);
@@ -124,13 +137,17 @@ impl Worker {
             }
             self.requests.pop_queued();
             if carries {
-                self.script_carrier = Some(id);
-                self.script_wanted = false;
+                self.carrier = Some(Carrier::Call(id));
+                self.code_wanted = false;
             }
             batch.push((id, len));
         }
         if batch.is_empty() {
             return false;
+        }
+        if load > 0 {
+            self.carrier = Some(Carrier::Load);
+            self.code_wanted = false;
         }
         if let Err(e) = host.send(token, &message) {
             // Never sent: back to the queue, and a new stream.
@@ -142,6 +159,9 @@ impl Worker {
         }
         host.count(Stat::StoreMessages, 1);
         host.count(Stat::StoreRequests, batch.len() as u64);
+        if load > 0 {
+            self.store.sent(Slot::Load, load, now_ms);
+        }
         for (id, len) in batch {
             if let Some(p) = self.requests.get_mut(id) {
                 p.sent = true;
@@ -169,18 +189,19 @@ impl Worker {
                         host.record_store_time(now_ms.saturating_sub(sent_ms));
                         timed = true;
                     }
-                    if self.script_carrier == Some(id) {
-                        self.script_carrier = None;
+                    if self.carrier == Some(Carrier::Call(id)) {
+                        self.carrier = None;
                     }
                     if self.answer(host, id, &value, now_ms) {
                         retry.push(id);
                     }
                 }
                 Slot::Abandoned(id) => {
-                    if self.script_carrier == Some(id) {
-                        self.script_carrier = None;
+                    if self.carrier == Some(Carrier::Call(id)) {
+                        self.carrier = None;
                     }
                 }
+                Slot::Load => self.loaded(host, &value),
                 Slot::Lookup => {}
             }
         }
@@ -192,14 +213,25 @@ impl Worker {
     }
 
     /// Applies a reply to request `id`; true when it must be sent again
-    /// (`NOSCRIPT`: the script did not run; at most twice per request).
+    /// (the code was missing, or `FCALL` is not allowed: nothing ran; at
+    /// most twice per request).
     fn answer(&mut self, host: &mut dyn Host, id: u32, value: &Value, now_ms: u64) -> bool {
+        let refused = self.invoke == Invoke::Fcall && is_fcall_refused(value);
+        if refused {
+            self.fall_back(host, value);
+        }
         let Some(p) = self.requests.get_mut(id) else { return false };
-        let outcome = interpret_reply(value, &p.checks);
+        let mut outcome = if refused { Outcome::NoScript } else { interpret_reply(value, &p.checks) };
+        // Behind a load the store refused (`OOM`, ...): that is the failure.
+        // The next message tries the load again.
+        if let (Outcome::NoScript, Some(failure)) = (&outcome, &self.load_failure) {
+            outcome = Outcome::Failed(failure.clone());
+            self.code_wanted |= self.carrier.is_none();
+        }
         if outcome == Outcome::NoScript && p.noscripts < MAX_NOSCRIPTS {
             p.noscripts += 1;
-            if self.script_carrier.is_none() {
-                self.script_wanted = true;
+            if self.carrier.is_none() {
+                self.code_wanted = true;
             }
             return true;
         }
@@ -217,11 +249,50 @@ impl Worker {
         false
     }
 
-    /// No call carries the script any more (its stream is gone).
+    /// No command carries the code any more (its stream is gone).
     fn forget_carrier(&mut self) {
-        if self.script_carrier.take().is_some() {
-            self.script_wanted = true;
+        if self.carrier.take().is_some() {
+            self.code_wanted = true;
         }
+    }
+
+    /// The reply to `FUNCTION LOAD`. A refusal for good (an ACL without
+    /// `function|load`, a Redis before 7) moves this worker to the script:
+    /// the calls behind the load are answered "missing" and go again, as
+    /// `EVAL` then `EVALSHA`. Any other error (`OOM` under `noeviction`,
+    /// ...) is the failure of the calls behind it; the next call that finds
+    /// the code missing loads it again.
+    fn loaded(&mut self, host: &mut dyn Host, value: &Value) {
+        self.carrier = None;
+        self.load_failure = None;
+        if is_loaded(value, self.script) {
+            return;
+        }
+        if is_fcall_refused(value) {
+            self.fall_back(host, value);
+        } else {
+            self.load_failure = preamble_failure(value);
+        }
+    }
+
+    /// `FUNCTION LOAD` or `FCALL` refused by the store (`refusal`): this
+    /// worker calls the script from now on (logged once per worker).
+    fn fall_back(&mut self, host: &mut dyn Host, refusal: &Value) {
+        if self.invoke == Invoke::Evalsha {
+            return;
+        }
+        let why = match refusal.as_error() {
+            Some(e) => printable(e, 256),
+            None => "an unexpected reply".to_string(),
+        };
+        host.log(
+            Level::Warn,
+            &format!(
+                "tollgate: the function library cannot be used ({why}); calling the limiter by EVALSHA from now on"
+            ),
+        );
+        self.invoke = Invoke::Evalsha;
+        self.code_wanted = self.carrier.is_none();
     }
 
     pub(super) fn on_store_close(&mut self, host: &mut dyn Host, status: u32, now_ms: u64) {

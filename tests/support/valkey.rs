@@ -124,6 +124,15 @@ impl Valkey {
             other => panic!("{args:?} gave {other:?}"),
         }
     }
+
+    /// The value of `field` in `INFO section` (e.g. `cmdstat_fcall`).
+    pub fn info_stat(&self, section: &str, field: &str) -> Option<String> {
+        let text = match self.cmd(&["INFO", section]) {
+            Value::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+            other => panic!("INFO {section} gave {other:?}"),
+        };
+        text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+    }
 }
 
 impl Drop for Valkey {

@@ -50,7 +50,7 @@ fn write(j: &J, out: &mut String) {
 /// A valid document with every field of every object.
 fn full() -> J {
     let doc = r#"{ "valkey": { "cluster": "c", "timeout": "100ms", "key_prefix": "p", "max_in_flight": 4,
-          "max_batch": 64, "max_queue": 10, "username": "u", "password_env": "PW",
+          "max_batch": 64, "max_queue": 10, "invoke": "evalsha", "username": "u", "password_env": "PW",
           "sentinel": { "cluster": "s", "master_name": "m", "refresh": 5 } },
       "failure_mode": "deny",
       "rules": [ { "name": "r", "algorithm": "gcra", "cost": 1, "shadow": false,

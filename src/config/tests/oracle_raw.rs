@@ -95,6 +95,7 @@ struct RawValkey {
     max_in_flight: Option<u64>,
     max_batch: Option<u64>,
     max_queue: Option<u64>,
+    invoke: Option<String>,
     username: Option<String>,
     password_env: Option<String>,
     sentinel: Option<Obj<RawSentinel>>,

@@ -49,6 +49,7 @@ fn example_parses_to_expected_values() {
             max_in_flight: 256,
             max_batch: 64,
             max_queue: 4096,
+            invoke: Invoke::Fcall,
             auth: None,
             sentinel: None,
         },

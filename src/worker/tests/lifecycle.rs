@@ -95,8 +95,57 @@ fn the_stream_holds_at_most_max_in_flight_decisions() {
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn noscript_sends_the_script_once_and_runs_each_request_once() {
+fn a_missing_library_is_loaded_once_and_each_request_runs_once() {
     let mut rig = Rig::new(seed());
+    rig.store.script_loaded = false;
+    let ids: Vec<u32> = (0..30).map(|i| rig.request(&format!("u{i}")).0).collect();
+    rig.settle();
+    assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
+    assert_eq!(rig.store.executed, 30, "a missing function ran nothing; each request ran once");
+    assert_eq!((rig.store.loads, rig.store.evals), (1, 0), "one FUNCTION LOAD, ahead of the calls sent again");
+    assert_eq!(rig.host.count(Stat::StoreMessages), 2);
+    assert_eq!(rig.host.count(Stat::StoreError(FailureKind::NoScript)), 0);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_refused_function_load_moves_the_worker_to_the_script() {
+    let mut rig = Rig::new(seed());
+    rig.store.script_loaded = false;
+    rig.store.refuse_load = Some("NOPERM this user has no permissions to run the 'function|load' command".into());
+    let ids: Vec<u32> = (0..30).map(|i| rig.request(&format!("u{i}")).0).collect();
+    rig.settle();
+    assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
+    assert_eq!(rig.store.executed, 30);
+    assert_eq!((rig.store.loads, rig.store.evals), (1, 1), "one refused load, then one EVAL");
+    assert_eq!(rig.host.logs.iter().filter(|(_, l)| l.contains("function library cannot be used (NOPERM")).count(), 1);
+    assert_eq!(rig.host.count(Stat::StoreError(FailureKind::NoScript)), 0);
+    // From then on, the script by its SHA.
+    let (late, _) = rig.request("late");
+    rig.settle();
+    assert_eq!((rig.host.status(late), rig.store.loads, rig.store.evals), (Some(200), 1, 1));
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_load_refused_for_now_fails_the_calls_behind_it_and_is_tried_again() {
+    let mut rig = Rig::new(seed().failure_mode("deny"));
+    rig.store.script_loaded = false;
+    rig.store.refuse_load = Some("OOM command not allowed when used memory > 'maxmemory'.".into());
+    let ids: Vec<u32> = (0..3).map(|i| rig.request(&format!("u{i}")).0).collect();
+    rig.settle();
+    assert!(ids.iter().all(|id| rig.host.status(*id) == Some(503)), "failure_mode, as an oom");
+    assert_eq!(rig.host.count(Stat::StoreError(FailureKind::Oom)), 3);
+    assert_eq!((rig.store.executed, rig.store.evals), (0, 0), "still the function: nothing ran");
+    // Memory freed: the next request loads the library again and is decided.
+    rig.store.refuse_load = None;
+    let (late, _) = rig.request("late");
+    rig.settle();
+    assert_eq!((rig.host.status(late), rig.store.executed), (Some(200), 1));
+    assert_eq!(rig.host.count(Stat::StoreError(FailureKind::Oom)), 3);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn noscript_sends_the_script_once_and_runs_each_request_once() {
+    let mut rig = Rig::new(seed().valkey(r#""invoke": "evalsha""#));
     rig.store.script_loaded = false;
     let ids: Vec<u32> = (0..30).map(|i| rig.request(&format!("u{i}")).0).collect();
     rig.settle();
