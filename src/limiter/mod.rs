@@ -93,6 +93,10 @@ pub struct Check {
     pub cost: NonZeroU64,
     /// How the bucket counts.
     pub algorithm: Algorithm,
+    /// Only check that `cost` fits every window, and record nothing: a rule
+    /// that counts on the response still denies on the request when its
+    /// windows are full, and is charged afterwards (`adjust`).
+    pub check_only: bool,
 }
 
 /// A change to what one admitted request recorded in a bucket (`adjust`):

@@ -77,6 +77,7 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
         windows: rule.limits.iter().map(|l| Window { limit: l.limit, period_ms: l.period.ms() }).collect(),
         cost: rule.cost,
         algorithm: rule.algorithm,
+        check_only: false,
     })
 }
 
