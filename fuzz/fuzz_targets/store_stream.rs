@@ -17,7 +17,7 @@ fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
         let doc = br#"{ "valkey": { "cluster": "c" }, "response": { "headers": ["ratelimit", "x-ratelimit"] },
-          "rules": [ { "name": "a", "key": [ { "header": "u" } ], "limits": [ { "limit": 5, "period": "1s" }, { "limit": 5, "period": "60s" } ] },
+          "rules": [ { "name": "a", "key": [ { "header": "u" } ], "limits": [ { "limit": 5, "period": "1s" }, { "limit": 20, "period": "60s" } ] },
                      { "name": "b", "shadow": true, "limits": [ { "limit": 5, "period": "3s" } ] } ] }"#;
         Config::from_json(doc).unwrap_or_else(|e| panic!("{e}"))
     })
