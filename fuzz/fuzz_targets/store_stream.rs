@@ -88,8 +88,9 @@ fuzz_target!(|data: &[u8]| {
     for (i, chunk) in bytes.chunks(step).enumerate() {
         worker.on_stream_message(&mut host, 7, chunk, now + i as u64);
     }
-    for t in 1..=4 {
-        worker.on_tick(&mut host, now + 200 * t);
+    // A stall needs the timeout and ten silent ticks (src/worker/link.rs).
+    for t in 1..=12 {
+        worker.on_tick(&mut host, now + 100 * t);
     }
     host.answered.sort_unstable();
     host.answered.dedup();
