@@ -75,6 +75,24 @@ impl Host for EnvoyHost<'_> {
         });
     }
 
+    fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {
+        let current = self.current;
+        self.on(id, || {
+            for (name, value) in headers {
+                if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
+                    log::warn!("tollgate: could not add response header {name}: {status:?}");
+                }
+            }
+            // A response released in its own callback goes on by returning
+            // Continue.
+            if id != current {
+                if let Err(status) = hostcalls::resume_http_response() {
+                    log::warn!("tollgate: could not resume response: {status:?}");
+                }
+            }
+        });
+    }
+
     fn remove_request_header(&mut self, name: &str) {
         let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
     }

@@ -1,12 +1,16 @@
 //! The limiter's per-request context: hands the request to the worker, and
-//! adds the headers of an admitted request to its response.
+//! adds the headers of an admitted request to its response. For rules that
+//! count on the response it also hands the worker the request's body (a
+//! reservation read from it), the response's status and headers, and its
+//! body (a cost read from it), and holds the response while the worker
+//! settles.
 
 use super::root::{now_ms, Limiter};
 use crate::plan::RequestView;
-use crate::worker::{Flow, ResponseHeaders};
+use crate::worker::{Flow, ResponseFlow, ResponseHeaders, ResponseView};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, MapType};
+use proxy_wasm::types::{Action, BufferType, MapType};
 use std::rc::Rc;
 
 pub struct Http {
@@ -14,11 +18,59 @@ pub struct Http {
     limiter: Option<Rc<Limiter>>,
     /// Filled by the worker when it admits the request.
     headers: ResponseHeaders,
+    /// The request waits for its body (the worker reads a reservation).
+    reading_request_body: bool,
+    /// The response's body goes to the worker (it reads a cost).
+    reading_response_body: bool,
+    /// The response is held while its settlement is on the way.
+    holding_response: bool,
 }
 
 impl Http {
     pub fn new(id: u32, limiter: Option<Rc<Limiter>>) -> Self {
-        Self { id, limiter, headers: ResponseHeaders::default() }
+        Self {
+            id,
+            limiter,
+            headers: ResponseHeaders::default(),
+            reading_request_body: false,
+            reading_response_body: false,
+            holding_response: false,
+        }
+    }
+
+    fn action(flow: Option<Flow>) -> Action {
+        match flow {
+            Some(Flow::Pause | Flow::ReadBody) => Action::Pause,
+            Some(Flow::Continue) | None => Action::Continue,
+        }
+    }
+
+    /// The request body buffered so far (`body_size` bytes, or unknown),
+    /// once it is complete or `max_body_bytes` long: its first
+    /// `max_body_bytes` to the worker (`complete`: nothing more follows).
+    fn request_body(&mut self, body_size: Option<usize>, end_of_stream: bool) -> Action {
+        let Some(l) = &self.limiter else { return Action::Continue };
+        let max = l.worker.try_borrow().map_or(0, |w| w.config().max_body_bytes);
+        if !end_of_stream && body_size.is_some_and(|size| size < max) {
+            return Action::Pause; // Envoy buffers it.
+        }
+        self.reading_request_body = false;
+        let take = body_size.unwrap_or(usize::MAX).min(max.saturating_add(1));
+        let mut bytes = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, take).ok().flatten().unwrap_or_default();
+        let complete = end_of_stream && bytes.len() <= max;
+        bytes.truncate(max);
+        let id = self.id;
+        Self::action(l.with(id, |w, host| w.on_request_body(host, id, &bytes, complete, now_ms())))
+    }
+
+    /// A chunk of the response body to the worker.
+    fn response_body(&mut self, chunk: &[u8], end: bool) {
+        if end {
+            self.reading_response_body = false;
+        }
+        let Some(l) = &self.limiter else { return };
+        let id = self.id;
+        l.with(id, |w, host| w.on_response_body(host, id, chunk, end, now_ms()));
     }
 }
 
@@ -47,24 +99,111 @@ impl RequestView for EnvoyRequest {
     }
 }
 
+/// Envoy's response headers seen through the worker's [`ResponseView`].
+struct EnvoyResponse;
+
+impl ResponseView for EnvoyResponse {
+    fn status(&self) -> Option<u16> {
+        std::str::from_utf8(&self.header(":status")?).ok()?.parse().ok()
+    }
+
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        hostcalls::get_map_value_bytes(MapType::HttpResponseHeaders, name).ok().flatten()
+    }
+}
+
 impl Context for Http {}
 
 impl HttpContext for Http {
-    fn on_http_request_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
         let Some(l) = &self.limiter else { return Action::Continue };
         let (id, headers) = (self.id, self.headers.clone());
         match l.with(id, |w, host| w.on_request(host, id, &EnvoyRequest, now_ms(), headers)) {
-            Some(Flow::Pause) => Action::Pause,
-            Some(Flow::Continue) | None => Action::Continue,
+            Some(Flow::ReadBody) if end_of_stream => {
+                Self::action(l.with(id, |w, host| w.on_request_body(host, id, &[], true, now_ms())))
+            }
+            Some(Flow::ReadBody) => {
+                self.reading_request_body = true;
+                Action::Pause
+            }
+            flow => Self::action(flow),
         }
     }
 
-    fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if self.reading_request_body {
+            return self.request_body(Some(body_size), end_of_stream);
+        }
+        // While the request waits for its decision its body waits with it
+        // (Continue here would let the request go on undecided).
+        let waiting = self.limiter.as_ref().is_some_and(|l| l.worker.try_borrow().is_ok_and(|w| w.waiting(self.id)));
+        if waiting {
+            Action::Pause
+        } else {
+            Action::Continue
+        }
+    }
+
+    fn on_http_request_trailers(&mut self, _trailers: usize) -> Action {
+        if !self.reading_request_body {
+            return Action::Continue;
+        }
+        self.request_body(None, true)
+    }
+
+    fn on_http_response_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
+        let id = self.id;
+        let flow = match &self.limiter {
+            Some(l) => l.with(id, |w, host| w.on_response(host, id, &EnvoyResponse, now_ms())),
+            None => None,
+        };
+        match flow {
+            Some(ResponseFlow::Hold) => {
+                // Released already (its settlement failed at once): the
+                // worker added its headers.
+                let held = self.limiter.as_ref().is_some_and(|l| l.worker.try_borrow().is_ok_and(|w| w.holding(id)));
+                if held {
+                    self.holding_response = true;
+                    return Action::Pause;
+                }
+                return Action::Continue;
+            }
+            Some(ResponseFlow::ReadBody) => {
+                self.reading_response_body = true;
+            }
+            Some(ResponseFlow::Continue) | None => {}
+        }
         let headers = std::mem::take(&mut *self.headers.borrow_mut());
         for (name, value) in headers {
             if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, &name, &value) {
                 log::warn!("tollgate: could not add response header {name}: {status:?}");
             }
+        }
+        if self.reading_response_body && end_of_stream {
+            self.response_body(&[], true);
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if self.holding_response {
+            let held = self.limiter.as_ref().is_some_and(|l| l.worker.try_borrow().is_ok_and(|w| w.holding(self.id)));
+            if held {
+                return Action::Pause; // Envoy buffers it until the worker resumes.
+            }
+            self.holding_response = false;
+        }
+        if self.reading_response_body {
+            let chunk =
+                hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+            self.response_body(&chunk, end_of_stream);
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_trailers(&mut self, _trailers: usize) -> Action {
+        if self.reading_response_body {
+            self.response_body(&[], true);
         }
         Action::Continue
     }

@@ -19,6 +19,8 @@
 //! * the queue bound (`valkey.max_queue`): a request that finds it full is
 //!   refused at once (overload).
 
+mod body;
+mod cost;
 mod entry;
 mod fail;
 pub mod host;
@@ -27,14 +29,17 @@ mod local;
 #[cfg(any(test, not(target_family = "wasm")))]
 pub mod model_store;
 mod requests;
+mod reserve;
 pub mod respond;
 mod sentinels;
+pub mod settle;
 mod store;
 
 #[cfg(test)]
 mod tests;
 
-pub use host::{Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
+pub use cost::{ResponseFlow, ResponseView};
+pub use host::{CountStat, Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
 
 use crate::cache::DenialCache;
 use crate::config::{Config, Invoke};
@@ -48,6 +53,7 @@ use local::LocalLimiter;
 use requests::{Pending, Requests};
 use respond::{deny_from_cache, remember, Action, Ruling};
 use sentinels::Sentinels;
+use settle::Settlements;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -101,6 +107,8 @@ enum Carrier {
 enum Settle {
     Admit(Option<String>),
     Reply(LocalReply),
+    /// A held response goes on, with these headers.
+    Resume(Vec<(String, String)>),
 }
 
 /// One worker's state.
@@ -118,6 +126,8 @@ pub struct Worker {
     cache: DenialCache,
     /// Stands in for the store under `failure_mode: local`.
     local: LocalLimiter,
+    /// Rules counted on the response: what admitted requests owe.
+    settlements: Settlements,
     /// Settlements beyond this VM entry's budget, for the next entries.
     deferred: VecDeque<(u32, Settle)>,
     settled: usize,
@@ -162,6 +172,7 @@ impl Worker {
             sentinels: config.valkey.sentinel.as_ref().map(Sentinels::new),
             cache: DenialCache::new(config.denial_cache_keys),
             local: LocalLimiter::new(&config.local_limiter),
+            settlements: Settlements::new(&config),
             deferred: VecDeque::new(),
             settled: 0,
             in_request: false,
@@ -230,23 +241,7 @@ impl Worker {
             host.count(Stat::CacheHit, 1);
             return self.rule_now(host, id, ruling, &headers);
         }
-        let request = Held { checks: &planned.checks, at_ms: arrival_ms, headers: &headers };
-        if let Some(failure) = self.store.down(now_ms).cloned() {
-            return self.fail_now(host, id, &failure, &request, now_ms);
-        }
-        // The bound is on requests that must wait for room on the stream:
-        // as many as the stream can take go out as soon as it is ready.
-        let room = self.config.valkey.max_in_flight.saturating_sub(self.store.in_flight().0);
-        if self.requests.queued() >= self.config.valkey.max_queue.saturating_add(room) {
-            return match self.overloaded(host) {
-                Settle::Admit(_) => Flow::Continue,
-                Settle::Reply(reply) => {
-                    host.reply(id, &reply);
-                    Flow::Pause
-                }
-            };
-        }
-        let pending = Pending {
+        let mut pending = Pending {
             checks: planned.checks,
             now_override,
             arrival_ms,
@@ -254,10 +249,48 @@ impl Worker {
             noscripts: 0,
             headers,
             sent: false,
+            settle: None,
         };
+        if self.settlements.active && reserve::prepare(&self.config, &mut pending.checks, request) {
+            self.settlements.awaiting_body.insert(id, pending);
+            return Flow::ReadBody;
+        }
+        self.proceed(host, id, pending, now_ms)
+    }
+
+    /// Decides a planned request now (`failure_mode`, overload) or queues
+    /// it for the store.
+    fn proceed(&mut self, host: &mut dyn Host, id: u32, pending: Pending, now_ms: u64) -> Flow {
+        if self.settlements.active {
+            self.owe(id, &pending);
+        }
+        let request = Held { id, checks: &pending.checks, at_ms: pending.arrival_ms, headers: &pending.headers };
+        if let Some(failure) = self.store.down(now_ms).cloned() {
+            return self.fail_now(host, id, &failure, &request, now_ms);
+        }
+        // The bound is on requests that must wait for room on the stream:
+        // as many as the stream can take go out as soon as it is ready.
+        let room = self.config.valkey.max_in_flight.saturating_sub(self.store.in_flight().0);
+        if self.requests.queued() >= self.config.valkey.max_queue.saturating_add(room) {
+            return match self.overloaded(host, id) {
+                Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
+                Settle::Reply(reply) => {
+                    host.reply(id, &reply);
+                    Flow::Pause
+                }
+            };
+        }
         self.requests.push(id, pending);
         self.pump(host, false, now_ms);
         Flow::Pause
+    }
+
+    /// Whether request `id` is held for its decision (its body must wait
+    /// with it).
+    pub fn waiting(&self, id: u32) -> bool {
+        self.requests.get(id).is_some()
+            || self.settlements.awaiting_body.contains_key(&id)
+            || self.deferred.iter().any(|(d, _)| *d == id)
     }
 
     /// The request's context is gone (client reset, or done).
@@ -266,6 +299,10 @@ impl Worker {
             if p.sent {
                 self.store.abandon(id);
             }
+        }
+        if self.settlements.active {
+            // A reservation whose response never came stands.
+            self.settlements.gone(id);
         }
     }
 
@@ -327,7 +364,7 @@ impl Worker {
     fn rule_now(&mut self, host: &mut dyn Host, id: u32, ruling: Ruling, headers: &ResponseHeaders) -> Flow {
         // Only cache denials are ruled on at once: nothing to remember.
         match self.rule(host, ruling, 0, headers) {
-            Settle::Admit(_) => Flow::Continue,
+            Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
             Settle::Reply(reply) => {
                 host.reply(id, &reply);
                 Flow::Pause
@@ -337,6 +374,10 @@ impl Worker {
 
     /// Deadlines, at every tick.
     fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
+        if self.settlements.active {
+            // Before a stall fails their settlements: counted as expired.
+            self.expire_holds(host, now_ms);
+        }
         self.store.tick();
         if self.store.stalled(now_ms, self.timeout_ms, self.max_wait_ms) {
             let (outstanding, silent_ms, ticks) = self.store.silence(now_ms);

@@ -1,9 +1,11 @@
-//! The requests a worker holds: each waits in the queue until it is sent on
-//! the store stream, then until its reply. Bounded by the worker (the
+//! The requests a worker holds (and the settlements of responses): each
+//! waits in the queue until it is sent on the store stream, then until its
+//! reply. Bounded by the worker (the
 //! queue by `valkey.max_queue`, the sent ones by the stream's bounds).
 
 use crate::limiter::Check;
 use crate::worker::host::ResponseHeaders;
+use crate::worker::settle::SettleCall;
 use std::collections::{HashMap, VecDeque};
 
 /// One request waiting for its decision.
@@ -24,6 +26,8 @@ pub struct Pending {
     pub headers: ResponseHeaders,
     /// On the stream, awaiting its reply (else queued).
     pub sent: bool,
+    /// A settlement (`adjust` of `checks`), not a decision.
+    pub settle: Option<SettleCall>,
 }
 
 /// The worker's requests, by context id, and the queue of unsent ones.

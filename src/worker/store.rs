@@ -12,6 +12,7 @@ use crate::limiter::script::{encode_call, encode_load, is_fcall_refused, is_load
 use crate::resp::Value;
 use crate::store::sentinel::Change;
 use crate::store::{interpret_reply, preamble_failure, printable, Failure, Outcome};
+use crate::worker::settle::{cacheable, encode_settlement};
 
 /// The gRPC status of a stream that never reached the store: Envoy answers
 /// `UNAVAILABLE` when the tunnel cannot connect upstream (nothing was sent
@@ -118,13 +119,18 @@ impl Worker {
             let start = message.len();
             // Under `evalsha`, after a NOSCRIPT one call carries the script
             // (EVAL caches it); every call after it finds it by its SHA.
-            let carries = self.code_wanted && self.carrier.is_none() && load == 0;
+            // A settlement's script has a SHA of its own: after a NOSCRIPT
+            // it goes as EVAL itself, and never carries the decisions'.
+            let carries = p.settle.is_none() && self.code_wanted && self.carrier.is_none() && load == 0;
             let how = match self.invoke {
                 Invoke::Fcall => Invocation::FCall,
-                Invoke::Evalsha if carries => Invocation::Eval,
+                Invoke::Evalsha if carries || (p.settle.is_some() && p.noscripts > 0) => Invocation::Eval,
                 Invoke::Evalsha => Invocation::EvalSha,
             };
-            encode_call(&mut message, self.script, how, &p.checks, p.now_override);
+            match &p.settle {
+                None => encode_call(&mut message, self.script, how, &p.checks, p.now_override),
+                Some(call) => encode_settlement(&mut message, self.script, how, &p.checks, call, p.now_override),
+            }
             let len = message.len() - start;
             let (commands, bytes) = self.store.in_flight();
             let commands = commands + usize::from(load > 0);
@@ -230,16 +236,31 @@ impl Worker {
         }
         if outcome == Outcome::NoScript && p.noscripts < MAX_NOSCRIPTS {
             p.noscripts += 1;
-            if self.carrier.is_none() {
+            // (A settlement by `evalsha` goes as EVAL itself.)
+            let own_eval = p.settle.is_some() && self.invoke == Invoke::Evalsha;
+            if self.carrier.is_none() && !own_eval {
                 self.code_wanted = true;
             }
             return true;
         }
         let Some(p) = self.requests.remove(id) else { return false };
+        if p.settle.is_some() {
+            if let Outcome::Failed(failure) = &outcome {
+                host.count(Stat::StoreError(failure.kind()), 1);
+            }
+            self.settled(host, &p, outcome);
+            return false;
+        }
         match outcome {
             Outcome::Decided(decision) => {
                 self.learn(&p, &decision, now_ms);
-                let ruling = respond(&self.config, &p.checks, &decision, p.arrival_ms);
+                if self.settlements.active {
+                    self.admitted(host, id, Some(&decision), false);
+                }
+                let mut ruling = respond(&self.config, &p.checks, &decision, p.arrival_ms);
+                if self.settlements.active {
+                    ruling.denials.retain(|d| cacheable(&self.config, &p.checks, &d.key));
+                }
                 let settle = self.rule(host, ruling, p.arrival_ms, &p.headers);
                 self.settle(host, id, settle);
             }
@@ -371,11 +392,13 @@ impl Worker {
         }
     }
 
-    /// Requests on the stream that arrived at or before `cutoff_ms`.
+    /// Requests on the stream that arrived at or before `cutoff_ms`
+    /// (settlements wait for their replies: a held response has its own
+    /// deadline).
     pub(super) fn sent_before(&self, cutoff_ms: u64) -> Vec<u32> {
         self.store
             .requests()
-            .filter(|id| self.requests.get(*id).is_some_and(|p| p.local_arrival_ms <= cutoff_ms))
+            .filter(|id| self.requests.get(*id).is_some_and(|p| p.local_arrival_ms <= cutoff_ms && p.settle.is_none()))
             .collect()
     }
 }

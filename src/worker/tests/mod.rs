@@ -7,4 +7,5 @@ mod fake;
 mod lifecycle;
 mod local;
 mod sentinel;
+mod settle;
 mod stream;
