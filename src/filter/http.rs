@@ -4,6 +4,13 @@
 //! reservation read from it), the response's status and headers, and its
 //! body (a cost read from it), and holds the response while the worker
 //! settles.
+//!
+//! Envoy's proxy-wasm host turns a `Pause` of the headers into "stop all
+//! iteration": no body callback comes until they are resumed. So a request
+//! whose reservation is in its body lets its headers go on and pauses its
+//! body (Envoy buffers it) until the worker decided; Envoy's buffer filter
+//! right after tollgate keeps the request from the router until then
+//! (docs/configuration.md).
 
 use super::root::{now_ms, Limiter};
 use crate::plan::RequestView;
@@ -20,10 +27,10 @@ pub struct Http {
     headers: ResponseHeaders,
     /// The request waits for its body (the worker reads a reservation).
     reading_request_body: bool,
+    /// The worker decides the request on its body: later chunks wait too.
+    deciding: bool,
     /// The response's body goes to the worker (it reads a cost).
     reading_response_body: bool,
-    /// The response is held while its settlement is on the way.
-    holding_response: bool,
 }
 
 impl Http {
@@ -33,8 +40,8 @@ impl Http {
             limiter,
             headers: ResponseHeaders::default(),
             reading_request_body: false,
+            deciding: false,
             reading_response_body: false,
-            holding_response: false,
         }
     }
 
@@ -60,7 +67,9 @@ impl Http {
         let complete = end_of_stream && bytes.len() <= max;
         bytes.truncate(max);
         let id = self.id;
-        Self::action(l.with(id, |w, host| w.on_request_body(host, id, &bytes, complete, now_ms())))
+        let flow = l.with(id, |w, host| w.on_request_body(host, id, &bytes, complete, now_ms()));
+        self.deciding = flow == Some(Flow::Pause);
+        Self::action(flow)
     }
 
     /// A chunk of the response body to the worker.
@@ -118,13 +127,15 @@ impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
         let Some(l) = &self.limiter else { return Action::Continue };
         let (id, headers) = (self.id, self.headers.clone());
-        match l.with(id, |w, host| w.on_request(host, id, &EnvoyRequest, now_ms(), headers)) {
+        let flow = l.with(id, |w, host| w.on_request(host, id, &EnvoyRequest, now_ms(), headers));
+        match flow {
             Some(Flow::ReadBody) if end_of_stream => {
                 Self::action(l.with(id, |w, host| w.on_request_body(host, id, &[], true, now_ms())))
             }
             Some(Flow::ReadBody) => {
+                // The body comes only to headers that go on.
                 self.reading_request_body = true;
-                Action::Pause
+                Action::Continue
             }
             flow => Self::action(flow),
         }
@@ -134,14 +145,16 @@ impl HttpContext for Http {
         if self.reading_request_body {
             return self.request_body(Some(body_size), end_of_stream);
         }
-        // While the request waits for its decision its body waits with it
-        // (Continue here would let the request go on undecided).
-        let waiting = self.limiter.as_ref().is_some_and(|l| l.worker.try_borrow().is_ok_and(|w| w.waiting(self.id)));
-        if waiting {
-            Action::Pause
-        } else {
-            Action::Continue
+        if self.deciding {
+            // Decided on its first max_body_bytes: the rest waits with it.
+            let waiting =
+                self.limiter.as_ref().is_some_and(|l| l.worker.try_borrow().is_ok_and(|w| w.waiting(self.id)));
+            if waiting {
+                return Action::Pause;
+            }
+            self.deciding = false;
         }
+        Action::Continue
     }
 
     fn on_http_request_trailers(&mut self, _trailers: usize) -> Action {
@@ -159,14 +172,10 @@ impl HttpContext for Http {
         };
         match flow {
             Some(ResponseFlow::Hold) => {
-                // Released already (its settlement failed at once): the
-                // worker added its headers.
+                // Held (its body waits with it) unless released already (its
+                // settlement failed at once: the worker added its headers).
                 let held = self.limiter.as_ref().is_some_and(|l| l.worker.try_borrow().is_ok_and(|w| w.holding(id)));
-                if held {
-                    self.holding_response = true;
-                    return Action::Pause;
-                }
-                return Action::Continue;
+                return if held { Action::Pause } else { Action::Continue };
             }
             Some(ResponseFlow::ReadBody) => {
                 self.reading_response_body = true;
@@ -186,13 +195,6 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if self.holding_response {
-            let held = self.limiter.as_ref().is_some_and(|l| l.worker.try_borrow().is_ok_and(|w| w.holding(self.id)));
-            if held {
-                return Action::Pause; // Envoy buffers it until the worker resumes.
-            }
-            self.holding_response = false;
-        }
         if self.reading_response_body {
             let chunk =
                 hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size).ok().flatten().unwrap_or_default();

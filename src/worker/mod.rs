@@ -285,8 +285,8 @@ impl Worker {
         Flow::Pause
     }
 
-    /// Whether request `id` is held for its decision (its body must wait
-    /// with it).
+    /// Whether request `id` is held for its decision (a request decided on
+    /// the first `max_body_bytes` of its body: the rest waits with it).
     pub fn waiting(&self, id: u32) -> bool {
         self.requests.get(id).is_some()
             || self.settlements.awaiting_body.contains_key(&id)
