@@ -17,7 +17,7 @@ ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 PURE_TESTS := cli config_fixtures config_limits docs_examples resp_properties schema test_split
 INTEGRATION_TESTS := $(filter-out $(PURE_TESTS),$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
+.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
 
 all: build
 
@@ -79,6 +79,10 @@ compose-configs:
 
 demo: build
 	cargo run --quiet --example demo
+
+# A token budget counted on the response (reserve max_tokens, settle with usage).
+demo-tokens: build
+	cargo run --quiet --example demo_tokens
 
 # docs/algorithms.md: memory, accuracy and the seed's scenario per algorithm,
 # measured against a Valkey the example starts itself.

@@ -150,10 +150,12 @@ fn status_range(path: &str, item: &Loose) -> Result<StatusRange, ConfigError> {
     };
     let range = match item {
         Loose::Num(n) => n.as_u64().and_then(|n| code(&n.to_string())).map(|n| StatusRange { first: n, last: n }),
-        Loose::Str(s) => s
-            .split_once('-')
-            .and_then(|(a, b)| Some(StatusRange { first: code(a)?, last: code(b)? }))
-            .filter(|r| r.first <= r.last),
+        Loose::Str(s) => match s.split_once('-') {
+            Some((a, b)) => {
+                code(a).zip(code(b)).map(|(first, last)| StatusRange { first, last }).filter(|r| r.first <= r.last)
+            }
+            None => code(s).map(|n| StatusRange { first: n, last: n }),
+        },
         _ => None,
     };
     range.map_or_else(

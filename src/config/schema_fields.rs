@@ -22,7 +22,7 @@ const NAME_PATTERN: &str = "^[A-Za-z0-9._:-]+$";
 /// No whitespace or control characters (cluster names, users, master names).
 const TOKEN_PATTERN: &str = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]+$";
 /// A status range of `count.status`.
-const STATUS_RANGE_PATTERN: &str = "^[1-5][0-9][0-9]-[1-5][0-9][0-9]$";
+const STATUS_RANGE_PATTERN: &str = "^[1-5][0-9][0-9](-[1-5][0-9][0-9])?$";
 /// A JSON path: 1 to 16 fields (or array indices) separated by dots.
 const JSON_PATH_PATTERN: &str = "^[^.]+(\\.[^.]+){0,15}$";
 /// An HTTP field name, or a pseudo-header.

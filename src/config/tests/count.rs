@@ -12,13 +12,15 @@ fn parse(json: &str) -> Config {
 fn failed_logins_count_only_their_statuses_and_header() {
     let config = parse(&rule(
         r#"{ "name": "login", "limits": [ { "limit": 5, "period": "3s" } ],
-             "count": { "status": [401, "500-503"], "header": { "name": "X-Login", "exact": "failed" } } }"#,
+             "count": { "status": [401, "500-503", "429"], "header": { "name": "X-Login", "exact": "failed" } } }"#,
     ));
     let count = config.rules[0].count.clone().unwrap();
-    assert_eq!(count.status, [StatusRange { first: 401, last: 401 }, StatusRange { first: 500, last: 503 }]);
+    let one = |n| StatusRange { first: n, last: n };
+    assert_eq!(count.status, [one(401), StatusRange { first: 500, last: 503 }, one(429)]);
     let counted: Vec<u16> =
         [200, 400, 401, 402, 499, 500, 502, 503, 504].into_iter().filter(|s| count.counts_status(*s)).collect();
     assert_eq!(counted, [401, 500, 502, 503]);
+    assert!(count.counts_status(429));
     let header = count.header.unwrap();
     assert_eq!(header.name, "x-login", "names are lowercased");
     assert!(header.holds(Some(b"failed")) && !header.holds(Some(b"ok")) && !header.holds(None));
