@@ -33,7 +33,7 @@ use crate::limiter::script::{encode_adjust, Invocation, Script};
 use crate::limiter::{Adjustment, Check, Decision};
 use crate::response::{allowed_headers, policy_names};
 use crate::store::Outcome;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// Settlements are held under ids with this bit set (context ids count up
 /// from 1 and never reach it).
@@ -58,9 +58,9 @@ pub(super) enum Phase {
     Waiting,
     /// Reading the body for the costs still unknown (`None`).
     Body { reader: BodyReader, costs: Vec<Option<u64>> },
-    /// The response waits for the settlement's reply until `until_ms`
-    /// (proxy clock); `changes` per check.
-    Held { until_ms: u64, changes: Vec<Option<(u64, u64)>> },
+    /// The response waits for the settlement's reply (at most
+    /// `valkey.timeout`, [`Settlements`]'s holds); `changes` per check.
+    Held { changes: Vec<Option<(u64, u64)>> },
 }
 
 /// An admitted request's debt to its counting rules.
@@ -95,6 +95,9 @@ pub(super) struct Settlements {
     pub owed: HashMap<u32, Owed>,
     /// Requests whose reservation waits for their body.
     pub awaiting_body: HashMap<u32, Pending>,
+    /// Held responses by deadline (all holds last `valkey.timeout`, so
+    /// they expire in the order they began).
+    holds: VecDeque<(u64, u32)>,
     next: u32,
 }
 
@@ -260,8 +263,9 @@ impl Worker {
             settle: Some(call),
         };
         let settle_id = self.settlements.next_id();
-        let down = self.store.down(now_ms).is_some();
-        if down {
+        let down = self.store.down(now_ms).map(|f| f.kind());
+        if let Some(kind) = down {
+            host.count(Stat::StoreError(kind), 1);
             self.settle_failed(host, &pending);
         } else {
             self.requests.push(settle_id, pending);
@@ -270,10 +274,11 @@ impl Worker {
         // now: the rest when it answers.
         let unchanged: Vec<Option<(u64, u64)>> = changes.iter().map(|c| c.filter(|(from, to)| from == to)).collect();
         self.completed(host, &owed.checks, &unchanged);
-        let hold = at_headers && store_recorded && !down && !owed.headers.borrow().is_empty();
+        let hold = at_headers && store_recorded && down.is_none() && !owed.headers.borrow().is_empty();
         if hold {
             let until_ms = now_ms.saturating_add(self.timeout_ms);
-            self.settlements.owed.insert(id, Owed { phase: Phase::Held { until_ms, changes }, ..owed });
+            self.settlements.holds.push_back((until_ms, id));
+            self.settlements.owed.insert(id, Owed { phase: Phase::Held { changes }, ..owed });
             return ResponseFlow::Hold;
         }
         if at_headers {
@@ -363,16 +368,16 @@ impl Worker {
 
     /// Held responses whose time is up go on (every tick).
     pub(super) fn expire_holds(&mut self, host: &mut dyn Host, now_ms: u64) {
-        let due: Vec<u32> = self
-            .settlements
-            .owed
-            .iter()
-            .filter(|(_, o)| matches!(o.phase, Phase::Held { until_ms, .. } if now_ms >= until_ms))
-            .map(|(id, _)| *id)
-            .collect();
-        for context in due {
-            host.count(Stat::HoldExpired, 1);
-            self.release(host, context, None);
+        while let Some(&(until_ms, context)) = self.settlements.holds.front() {
+            if now_ms < until_ms {
+                return;
+            }
+            self.settlements.holds.pop_front();
+            // (Released already, or gone: nothing to do.)
+            if matches!(self.settlements.owed.get(&context), Some(Owed { phase: Phase::Held { .. }, .. })) {
+                host.count(Stat::HoldExpired, 1);
+                self.release(host, context, None);
+            }
         }
     }
 
