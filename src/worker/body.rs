@@ -10,24 +10,88 @@
 //! parsed only when its data mentions one of the fields' last names.
 
 use crate::config::JsonPath;
-use serde_json::Value;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::fmt;
 
-/// The integer at `path` in `value`: objects by field name, arrays by index.
-pub fn lookup(value: &Value, path: &JsonPath) -> Option<u64> {
-    let mut at = value;
-    for segment in path.segments() {
-        at = match at {
-            Value::Object(fields) => fields.get(segment)?,
-            Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
-            _ => return None,
-        };
-    }
-    at.as_u64()
+/// The integer at `path` in a complete JSON document: objects by field
+/// name (the last of repeated names), arrays by index. Read in one pass
+/// that keeps nothing but the path's value (no document is built).
+pub fn json_field(body: &[u8], path: &JsonPath) -> Option<u64> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let found = Find(path.segments()).deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()?;
+    found
 }
 
-/// The integer at `path` in a complete JSON document.
-pub fn json_field(body: &[u8], path: &JsonPath) -> Option<u64> {
-    lookup(&serde_json::from_slice(body).ok()?, path)
+/// Looks for the rest of a path in the value being read.
+struct Find<'p>(&'p [String]);
+
+impl<'de> DeserializeSeed<'de> for Find<'_> {
+    type Value = Option<u64>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Find<'_> {
+    type Value = Option<u64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Self::Value, E> {
+        Ok(self.0.is_empty().then_some(n))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            match self.0.split_first() {
+                Some((first, rest)) if *first == key => found = map.next_value_seed(Find(rest))?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let wanted = self.0.split_first().and_then(|(first, rest)| Some((first.parse::<usize>().ok()?, rest)));
+        let (mut found, mut i) = (None, 0);
+        loop {
+            let item = match wanted {
+                Some((index, rest)) if index == i => seq.next_element_seed(Find(rest))?.map(|f| found = f),
+                _ => seq.next_element::<IgnoredAny>()?.map(|_| ()),
+            };
+            if item.is_none() {
+                return Ok(found);
+            }
+            i += 1;
+        }
+    }
 }
 
 /// A header value that is a non-negative integer (surrounding blanks
@@ -139,9 +203,8 @@ impl BodyReader {
         if !self.paths.iter().flatten().any(mentions) {
             return;
         }
-        let Ok(value) = serde_json::from_slice::<Value>(&event) else { return };
         for (found, path) in self.found.iter_mut().zip(&self.paths) {
-            if let Some(n) = path.as_ref().and_then(|p| lookup(&value, p)) {
+            if let Some(n) = path.as_ref().and_then(|p| json_field(&event, p)) {
                 *found = Some(n);
             }
         }
@@ -157,10 +220,8 @@ impl BodyReader {
             }
             self.dispatch();
         } else if !self.skipping {
-            if let Ok(value) = serde_json::from_slice::<Value>(&self.buf) {
-                for (found, path) in self.found.iter_mut().zip(&self.paths) {
-                    *found = path.as_ref().and_then(|p| lookup(&value, p));
-                }
+            for (found, path) in self.found.iter_mut().zip(&self.paths) {
+                *found = path.as_ref().and_then(|p| json_field(&self.buf, p));
             }
         }
         (self.found, self.too_large)
@@ -198,13 +259,15 @@ mod tests {
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn fields_of_json_documents() {
-        let doc: Value =
-            serde_json::from_str(r#"{"usage":{"total_tokens":42,"f":1.5,"neg":-1},"c":[{"n":7}]}"#).unwrap();
-        assert_eq!(lookup(&doc, &path("usage.total_tokens")), Some(42));
-        assert_eq!(lookup(&doc, &path("c.0.n")), Some(7));
-        for missing in ["usage.f", "usage.neg", "usage", "c.1.n", "c.x", "usage.total_tokens.x", "nope"] {
-            assert_eq!(lookup(&doc, &path(missing)), None, "{missing}");
+        let doc = br#"{"usage":{"total_tokens":42,"f":1.5,"neg":-1,"s":"7"},"c":[{"n":1},{"n":7,"x":[1,{"y":2}]}],"d":3,"d":4}"#;
+        assert_eq!(json_field(doc, &path("usage.total_tokens")), Some(42));
+        assert_eq!(json_field(doc, &path("c.1.n")), Some(7));
+        assert_eq!(json_field(doc, &path("c.1.x.1.y")), Some(2));
+        assert_eq!(json_field(doc, &path("d")), Some(4), "the last of repeated names");
+        for missing in ["usage.f", "usage.neg", "usage.s", "usage", "c.2.n", "c.x", "usage.total_tokens.x", "nope"] {
+            assert_eq!(json_field(doc, &path(missing)), None, "{missing}");
         }
+        assert_eq!(json_field(br#"{"n": 1} trailing"#, &path("n")), None, "not one document");
         assert_eq!(json_field(br#"{"max_tokens": 300}"#, &path("max_tokens")), Some(300));
         assert_eq!(json_field(br#"{"max_tokens": 30"#, &path("max_tokens")), None, "truncated");
         assert_eq!(

@@ -18,6 +18,10 @@
 //!   never admitted unchecked.
 //! * the queue bound (`valkey.max_queue`): a request that finds it full is
 //!   refused at once (overload).
+//!
+//! Rules counted on the response (`count`) add a request body to read
+//! ([`reserve`]), a response to read ([`cost`]) and a settlement on the same
+//! stream ([`settle`]).
 
 mod body;
 mod cost;

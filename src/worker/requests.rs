@@ -1,7 +1,7 @@
 //! The requests a worker holds (and the settlements of responses): each
 //! waits in the queue until it is sent on the store stream, then until its
-//! reply. Bounded by the worker (the
-//! queue by `valkey.max_queue`, the sent ones by the stream's bounds).
+//! reply. Bounded by the worker (the queue by `valkey.max_queue`, the sent
+//! ones by the stream's bounds).
 
 use crate::limiter::Check;
 use crate::worker::host::ResponseHeaders;
