@@ -151,8 +151,11 @@ fn body_reservations_settle_with_the_json_body_or_the_last_event() {
     rig.settle();
     // A body past max_body_bytes reserves the default (the smallest limit).
     let (third, _) = rig.request_with(&tenant);
+    assert!(rig.worker.waiting(third), "waiting for its body");
     rig.request_body(third, &[b' '; 1024], false);
+    assert!(rig.worker.waiting(third), "decided on its first bytes: the rest waits with it");
     rig.settle();
+    assert!(!rig.worker.waiting(third));
     assert_eq!(rig.host.status(third), Some(429), "25 + 7 + 100 > 100");
     assert_eq!(rig.host.count(Stat::BodyTooLarge), 1);
     let count = |s| rig.host.count(Stat::Count(0, s));
