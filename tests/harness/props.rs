@@ -38,4 +38,3 @@ pub fn rule() -> impl Strategy<Value = Rule> {
         })
         .prop_map(|(algorithm, windows, cost)| Rule { algorithm, windows, cost })
 }
-

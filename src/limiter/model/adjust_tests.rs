@@ -110,7 +110,7 @@ fn an_extra_charge_is_recorded_now_and_a_partial_refund_keeps_the_rest() {
     for algorithm in Algorithm::ALL {
         let mut m = Model::new();
         let c = check(algorithm, "k", &[(10, 60_000)], 3);
-        assert_eq!(m.decide(&[c.clone()], 1_000_000).windows[0].remaining, 7);
+        assert_eq!(m.decide(std::slice::from_ref(&c), 1_000_000).windows[0].remaining, 7);
         // Settled at 5 units: 2 more, now.
         let d = m.adjust(&[Adjustment { check: c.clone(), from: 3, to: 5 }], 1_000_000, 1_000_010);
         assert_eq!(d.windows[0].remaining, 5, "{algorithm:?}");
@@ -127,12 +127,12 @@ fn an_extra_charge_past_the_limit_denies_for_about_a_period_at_most() {
     for algorithm in Algorithm::ALL {
         let mut m = Model::new();
         let c = check(algorithm, "k", &[(10, 1_000)], 1);
-        assert!(m.decide(&[c.clone()], 1_000_000).allowed);
+        assert!(m.decide(std::slice::from_ref(&c), 1_000_000).allowed);
         let d = m.adjust(&[Adjustment { check: c.clone(), from: 1, to: 1_000_000 }], 1_000_000, 1_000_000);
         assert_eq!(d.windows[0].remaining, 0, "{algorithm:?}");
-        assert!(!m.decide(&[c.clone()], 1_000_050).allowed, "{algorithm:?}");
+        assert!(!m.decide(std::slice::from_ref(&c), 1_000_050).allowed, "{algorithm:?}");
         // Every algorithm forgets it within two periods (the sliding window's
         // previous count weighs into the next one).
-        assert!(m.decide(&[c.clone()], 1_002_001).allowed, "{algorithm:?}");
+        assert!(m.decide(std::slice::from_ref(&c), 1_002_001).allowed, "{algorithm:?}");
     }
 }
