@@ -16,6 +16,12 @@ fn master_suspect(kind: FailureKind) -> bool {
     matches!(kind, FailureKind::Unavailable | FailureKind::Timeout | FailureKind::ReadOnly)
 }
 
+/// Failure kinds that suggest the slot map changed (`CLUSTERDOWN` and
+/// `TRYAGAIN` are `busy`): read it again.
+fn slots_suspect(kind: FailureKind) -> bool {
+    master_suspect(kind) || kind == FailureKind::Busy
+}
+
 /// What `failure_mode: local` needs of a request: its checks, the time on
 /// its clock (the injected one in tests), and where admitted headers go.
 pub(super) struct Held<'a> {
@@ -106,6 +112,11 @@ impl Worker {
         if master_suspect(failure.kind()) {
             if let Some(s) = &mut self.sentinels {
                 s.suspect(now_ms);
+            }
+        }
+        if slots_suspect(failure.kind()) {
+            if let Some(c) = &mut self.cluster {
+                c.suspect(now_ms);
             }
         }
         let settle = self.failure(host, failure, &Held::of(p, now_ms), now_ms);
