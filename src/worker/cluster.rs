@@ -132,10 +132,13 @@ impl Cluster {
         for (slot, _, value) in replies {
             if slot == Slot::Preamble {
                 if let Some(failure) = preamble_failure(&value) {
+                    // Refused credentials: this stream is done, and so is
+                    // the read behind the `AUTH` (whatever it answered).
                     if let Some(token) = self.link.token() {
                         host.cancel(token);
                     }
-                    self.fail(host, failure.to_string(), now_ms);
+                    self.link.closed(failure.clone(), true, now_ms);
+                    self.failed(host, failure.to_string(), now_ms);
                     return changed;
                 }
                 continue;

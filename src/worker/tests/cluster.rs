@@ -237,3 +237,49 @@ fn the_function_library_is_loaded_on_each_master_that_lacks_it() {
         rig.cluster.as_ref().unwrap().log.iter().filter(|(_, v, _)| v == "FUNCTION").map(|(n, _, _)| *n).collect();
     assert_eq!(loads, [1], "only master 1 lacked it");
 }
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_server_without_cluster_shards_is_asked_cluster_slots() {
+    let mut rig = cluster_rig(hot(), 3);
+    rig.cluster.as_mut().unwrap().no_shards = true;
+    let user = user_on(&rig, "hot", 2);
+    let (id, _) = rig.request(&user);
+    rig.settle();
+    rig.run_for(100);
+    rig.settle();
+    assert_eq!(rig.host.status(id), Some(200));
+    assert_eq!(store_targets(&rig), ["10.0.0.3:6379"]);
+    let asked: Vec<String> = rig.cluster.as_ref().unwrap().log.iter().map(|(_, v, _)| v.clone()).collect();
+    assert_eq!(asked[..2], ["CLUSTER", "CLUSTER"], "SHARDS, then SLOTS");
+    assert_eq!(rig.host.count(Stat::ClusterRefreshFailure), 0, "not a failure");
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn auth_goes_first_on_the_seed_stream_and_on_every_master_stream() {
+    let config = hot().valkey(r#""password_env": "PW""#).build_with_env(&[("PW", "s3cret")]);
+    let mut rig = Rig::with_config(config);
+    let mut cluster = FakeCluster::new(3);
+    cluster.data.password = Some("s3cret".into());
+    rig.cluster = Some(cluster);
+    let users: Vec<String> = (0..3).map(|m| user_on(&rig, "hot", m)).collect();
+    let ids: Vec<u32> = users.iter().map(|u| rig.request(u).0).collect();
+    rig.settle();
+    assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
+    let log = &rig.cluster.as_ref().unwrap().log;
+    for (token, _, _) in &rig.host.opened {
+        let first = log.iter().find(|(_, _, t)| t == token).map(|(_, v, _)| v.as_str());
+        assert_eq!(first, Some("AUTH"), "stream {token}");
+    }
+    // A wrong password: the map cannot be read, requests fail by failure_mode.
+    let config = hot().valkey(r#""password_env": "PW""#).build_with_env(&[("PW", "wrong")]);
+    let mut rig = Rig::with_config(config);
+    let mut cluster = FakeCluster::new(3);
+    cluster.data.password = Some("s3cret".into());
+    rig.cluster = Some(cluster);
+    let (id, _) = rig.request("a");
+    rig.settle();
+    rig.run_for(200);
+    assert_eq!(rig.host.status(id), Some(503));
+    assert!(rig.host.count(Stat::ClusterRefreshFailure) >= 1);
+    assert!(rig.host.logs.iter().any(|(_, l)| l.contains("WRONGPASS")), "{:?}", rig.host.logs);
+}

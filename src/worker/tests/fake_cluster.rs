@@ -42,6 +42,8 @@ pub struct FakeCluster {
     /// Streams whose next command may use an importing slot (`ASKING`).
     asking: HashSet<u32>,
     pub data: ModelStore,
+    /// Answer `CLUSTER SHARDS` as a Redis 6 would (unknown subcommand).
+    pub no_shards: bool,
     /// Every command a node was sent, by node: (verb, stream).
     pub log: Vec<(usize, String, u32)>,
 }
@@ -91,6 +93,7 @@ impl FakeCluster {
             location: HashMap::new(),
             asking: HashSet::new(),
             data: ModelStore::default(),
+            no_shards: false,
             log: Vec::new(),
         }
     }
@@ -147,7 +150,11 @@ impl FakeCluster {
                     encode_value(&mut out, &Value::Simple(b"OK".to_vec()));
                     continue;
                 }
-                "CLUSTER" => self.shards(),
+                "CLUSTER" => match (text(&args[1]).to_ascii_uppercase().as_str(), self.no_shards) {
+                    ("SHARDS", false) => self.shards(),
+                    ("SLOTS", _) => self.slots(),
+                    _ => error("ERR unknown subcommand 'SHARDS'. Try CLUSTER HELP."),
+                },
                 "FUNCTION" => {
                     self.nodes[node].loaded = true;
                     Value::Bulk(limiter().function.clone().into_bytes())
@@ -198,23 +205,45 @@ impl FakeCluster {
         reply
     }
 
+    /// The slot ranges `(first, last)` node `i` serves.
+    fn ranges(&self, i: usize) -> Vec<(i64, i64)> {
+        let mut ranges = Vec::new();
+        let mut slot = 0;
+        while slot < self.owner.len() {
+            if self.owner[slot] != i {
+                slot += 1;
+                continue;
+            }
+            let start = slot;
+            while slot < self.owner.len() && self.owner[slot] == i {
+                slot += 1;
+            }
+            ranges.push((start as i64, slot as i64 - 1));
+        }
+        ranges
+    }
+
+    /// `CLUSTER SLOTS`: per range, its first and last slot and its master.
+    fn slots(&self) -> Value {
+        let mut out = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            for (first, last) in self.ranges(i) {
+                let node = Value::Array(vec![
+                    Value::Bulk(n.addr.ip().to_string().into_bytes()),
+                    Value::Integer(i64::from(n.addr.port())),
+                ]);
+                out.push(Value::Array(vec![Value::Integer(first), Value::Integer(last), node]));
+            }
+        }
+        Value::Array(out)
+    }
+
     /// `CLUSTER SHARDS`: per master, its slot ranges, itself and its replicas.
     fn shards(&self) -> Value {
         let mut shards = Vec::new();
         for (i, master) in self.nodes.iter().enumerate().filter(|(_, n)| n.replica_of.is_none()) {
-            let mut ranges = Vec::new();
-            let mut slot = 0;
-            while slot < self.owner.len() {
-                if self.owner[slot] != i {
-                    slot += 1;
-                    continue;
-                }
-                let start = slot;
-                while slot < self.owner.len() && self.owner[slot] == i {
-                    slot += 1;
-                }
-                ranges.extend([Value::Integer(start as i64), Value::Integer(slot as i64 - 1)]);
-            }
+            let ranges: Vec<Value> =
+                self.ranges(i).into_iter().flat_map(|(a, b)| [Value::Integer(a), Value::Integer(b)]).collect();
             let node = |n: &Node, role: &str| {
                 flat(vec![
                     ("port", Value::Integer(i64::from(n.addr.port()))),
