@@ -237,11 +237,12 @@ impl Worker {
         now_ms: u64,
     ) {
         host.count(Stat::StreamReset(cause), 1);
+        let at = self.shards.describe(shard);
         let Some(s) = self.shards.get_mut(shard) else { return };
         s.code.forget_carrier();
         // What requests meet while the link is down: never "may have run".
         let down = if failure.may_have_run() {
-            Failure::Unavailable(format!("no store connection (last stream {})", cause.name()))
+            Failure::Unavailable(format!("no store connection{at} (last stream {})", cause.name()))
         } else {
             failure.clone()
         };
