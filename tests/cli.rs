@@ -208,6 +208,17 @@ fn explain_describes_every_algorithm_and_refuses_invalid_files() {
 }
 
 #[test]
+fn explain_shows_the_key_of_a_rule_with_a_hash_tag() {
+    let config = scratch(
+        "tagged.json",
+        r#"{ "valkey": { "cluster": "c" }, "rules": [ { "name": "user.path", "key": [ { "header": "x-user-id" }, "path" ], "hash_tag": 0, "limits": [ { "limit": 10, "period": "1s" } ] } ] }"#,
+    );
+    let (code, out, _) = tollgate(&["explain", config.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("key tollgate:{<header x-user-id>}:user.path:<header x-user-id>:<path>:log\n"), "{out}");
+}
+
+#[test]
 fn simulate_prints_the_seed_table() {
     for (trace, table) in [("seed.jsonl", "seed-jsonl.simulate.expected"), ("seed.csv", "seed-csv.simulate.expected")] {
         let (code, out, err) = tollgate(&["simulate", "envoy/envoy.yaml", &format!("tests/fixtures/cli/{trace}")]);
