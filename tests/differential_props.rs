@@ -12,48 +12,15 @@
 mod harness;
 mod support;
 
+use harness::props::{algorithm, rule, Rule, GAPS};
 use harness::{check, Differential, Path};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use proptest::test_runner::TestRunner;
 use std::sync::atomic::{AtomicU64, Ordering};
 use support::Valkey;
-use tollgate::limiter::{Algorithm, Check};
-
 use tollgate::config::MAX_LOG_COST;
-
-const PERIODS: [u64; 9] = [1, 7, 50, 250, 1_000, 3_000, 20_000, 60_000, 86_400_000];
-const GAPS: [u64; 12] = [0, 0, 1, 3, 49, 50, 499, 1_000, 2_999, 20_000, 60_000, 86_400_000];
-
-/// One rule: algorithm, windows `(limit, period)`, cost.
-#[derive(Debug, Clone)]
-struct Rule {
-    algorithm: Algorithm,
-    windows: Vec<(u64, u64)>,
-    cost: u64,
-}
-
-fn algorithm() -> impl Strategy<Value = Algorithm> {
-    prop::sample::select(Algorithm::ALL.to_vec())
-}
-
-/// Small limits (so traces hit them), sometimes a large one (exactness of
-/// big products: 104249991 × 1 day is just below 2^53).
-fn limit() -> impl Strategy<Value = u64> {
-    prop_oneof![8 => 1..=8u64, 1 => Just(1_000u64), 1 => Just(104_249_991u64)]
-}
-
-fn rule() -> impl Strategy<Value = Rule> {
-    (algorithm(), prop::collection::vec((limit(), prop::sample::select(PERIODS.to_vec())), 1..=3), any::<bool>())
-        .prop_flat_map(|(algorithm, windows, cost_is_limit)| {
-            let smallest = windows.iter().map(|w| w.0).min().unwrap_or(1);
-            // The log stores one entry per unit: the configuration caps its cost.
-            let most = if algorithm == Algorithm::SlidingLog { smallest.min(MAX_LOG_COST) } else { smallest };
-            let cost = if cost_is_limit { Just(most).boxed() } else { (1..=most.min(3)).boxed() };
-            (Just(algorithm), Just(windows), cost)
-        })
-        .prop_map(|(algorithm, windows, cost)| Rule { algorithm, windows, cost })
-}
+use tollgate::limiter::{Algorithm, Check};
 
 /// A step: the gap since the previous step and which rules match (bitmask).
 fn steps() -> impl Strategy<Value = Vec<(u64, u8)>> {

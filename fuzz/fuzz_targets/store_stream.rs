@@ -17,7 +17,7 @@ fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
         let doc = br#"{ "valkey": { "cluster": "c" }, "response": { "headers": ["ratelimit", "x-ratelimit"] },
-          "rules": [ { "name": "a", "key": [ { "header": "u" } ], "limits": [ { "limit": 5, "period": "1s" }, { "limit": 5, "period": "60s" } ] },
+          "rules": [ { "name": "a", "key": [ { "header": "u" } ], "limits": [ { "limit": 5, "period": "1s" }, { "limit": 20, "period": "60s" } ] },
                      { "name": "b", "shadow": true, "limits": [ { "limit": 5, "period": "3s" } ] } ] }"#;
         Config::from_json(doc).unwrap_or_else(|e| panic!("{e}"))
     })
@@ -88,8 +88,9 @@ fuzz_target!(|data: &[u8]| {
     for (i, chunk) in bytes.chunks(step).enumerate() {
         worker.on_stream_message(&mut host, 7, chunk, now + i as u64);
     }
-    for t in 1..=4 {
-        worker.on_tick(&mut host, now + 200 * t);
+    // A stall needs the timeout and ten silent ticks (src/worker/link.rs).
+    for t in 1..=12 {
+        worker.on_tick(&mut host, now + 100 * t);
     }
     host.answered.sort_unstable();
     host.answered.dedup();

@@ -7,23 +7,81 @@
 -- BUCKETS[i] is the bucket of KEYS[i], BUCKETS[i][w] its window w.
 local BUCKETS = {}
 
+-- Sets the call's clock from ARGV[1] ('' = the server's TIME); false if
+-- it is not a time.
+local function read_clock(s)
+  fmod = math.fmod
+  now_s = nil
+  if s == '' then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    ttl_slack = 0
+    return true
+  end
+  now = tonumber(s)
+  ttl_slack = 60000
+  return now and now >= 0 and now % 1 == 0
+end
+
+-- Reads bucket b's n windows (limit, period pairs) from ARGV[a..]; the
+-- number of the first bad window, or nil.
+local function read_windows(b, n, ARGV, a)
+  b.n, b.max_period = n, 0
+  for w = 1, n do
+    local limit_s, period_s = ARGV[a], ARGV[a + 1]
+    local limit, period = config_number(limit_s), config_number(period_s)
+    if not limit or not period or limit < 1 or period < 1 or limit % 1 ~= 0 or period % 1 ~= 0 then
+      return w
+    end
+    a = a + 2
+    local win = b[w]
+    if not win then
+      win = {}
+      b[w] = win
+    end
+    win.limit, win.period, win.limit_s, win.period_s = limit, period, limit_s, period_s
+    if period > b.max_period then b.max_period, b.max_period_s = period, period_s end
+  end
+  return nil
+end
+
+-- Phase 3: statistics per window of every key, after the decision (a
+-- bucket's `committed`: whether phase 2 recorded its cost): the reply
+-- { allowed, now, then remaining, reset, retry per window }. (The
+-- reply is made at its final size when that is 1 or 2 windows: growing a
+-- table costs.)
+local function report(keys, allowed)
+  local flag, reply = allowed and 1 or 0, nil
+  local windows = 0
+  for i = 1, keys do windows = windows + BUCKETS[i].n end
+  if windows == 1 then
+    reply = { flag, now, 0, 0, 0 }
+  elseif windows == 2 then
+    reply = { flag, now, 0, 0, 0, 0, 0, 0 }
+  else
+    reply = { flag, now }
+  end
+  local r = 2
+  for i = 1, keys do
+    local b = BUCKETS[i]
+    local stats = b.algorithm.stats
+    for w = 1, b.n do
+      local win = b[w]
+      local remaining, reset = stats(b, win, b.committed)
+      reply[r + 1], reply[r + 2], reply[r + 3] = remaining, reset, win.retry
+      r = r + 3
+    end
+  end
+  return reply
+end
+
 -- `once`: the definitions were made for this call only (a script), so
 -- nothing is worth keeping for later calls.
 local function decide(KEYS, ARGV, once)
   if once then config_room = 0 end
-  fmod = math.fmod
-  if ARGV[1] == '' then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    ttl_slack = 0
-  else
-    now = tonumber(ARGV[1])
-    ttl_slack = 60000
-    if not now or now < 0 or now % 1 ~= 0 then
-      return redis.error_reply('ERR tollgate: bad now')
-    end
+  if not read_clock(ARGV[1]) then
+    return redis.error_reply('ERR tollgate: bad now')
   end
-  now_s = nil
 
   local keys = #KEYS
   local a = 2
@@ -43,22 +101,12 @@ local function decide(KEYS, ARGV, once)
       b = {}
       BUCKETS[i] = b
     end
-    b.key, b.algorithm, b.cost, b.n, b.max_period = KEYS[i], algorithm, cost, n, 0
-    for w = 1, n do
-      local limit_s, period_s = ARGV[a], ARGV[a + 1]
-      local limit, period = config_number(limit_s), config_number(period_s)
-      if not limit or not period or limit < 1 or period < 1 or limit % 1 ~= 0 or period % 1 ~= 0 then
-        return redis.error_reply('ERR tollgate: bad window ' .. w .. ' for key ' .. i)
-      end
-      a = a + 2
-      local win = b[w]
-      if not win then
-        win = {}
-        b[w] = win
-      end
-      win.limit, win.period, win.limit_s, win.period_s = limit, period, limit_s, period_s
-      if period > b.max_period then b.max_period, b.max_period_s = period, period_s end
+    b.key, b.algorithm, b.cost = KEYS[i], algorithm, cost
+    local bad = read_windows(b, n, ARGV, a)
+    if bad then
+      return redis.error_reply('ERR tollgate: bad window ' .. bad .. ' for key ' .. i)
     end
+    a = a + 2 * n
   end
   if a ~= #ARGV + 1 then
     return redis.error_reply('ERR tollgate: argument count does not match KEYS')
@@ -72,35 +120,11 @@ local function decide(KEYS, ARGV, once)
   end
 
   -- Phase 2: record the request in every key, only if every window had room.
-  if allowed then
-    for i = 1, keys do
-      local b = BUCKETS[i]
-      b.algorithm.commit(b)
-    end
-  end
-
-  -- Phase 3: statistics per window, after the decision. (The reply is made
-  -- at its final size when that is 1 or 2 windows: growing a table costs.)
-  local flag, reply = allowed and 1 or 0, nil
-  local windows = 0
-  for i = 1, keys do windows = windows + BUCKETS[i].n end
-  if windows == 1 then
-    reply = { flag, now, 0, 0, 0 }
-  elseif windows == 2 then
-    reply = { flag, now, 0, 0, 0, 0, 0, 0 }
-  else
-    reply = { flag, now }
-  end
-  local r = 2
   for i = 1, keys do
     local b = BUCKETS[i]
-    local stats = b.algorithm.stats
-    for w = 1, b.n do
-      local win = b[w]
-      local remaining, reset = stats(b, win, allowed)
-      reply[r + 1], reply[r + 2], reply[r + 3] = remaining, reset, win.retry
-      r = r + 3
-    end
+    b.committed = allowed
+    if allowed then b.algorithm.commit(b) end
   end
-  return reply
+
+  return report(keys, allowed)
 end

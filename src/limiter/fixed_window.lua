@@ -39,10 +39,30 @@ MAKE_ALGORITHM.fw = function() return {
     for w = 1, b.n do
       -- Windows with the same period share their fields and count.
       local win = b[w]
-      win.count = win.count + b.cost
-      win.v1, win.v2 = num(win.k), num(win.count)
+      local count = win.count + b.cost
+      if count > STATE_MAX then count = STATE_MAX end -- adjust() charges only
+      win.count = count
+      win.v1, win.v2 = num(win.k), num(count)
     end
     hset_expire(b, 2, b.max_period, b.max_period_s)
+  end,
+
+  -- adjust(): from the count of `at`'s window, if that is still the one
+  -- counted.
+  refund = function(b, at, units)
+    local v = hmget(b, 2)
+    local m = 0
+    for w = 1, b.n do
+      local win = b[w]
+      local k, c = tonumber(v[2 * w - 1]), tonumber(v[2 * w])
+      if c and k == idiv(at, win.period) then
+        c = c - units
+        if c < 0 then c = 0 end
+        ARGS[m + 1], ARGS[m + 2] = win.f2, num(c)
+        m = m + 2
+      end
+    end
+    if m > 0 then redis.call('HSET', b.key, unpack(ARGS, 1, m)) end
   end,
 
   stats = function(b, w)

@@ -55,10 +55,34 @@ MAKE_ALGORITHM.gcra = function() return {
     for w = 1, b.n do
       -- Windows with the same limit and period share their fields and debt.
       local win = b[w]
-      win.debt = win.debt + b.cost * win.period
-      win.v1, win.v2 = now_str(), num(win.debt)
+      -- At most a full window (only an extra charge of adjust() goes past
+      -- it): the debt drains within one period, as load and the TTL assume.
+      local debt, full = win.debt + b.cost * win.period, win.period * win.limit
+      if debt > full then debt = full end
+      win.debt = debt
+      win.v1, win.v2 = now_str(), num(debt)
     end
     hset_expire(b, 2, b.max_period, b.max_period_s)
+  end,
+
+  -- adjust(): from the debt, only if the decision at `at` is still the
+  -- last admission (then taking units * P off is exactly the state without
+  -- them); after a later one the debt may have drained to 0 in between, so
+  -- nothing comes back.
+  refund = function(b, at, units)
+    local v = hmget(b, 2)
+    local m = 0
+    for w = 1, b.n do
+      local win = b[w]
+      local last, d = tonumber(v[2 * w - 1]), tonumber(v[2 * w])
+      if last == at and d then
+        d = d - units * win.period
+        if d < 0 then d = 0 end
+        ARGS[m + 1], ARGS[m + 2] = win.f2, num(d)
+        m = m + 2
+      end
+    end
+    if m > 0 then redis.call('HSET', b.key, unpack(ARGS, 1, m)) end
   end,
 
   stats = function(b, w)

@@ -95,6 +95,25 @@ pub struct Check {
     pub algorithm: Algorithm,
 }
 
+/// A change to what one admitted request recorded in a bucket (`adjust`):
+/// the request was decided at `at_ms` on the store's clock, recording `from`
+/// units; it should have recorded `to` (0 undoes it). More than `from` is
+/// an extra charge, recorded now; less is a refund, taken from what the
+/// request recorded where that can still be told apart (see each
+/// algorithm's model).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adjustment {
+    pub check: Check,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// The most units one adjustment may charge or refund: far beyond any limit.
+pub const ADJUST_MAX: u64 = 1 << 32;
+/// The largest count a window counter keeps (extra charges, `adjust`, can
+/// go past the limit): every sum stays exact in Lua's doubles.
+pub const STATE_MAX: u64 = 1 << 52;
+
 #[cfg(test)]
 impl Check {
     /// A sliding-log check for unit tests: `windows` as `(limit, period_ms)`.

@@ -9,8 +9,9 @@
 -- The code is prelude.lua (this file: contract, clock, exact integer
 -- helpers), sliding_log.lua, gcra.lua, sliding_window.lua, fixed_window.lua
 -- (each registers one algorithm in MAKE_ALGORITHM and states its per-bucket
--- contract) and decide.lua (decide(KEYS, ARGV, once): argument parsing and the
--- three phases). src/limiter/script.rs ships it as a script (the definitions,
+-- contract), decide.lua (decide(KEYS, ARGV, once): argument parsing and the
+-- three phases) and adjust.lua (adjust(KEYS, ARGV, once): changes what a
+-- decision recorded; its own contract). src/limiter/script.rs ships it as a script (the definitions,
 -- then `return decide(KEYS, ARGV, true)`, for EVAL/EVALSHA) and as a function
 -- library (the definitions once, at FUNCTION LOAD; decide per FCALL). Code
 -- at the top level must therefore only define: a library's top level runs
@@ -71,6 +72,10 @@ local function ttl(ms, ms_s)
   if ttl_slack == 0 and ms_s then return ms_s end
   return num(ms + ttl_slack)
 end
+
+-- The largest count a window counter keeps (2^52; only adjust() charges
+-- past a limit): sums stay exact.
+local STATE_MAX = 4503599627370496
 
 -- math.fmod (set by decide(): a library's top level has no math).
 local fmod

@@ -48,43 +48,58 @@
 //! +function|load` for the library, `+evalsha +eval` for the script. Redis 6
 //! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
-use super::Check;
+use super::{Adjustment, Check, ADJUST_MAX};
 use crate::resp::{encode_command, Value};
 use std::sync::OnceLock;
 
-/// The limiter's code, as a script and as a function library.
+/// The limiter's code, as scripts and as a function library.
 #[derive(Debug)]
 pub struct Script {
-    /// The script run by `EVAL`: the definitions, then the call.
+    /// The script run by `EVAL`: the definitions, then a decision.
     pub body: &'static str,
     /// The SHA-1 of [`Script::body`], as `SCRIPT LOAD` would report it.
     pub sha: String,
+    /// The script of `adjust` ([`encode_adjust`]): the definitions, then
+    /// an adjustment.
+    pub adjust_body: &'static str,
+    /// The SHA-1 of [`Script::adjust_body`].
+    pub adjust_sha: String,
     /// The function library for `FUNCTION LOAD`: the same definitions.
     pub library: String,
-    /// The name of the library and of its one function, for `FCALL`.
+    /// The name of the library and of its decision function, for `FCALL`.
     pub function: String,
+    /// The name of its `adjust` function: [`Script::function`] + `_adjust`.
+    pub adjust_function: String,
 }
 
-/// The script: every definition (the algorithms and `decide`), then one
-/// decision.
-const BODY: &str = concat!(
-    include_str!("prelude.lua"),
-    include_str!("sliding_log.lua"),
-    include_str!("gcra.lua"),
-    include_str!("sliding_window.lua"),
-    include_str!("fixed_window.lua"),
-    include_str!("decide.lua"),
-    "return decide(KEYS, ARGV, true)\n",
-);
+/// Every definition: the algorithms, `decide` and `adjust`.
+macro_rules! definitions {
+    () => {
+        concat!(
+            include_str!("prelude.lua"),
+            include_str!("sliding_log.lua"),
+            include_str!("gcra.lua"),
+            include_str!("sliding_window.lua"),
+            include_str!("fixed_window.lua"),
+            include_str!("decide.lua"),
+            include_str!("adjust.lua"),
+        )
+    };
+}
+
+/// The script: every definition, then one decision.
+const BODY: &str = concat!(definitions!(), "return decide(KEYS, ARGV, true)\n");
+/// The adjustment's script: every definition, then one adjustment.
+const ADJUST_BODY: &str = concat!(definitions!(), "return adjust(KEYS, ARGV, true)\n");
 
 /// The library around the definitions, with `@NAME@` where its name goes.
 const LIBRARY_HEAD: &str = "#!lua name=@NAME@\n";
-const LIBRARY_TAIL: &str = "redis.register_function('@NAME@', decide)\n";
+const LIBRARY_TAIL: &str =
+    "redis.register_function('@NAME@', decide)\nredis.register_function('@NAME@_adjust', adjust)\n";
 
 /// The library text with `name`.
 fn library(name: &str) -> String {
-    let definitions = BODY.strip_suffix("return decide(KEYS, ARGV, true)\n").unwrap_or(BODY);
-    format!("{}{definitions}{}", LIBRARY_HEAD.replace("@NAME@", name), LIBRARY_TAIL.replace("@NAME@", name))
+    format!("{}{}{}", LIBRARY_HEAD.replace("@NAME@", name), definitions!(), LIBRARY_TAIL.replace("@NAME@", name))
 }
 
 /// The transactional multi-window limiter, every algorithm in one call.
@@ -93,7 +108,15 @@ pub fn limiter() -> &'static Script {
     SCRIPT.get_or_init(|| {
         let hash = sha1_smol::Sha1::from(library("@NAME@")).hexdigest();
         let function = format!("tollgate_{}", hash.get(..12).unwrap_or(&hash));
-        Script { body: BODY, sha: sha1_smol::Sha1::from(BODY).hexdigest(), library: library(&function), function }
+        Script {
+            body: BODY,
+            sha: sha1_smol::Sha1::from(BODY).hexdigest(),
+            adjust_body: ADJUST_BODY,
+            adjust_sha: sha1_smol::Sha1::from(ADJUST_BODY).hexdigest(),
+            library: library(&function),
+            adjust_function: format!("{function}_adjust"),
+            function,
+        }
     })
 }
 
@@ -129,6 +152,45 @@ pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: 
         Invocation::EvalSha => (b"EVALSHA", script.sha.as_bytes()),
         Invocation::Eval => (b"EVAL", script.body.as_bytes()),
         Invocation::FCall => (b"FCALL", script.function.as_bytes()),
+    };
+    let mut args: Vec<&[u8]> = Vec::with_capacity(owned.len() + 2);
+    args.push(verb);
+    args.push(target);
+    args.extend(owned.iter().map(|s| s.as_bytes()));
+    encode_command(out, &args);
+}
+
+/// Appends one `EVALSHA`/`EVAL`/`FCALL` command of `adjust` (contract in
+/// `adjust.lua`): every adjustment at once, for decisions made at `at_ms`
+/// on the store's clock (a decision's reply says it). `now_ms` as for
+/// [`encode_call`].
+pub fn encode_adjust(
+    out: &mut Vec<u8>,
+    script: &Script,
+    how: Invocation,
+    adjustments: &[Adjustment],
+    at_ms: u64,
+    now_ms: Option<u64>,
+) {
+    let mut owned: Vec<String> = Vec::with_capacity(3 + adjustments.len() * 9);
+    owned.push(adjustments.len().to_string());
+    owned.extend(adjustments.iter().map(|a| a.check.key.clone()));
+    owned.push(now_ms.map(|n| n.to_string()).unwrap_or_default());
+    owned.push(at_ms.to_string());
+    for a in adjustments {
+        owned.push(a.check.algorithm.id().to_string());
+        owned.push(a.from.min(ADJUST_MAX).to_string());
+        owned.push(a.to.min(ADJUST_MAX).to_string());
+        owned.push(a.check.windows.len().to_string());
+        for w in &a.check.windows {
+            owned.push(w.limit.to_string());
+            owned.push(w.period_ms.to_string());
+        }
+    }
+    let (verb, target): (&[u8], &[u8]) = match how {
+        Invocation::EvalSha => (b"EVALSHA", script.adjust_sha.as_bytes()),
+        Invocation::Eval => (b"EVAL", script.adjust_body.as_bytes()),
+        Invocation::FCall => (b"FCALL", script.adjust_function.as_bytes()),
     };
     let mut args: Vec<&[u8]> = Vec::with_capacity(owned.len() + 2);
     args.push(verb);
@@ -207,9 +269,14 @@ mod tests {
         let hash = sha1_smol::Sha1::from(library("@NAME@")).hexdigest();
         assert_eq!(s.function, format!("tollgate_{}", &hash[..12]));
         let header = format!("#!lua name={}\n", s.function);
-        let footer = format!("redis.register_function('{}', decide)\n", s.function);
+        let footer = format!(
+            "redis.register_function('{0}', decide)\nredis.register_function('{0}_adjust', adjust)\n",
+            s.function
+        );
         let definitions = s.body.strip_suffix("return decide(KEYS, ARGV, true)\n").unwrap();
         assert_eq!(s.library, format!("{header}{definitions}{footer}"));
+        assert_eq!(s.adjust_function, format!("{}_adjust", s.function));
+        assert_eq!(s.adjust_body.strip_suffix("return adjust(KEYS, ARGV, true)\n"), Some(definitions));
         // Any change to the code changes the name.
         let changed = library("@NAME@").replacen("-- tollgate", "-- Tollgate", 1);
         assert_ne!(sha1_smol::Sha1::from(changed).hexdigest()[..12], hash[..12]);

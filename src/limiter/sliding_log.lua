@@ -98,6 +98,39 @@ MAKE_ALGORITHM.log = function() return {
     redis.call('PEXPIRE', key, ttl(b.max_period, b.max_period_s))
   end,
 
+  -- adjust(): an extra charge records at most the largest limit.
+  max_charge = function(b, units)
+    local most = 0
+    for w = 1, b.n do
+      if b[w].limit > most then most = b[w].limit end
+    end
+    if units > most then return most end
+    return units
+  end,
+
+  -- adjust(): the entries at `at` (entries of one instant are
+  -- interchangeable), while stored. All of them are removed and the rest
+  -- added again as <at>:0.., so that an instant's members stay <at>:0..m-1
+  -- and a later commit at `at` names its entries after them.
+  refund = function(b, at, units)
+    if at <= now - b.max_period then return end
+    local key, at_s = b.key, num(at)
+    local m = redis.call('ZCOUNT', key, at_s, at_s)
+    local take = units
+    if take > m then take = m end
+    if take == 0 then return end
+    redis.call('ZREMRANGEBYSCORE', key, at_s, at_s)
+    local keep, k = m - take, 0
+    for n = 0, keep - 1 do
+      ARGS[k + 1], ARGS[k + 2] = at_s, at_s .. ':' .. num(n)
+      k = k + 2
+      if k >= 512 or n == keep - 1 then
+        redis.call('ZADD', key, unpack(ARGS, 1, k))
+        k = 0
+      end
+    end
+  end,
+
   stats = function(b, w, allowed)
     local count = w.count
     if allowed then count = count + b.cost end

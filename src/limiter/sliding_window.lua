@@ -75,9 +75,35 @@ MAKE_ALGORITHM.sw = function() return {
       -- Windows with the same period share their fields and counts.
       local win = b[w]
       win.cur = win.cur + b.cost
+      if win.cur > STATE_MAX then win.cur = STATE_MAX end -- adjust() charges only
       win.v1, win.v2, win.v3 = num(win.k), num(win.cur), num(win.prev)
     end
     hset_expire(b, 3, 2 * b.max_period)
+  end,
+
+  -- adjust(): from the count of `at`'s window: the stored current count
+  -- if it is still that window, the stored previous one if it is the one
+  -- before.
+  refund = function(b, at, units)
+    local v = hmget(b, 3)
+    local m = 0
+    for w = 1, b.n do
+      local win = b[w]
+      local k, c, p = tonumber(v[3 * w - 2]), tonumber(v[3 * w - 1]), tonumber(v[3 * w])
+      local ka = idiv(at, win.period)
+      if c and k == ka then
+        c = c - units
+        if c < 0 then c = 0 end
+        ARGS[m + 1], ARGS[m + 2] = win.f2, num(c)
+        m = m + 2
+      elseif p and k and k == ka + 1 then
+        p = p - units
+        if p < 0 then p = 0 end
+        ARGS[m + 1], ARGS[m + 2] = win.f3, num(p)
+        m = m + 2
+      end
+    end
+    if m > 0 then redis.call('HSET', b.key, unpack(ARGS, 1, m)) end
   end,
 
   stats = function(b, w)

@@ -9,7 +9,7 @@
 
 use crate::limiter::model::Model;
 use crate::limiter::script::limiter;
-use crate::limiter::{Algorithm, Check, Window};
+use crate::limiter::{Adjustment, Algorithm, Check, Decision, Window};
 use crate::resp::{decode_all, encode_value, Limits, Value};
 use std::num::NonZeroU64;
 
@@ -102,13 +102,24 @@ impl ModelStore {
                 }
             }
             "FCALL" if !self.script_loaded => error("ERR Function not found"),
-            "FCALL" if args.get(1).map(text) != Some(limiter().function.clone()) => error("ERR Function not found"),
             "EVALSHA" if !self.script_loaded => error("NOSCRIPT No matching script."),
-            "EVALSHA" if args.get(1).map(text) != Some(limiter().sha.clone()) => error("NOSCRIPT unknown sha"),
             "FCALL" | "EVALSHA" | "EVAL" => {
+                let script = limiter();
+                let target = args.get(1).map(text).unwrap_or_default();
+                let adjusting = match verb.as_str() {
+                    "FCALL" if target == script.function => false,
+                    "FCALL" if target == script.adjust_function => true,
+                    "FCALL" => return error("ERR Function not found"),
+                    "EVALSHA" if target == script.sha => false,
+                    "EVALSHA" if target == script.adjust_sha => true,
+                    "EVALSHA" => return error("NOSCRIPT unknown sha"),
+                    _ => target == script.adjust_body,
+                };
                 self.evals += usize::from(verb == "EVAL");
                 self.script_loaded = true;
-                match self.decide(args.get(2..).unwrap_or_default(), now_ms) {
+                let args = args.get(2..).unwrap_or_default();
+                let reply = if adjusting { self.adjust(args, now_ms) } else { self.decide(args, now_ms) };
+                match reply {
                     Some(reply) => {
                         self.executed += 1;
                         reply
@@ -142,29 +153,63 @@ impl ModelStore {
     /// `numkeys, KEYS..., now, (algorithm, cost, n, (limit, period)...)...`
     fn decide(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
         let mut args = args.iter().map(text);
-        let n: usize = args.next()?.parse().ok()?;
-        let keys: Vec<String> = args.by_ref().take(n).collect();
-        let injected = args.next()?;
-        let now = if injected.is_empty() { now_ms } else { injected.parse().ok()? };
-        let nz = |s: Option<String>| NonZeroU64::new(s?.parse().ok()?);
+        let (keys, now) = keys_and_clock(&mut args, now_ms)?;
         let mut checks = Vec::with_capacity(keys.len());
         for (rule, key) in keys.into_iter().enumerate() {
-            let id = args.next()?;
-            let algorithm = Algorithm::ALL.into_iter().find(|a| a.id() == id)?;
+            let algorithm = algorithm(args.next())?;
             let cost = nz(args.next())?;
-            let count: usize = args.next()?.parse().ok()?;
-            let mut windows = Vec::with_capacity(count);
-            for _ in 0..count {
-                windows.push(Window { limit: nz(args.next())?, period_ms: nz(args.next())? });
-            }
-            checks.push(Check { rule, key, windows, cost, algorithm });
+            checks.push(Check { rule, key, windows: windows(&mut args)?, cost, algorithm });
         }
-        let d = self.model.decide(&checks, now);
-        let int = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
-        let mut reply = vec![Value::Integer(i64::from(d.allowed)), int(d.now_ms)];
-        for w in &d.windows {
-            reply.extend([int(w.remaining), int(w.reset_ms), int(w.retry_ms)]);
-        }
-        Some(Value::Array(reply))
+        Some(reply(&self.model.decide(&checks, now)))
     }
+
+    /// `numkeys, KEYS..., now, at, (algorithm, from, to, n, (limit, period)...)...`
+    fn adjust(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
+        let mut args = args.iter().map(text);
+        let (keys, now) = keys_and_clock(&mut args, now_ms)?;
+        let at: u64 = args.next()?.parse().ok()?;
+        let mut adjustments = Vec::with_capacity(keys.len());
+        for (rule, key) in keys.into_iter().enumerate() {
+            let algorithm = algorithm(args.next())?;
+            let from: u64 = args.next()?.parse().ok()?;
+            let to: u64 = args.next()?.parse().ok()?;
+            let check = Check { rule, key, windows: windows(&mut args)?, cost: NonZeroU64::MIN, algorithm };
+            adjustments.push(Adjustment { check, from, to });
+        }
+        Some(reply(&self.model.adjust(&adjustments, at, now)))
+    }
+}
+
+fn nz(s: Option<String>) -> Option<NonZeroU64> {
+    NonZeroU64::new(s?.parse().ok()?)
+}
+
+fn algorithm(id: Option<String>) -> Option<Algorithm> {
+    let id = id?;
+    Algorithm::ALL.into_iter().find(|a| a.id() == id)
+}
+
+/// `numkeys, KEYS..., now`: the keys and the call's clock.
+fn keys_and_clock(args: &mut impl Iterator<Item = String>, now_ms: u64) -> Option<(Vec<String>, u64)> {
+    let n: usize = args.next()?.parse().ok()?;
+    let keys: Vec<String> = args.by_ref().take(n).collect();
+    let injected = args.next()?;
+    let now = if injected.is_empty() { now_ms } else { injected.parse().ok()? };
+    Some((keys, now))
+}
+
+/// `n, (limit, period)...`
+fn windows(args: &mut impl Iterator<Item = String>) -> Option<Vec<Window>> {
+    let count: usize = args.next()?.parse().ok()?;
+    (0..count).map(|_| Some(Window { limit: nz(args.next())?, period_ms: nz(args.next())? })).collect()
+}
+
+/// The limiter's reply to a decision or an adjustment.
+fn reply(d: &Decision) -> Value {
+    let int = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+    let mut reply = vec![Value::Integer(i64::from(d.allowed)), int(d.now_ms)];
+    for w in &d.windows {
+        reply.extend([int(w.remaining), int(w.reset_ms), int(w.retry_ms)]);
+    }
+    Value::Array(reply)
 }

@@ -7,14 +7,15 @@
 //! transport does.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+pub mod props;
 pub mod valkey_stats;
 
 use crate::support::{try_command, Valkey};
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use tollgate::limiter::model::Model;
-use tollgate::limiter::script::{encode_call, encode_load, is_loaded, is_missing, limiter, Invocation};
-use tollgate::limiter::{reply, Algorithm, Check, Decision, Window};
+use tollgate::limiter::script::{encode_adjust, encode_call, encode_load, is_loaded, is_missing, limiter, Invocation};
+use tollgate::limiter::{reply, Adjustment, Algorithm, Check, Decision, Window};
 use tollgate::resp::Value;
 use valkey_stats::Conn;
 
@@ -82,6 +83,36 @@ pub fn store_decide(valkey: &Valkey, checks: &[Check], now_ms: u64) -> Decision 
     store_decide_at(valkey, checks, Some(now_ms))
 }
 
+/// One `adjust` through `path` (loading the code when missing): the state
+/// after it, as a decision.
+pub fn store_adjust_via(
+    valkey: &Valkey,
+    path: Path,
+    adjustments: &[Adjustment],
+    at_ms: u64,
+    now_ms: Option<u64>,
+) -> Decision {
+    let mut conn = Conn::connect(valkey.port);
+    let encode = |how| {
+        let mut body = Vec::new();
+        encode_adjust(&mut body, limiter(), how, adjustments, at_ms, now_ms);
+        body
+    };
+    let [first, retry] = path.invocations();
+    let mut reply = conn.pipeline(&encode(first), 1).remove(0);
+    if is_missing(&reply) {
+        if path == Path::Function {
+            let mut load = Vec::new();
+            encode_load(&mut load, limiter());
+            assert!(is_loaded(&conn.pipeline(&load, 1).remove(0), limiter()));
+        }
+        reply = conn.pipeline(&encode(retry), 1).remove(0);
+    }
+    assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
+    let checks: Vec<Check> = adjustments.iter().map(|a| a.check.clone()).collect();
+    reply::parse(&reply, &checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
+}
+
 fn call(conn: &mut Conn, how: Invocation, checks: &[Check], now_ms: Option<u64>) -> Value {
     let mut body = Vec::new();
     encode_call(&mut body, limiter(), how, checks, now_ms);
@@ -140,8 +171,36 @@ impl<'a> Differential<'a> {
         Self { valkey, path, model: Model::new(), written: BTreeMap::new(), steps: 0, expired: 0 }
     }
 
-    /// Decides `checks` at `now` in both and asserts identical answers.
-    pub fn step(&mut self, checks: &[Check], now: u64) -> Decision {
+    /// Adjusts what a decision at `at` recorded, at `now`, in both, and
+    /// asserts identical answers and stored entries.
+    pub fn adjust(&mut self, adjustments: &[Adjustment], at: u64, now: u64) -> Decision {
+        self.expire(now);
+        let expected = self.model.adjust(adjustments, at, now);
+        let got = store_adjust_via(self.valkey, self.path, adjustments, at, Some(now));
+        assert_eq!(
+            got, expected,
+            "{:?} step {} at {now} ms: store and model disagree on adjusting (at {at}) {adjustments:#?}",
+            self.path, self.steps
+        );
+        for a in adjustments {
+            self.check_entries(&a.check);
+            if a.to > a.from {
+                self.written.insert(a.check.key.clone(), (now, ttl_ms(&a.check)));
+            }
+        }
+        self.steps += 1;
+        got
+    }
+
+    fn check_entries(&self, c: &Check) {
+        if c.algorithm == Algorithm::SlidingLog {
+            let zcard = self.valkey.int(&["ZCARD", &c.key]);
+            assert_eq!(zcard as usize, self.model.entries(&c.key), "step {}: entries of {}", self.steps, c.key);
+        }
+    }
+
+    /// Deletes from Valkey the keys whose TTL ran out by `now`.
+    fn expire(&mut self, now: u64) {
         let due: Vec<String> = self
             .written
             .iter()
@@ -153,6 +212,11 @@ impl<'a> Differential<'a> {
             self.written.remove(&key);
             self.expired += 1;
         }
+    }
+
+    /// Decides `checks` at `now` in both and asserts identical answers.
+    pub fn step(&mut self, checks: &[Check], now: u64) -> Decision {
+        self.expire(now);
         let expected = self.model.decide(checks, now);
         let got = store_decide_via(self.valkey, self.path, checks, Some(now));
         assert_eq!(
@@ -161,10 +225,7 @@ impl<'a> Differential<'a> {
             self.path, self.steps
         );
         for c in checks {
-            if c.algorithm == Algorithm::SlidingLog {
-                let zcard = self.valkey.int(&["ZCARD", &c.key]);
-                assert_eq!(zcard as usize, self.model.entries(&c.key), "step {}: entries of {}", self.steps, c.key);
-            }
+            self.check_entries(c);
             if got.allowed {
                 self.written.insert(c.key.clone(), (now, ttl_ms(c)));
             }

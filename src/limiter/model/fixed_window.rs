@@ -11,8 +11,8 @@
 //!   window if `count > 0`, else 0.
 
 use super::{sat, Bucket};
-use crate::limiter::Window;
-use std::collections::BTreeMap;
+use crate::limiter::{Window, STATE_MAX};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Per period: `(k, count)`.
 #[derive(Debug, Default, Clone)]
@@ -49,9 +49,22 @@ impl Bucket for Counters {
         let mut updated = BTreeMap::new();
         for w in windows {
             let (k, count) = self.read(w.period_ms.get(), now);
-            updated.insert(w.period_ms.get(), (k, count.saturating_add(cost)));
+            updated.insert(w.period_ms.get(), (k, count.saturating_add(cost).min(STATE_MAX)));
         }
         self.periods.extend(updated);
+    }
+
+    /// From the count of `at`'s window, if that is still the window counted
+    /// (once per distinct period).
+    fn refund(&mut self, windows: &[Window], at: u64, units: u64, _now: u64) {
+        let periods: BTreeSet<u64> = windows.iter().map(|w| w.period_ms.get()).collect();
+        for period in periods {
+            if let Some((k, count)) = self.periods.get_mut(&period) {
+                if *k == at / period {
+                    *count -= units.min(*count);
+                }
+            }
+        }
     }
 
     fn stats(&self, w: &Window, now: u64) -> (u64, u64) {

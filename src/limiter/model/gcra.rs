@@ -22,7 +22,7 @@
 
 use super::{ceil_div, sat, Bucket};
 use crate::limiter::Window;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Per `(limit, period_ms)`: `(at, debt)` at the last admission.
 #[derive(Debug, Default, Clone)]
@@ -58,10 +58,31 @@ impl Bucket for Gcra {
     fn commit(&mut self, windows: &[Window], cost: u64, now: u64) {
         let mut updated = BTreeMap::new();
         for w in windows {
-            let d = self.debt(w, now) + i128::from(cost) * i128::from(w.period_ms.get());
+            // At most a full window (only an extra charge, `adjust`, goes
+            // beyond it): the debt drains within one period, as the state's
+            // expiry and `debt` assume.
+            let (limit, period) = (i128::from(w.limit.get()), i128::from(w.period_ms.get()));
+            let d = (self.debt(w, now) + i128::from(cost) * period).min(period * limit);
             updated.insert((w.limit.get(), w.period_ms.get()), (now, d));
         }
         self.windows.extend(updated);
+    }
+
+    /// From the debt, only if the request decided at `at` is still the last
+    /// admission (the state was written at `at`): then taking `units × P`
+    /// off is exactly the state without them. After a later admission the
+    /// debt may have drained to 0 and started again in between, so a refund
+    /// could free more than the request took: nothing is refunded (once per
+    /// distinct window).
+    fn refund(&mut self, windows: &[Window], at: u64, units: u64, _now: u64) {
+        let distinct: BTreeSet<(u64, u64)> = windows.iter().map(|w| (w.limit.get(), w.period_ms.get())).collect();
+        for (limit, period) in distinct {
+            if let Some((last, d)) = self.windows.get_mut(&(limit, period)) {
+                if *last == at {
+                    *d = (*d - i128::from(units) * i128::from(period)).max(0);
+                }
+            }
+        }
     }
 
     fn stats(&self, w: &Window, now: u64) -> (u64, u64) {

@@ -21,7 +21,10 @@ pub mod gcra;
 pub mod sliding_log;
 pub mod sliding_window;
 
-use super::{Algorithm, Check, Decision, Window, WindowOutcome};
+#[cfg(test)]
+mod adjust_tests;
+
+use super::{Adjustment, Algorithm, Check, Decision, Window, WindowOutcome, ADJUST_MAX};
 use std::collections::BTreeMap;
 
 /// One algorithm's bucket: its three phases (plus an optional housekeeping
@@ -35,6 +38,10 @@ pub trait Bucket {
     fn commit(&mut self, windows: &[Window], cost: u64, now: u64);
     /// Phase 3: `(remaining, reset_ms)` of window `w`.
     fn stats(&self, w: &Window, now: u64) -> (u64, u64);
+    /// `adjust`: takes back up to `units` of what a request decided at `at`
+    /// recorded, where that record can still be told apart (see each
+    /// algorithm), at `now`.
+    fn refund(&mut self, windows: &[Window], at: u64, units: u64, now: u64);
 }
 
 /// The state of one bucket, whichever algorithm counts it.
@@ -122,6 +129,54 @@ impl Model {
         self.buckets.get(&check.key).filter(|s| s.algorithm() == check.algorithm).map(State::bucket)
     }
 
+    /// Changes what requests decided at `at_ms` recorded, at `now_ms`, all
+    /// at once (`adjust.lua`). Per bucket, after the usual housekeeping: an
+    /// extra charge (`to > from`) is recorded now, as a commit of `to -
+    /// from` units that checks nothing (the log records at most its largest
+    /// limit); a refund (`to < from`) takes `from - to` units back from the
+    /// request's own record ([`Bucket::refund`]). The reply is the buckets'
+    /// state afterwards, as a decision that admits.
+    pub fn adjust(&mut self, adjustments: &[Adjustment], at_ms: u64, now_ms: u64) -> Decision {
+        for a in adjustments {
+            let windows = &a.check.windows;
+            let bucket = self.state_mut(&a.check).bucket_mut();
+            bucket.prepare(windows, now_ms);
+            if a.to > a.from {
+                let mut units = (a.to - a.from).min(ADJUST_MAX);
+                if a.check.algorithm == Algorithm::SlidingLog {
+                    units = units.min(windows.iter().map(|w| w.limit.get()).max().unwrap_or(0));
+                }
+                bucket.commit(windows, units, now_ms);
+            } else if a.from > a.to {
+                bucket.refund(windows, at_ms, (a.from - a.to).min(ADJUST_MAX), now_ms);
+            }
+        }
+        let checks: Vec<&Check> = adjustments.iter().map(|a| &a.check).collect();
+        let retries = vec![0; checks.iter().map(|c| c.windows.len()).sum()];
+        self.outcome(&checks, true, retries, now_ms)
+    }
+
+    /// The decision's per-window outcome after phase 2.
+    fn outcome(&self, checks: &[&Check], allowed: bool, retries: Vec<u64>, now_ms: u64) -> Decision {
+        let mut windows = Vec::with_capacity(retries.len());
+        let mut retry = retries.into_iter();
+        for (ci, check) in checks.iter().enumerate() {
+            for (wi, w) in check.windows.iter().enumerate() {
+                let (remaining, reset_ms) = self.bucket(check).map_or((w.limit.get(), 0), |b| b.stats(w, now_ms));
+                windows.push(WindowOutcome {
+                    check: ci,
+                    window: wi,
+                    limit: w.limit.get(),
+                    period_ms: w.period_ms.get(),
+                    remaining,
+                    reset_ms,
+                    retry_ms: retry.next().unwrap_or(0),
+                });
+            }
+        }
+        Decision { allowed, now_ms, windows }
+    }
+
     /// Decides for all `checks` at once at time `now_ms`.
     pub fn decide(&mut self, checks: &[Check], now_ms: u64) -> Decision {
         for check in checks {
@@ -142,23 +197,8 @@ impl Model {
             }
         }
 
-        let mut windows = Vec::with_capacity(retries.len());
-        let mut retry = retries.into_iter();
-        for (ci, check) in checks.iter().enumerate() {
-            for (wi, w) in check.windows.iter().enumerate() {
-                let (remaining, reset_ms) = self.bucket(check).map_or((w.limit.get(), 0), |b| b.stats(w, now_ms));
-                windows.push(WindowOutcome {
-                    check: ci,
-                    window: wi,
-                    limit: w.limit.get(),
-                    period_ms: w.period_ms.get(),
-                    remaining,
-                    reset_ms,
-                    retry_ms: retry.next().unwrap_or(0),
-                });
-            }
-        }
-        Decision { allowed, now_ms, windows }
+        let checks: Vec<&Check> = checks.iter().collect();
+        self.outcome(&checks, allowed, retries, now_ms)
     }
 }
 

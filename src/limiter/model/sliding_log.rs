@@ -65,6 +65,15 @@ impl Bucket for Log {
         self.entries.splice(at..at, added);
     }
 
+    /// The entries at `at` (entries of one instant are interchangeable), if
+    /// they are still stored.
+    fn refund(&mut self, _windows: &[Window], at: u64, units: u64, _now: u64) {
+        let start = self.entries.partition_point(|&t| t < at);
+        let end = self.entries.partition_point(|&t| t <= at);
+        let taken = usize::try_from(units).unwrap_or(usize::MAX).min(end - start);
+        self.entries.drain(start..start + taken);
+    }
+
     fn stats(&self, w: &Window, now: u64) -> (u64, u64) {
         let counted = self.counted(now, w.period_ms.get());
         let reset =

@@ -24,8 +24,8 @@
 //!   `k + 1` if `cur > 0`, else the end of window `k` if `prev > 0`, else 0.
 
 use super::{ceil_div, sat, Bucket};
-use crate::limiter::Window;
-use std::collections::BTreeMap;
+use crate::limiter::{Window, STATE_MAX};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Per period: `(k, cur, prev)`.
 #[derive(Debug, Default, Clone)]
@@ -82,9 +82,26 @@ impl Bucket for Counters {
         let mut updated = BTreeMap::new();
         for w in windows {
             let (k, cur, prev) = self.read(w.period_ms.get(), now);
-            updated.insert(w.period_ms.get(), (k, cur.saturating_add(cost), prev));
+            updated.insert(w.period_ms.get(), (k, cur.saturating_add(cost).min(STATE_MAX), prev));
         }
         self.periods.extend(updated);
+    }
+
+    /// From the count of `at`'s window: the stored current count if it is
+    /// still that window, the stored previous one if that window is the
+    /// previous (once per distinct period).
+    fn refund(&mut self, windows: &[Window], at: u64, units: u64, _now: u64) {
+        let periods: BTreeSet<u64> = windows.iter().map(|w| w.period_ms.get()).collect();
+        for period in periods {
+            if let Some((k, cur, prev)) = self.periods.get_mut(&period) {
+                let ka = at / period;
+                if *k == ka {
+                    *cur -= units.min(*cur);
+                } else if ka.checked_add(1) == Some(*k) {
+                    *prev -= units.min(*prev);
+                }
+            }
+        }
     }
 
     fn stats(&self, w: &Window, now: u64) -> (u64, u64) {

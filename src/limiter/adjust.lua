@@ -1,0 +1,92 @@
+-- adjust(KEYS, ARGV[, once]): changes what requests already decided
+-- recorded (model: Model::adjust in src/limiter/model/mod.rs). It undoes a
+-- request (to = 0: the second step of a decision across shards), settles a
+-- reservation with the actual cost, or charges a cost known only from the
+-- response.
+--
+-- KEYS[i]   the bucket, as for decide().
+-- ARGV[1]   now, as for decide().
+-- ARGV[2]   at: the now_ms of the decision that recorded what changes (its
+--           reply's second item: the store's clock).
+-- ARGV[3..] for each key, in KEYS order: algorithm, from, to, n, then n
+--           pairs limit, period_ms. `from`: the units the decision
+--           recorded (0 if it only checked); `to`: the units it should
+--           have recorded (0 to 2^32).
+-- Per bucket, after the usual housekeeping:
+--   to > from  an extra charge: to - from units are recorded now, as a
+--              commit that checks nothing (the log records at most its
+--              largest limit; a gcra debt at most a full window).
+--   to < from  a refund: from - to units come back from the decision's own
+--              record, where it can still be told apart (each algorithm's
+--              refund() says where); otherwise nothing comes back, so a
+--              refund never frees more than the decision took.
+-- Reply     as decide()'s: { 1, now_ms, then remaining, reset_ms, 0 per
+--           window }, the state after the change.
+-- Errors    "ERR tollgate: ..." on malformed arguments.
+
+-- An amount of units (from, to): an integer in [0, 2^32].
+local function units_of(s)
+  local x = config_number(s)
+  if not x or x < 0 or x > 4294967296 or x % 1 ~= 0 then return nil end
+  return x
+end
+
+local function adjust(KEYS, ARGV, once)
+  if once then config_room = 0 end
+  if not read_clock(ARGV[1]) then
+    return redis.error_reply('ERR tollgate: bad now')
+  end
+  local at = tonumber(ARGV[2])
+  if not at or at < 0 or at % 1 ~= 0 then
+    return redis.error_reply('ERR tollgate: bad at')
+  end
+
+  local keys = #KEYS
+  local a = 3
+  for i = 1, keys do
+    local algorithm = algorithm_for(ARGV[a])
+    local from, to = units_of(ARGV[a + 1]), units_of(ARGV[a + 2])
+    local n = config_number(ARGV[a + 3])
+    if not algorithm then
+      return redis.error_reply('ERR tollgate: unknown algorithm for key ' .. i)
+    end
+    if not from or not to or not n or n < 1 or n % 1 ~= 0 then
+      return redis.error_reply('ERR tollgate: bad units or window count for key ' .. i)
+    end
+    a = a + 4
+    local b = BUCKETS[i]
+    if not b then
+      b = {}
+      BUCKETS[i] = b
+    end
+    b.key, b.algorithm, b.from, b.to = KEYS[i], algorithm, from, to
+    local bad = read_windows(b, n, ARGV, a)
+    if bad then
+      return redis.error_reply('ERR tollgate: bad window ' .. bad .. ' for key ' .. i)
+    end
+    a = a + 2 * n
+  end
+  if a ~= #ARGV + 1 then
+    return redis.error_reply('ERR tollgate: argument count does not match KEYS')
+  end
+
+  for i = 1, keys do
+    local b = BUCKETS[i]
+    local algorithm = b.algorithm
+    -- Reads the state (and keeps house), as phase 1 of a decision of 1 unit.
+    b.cost = 1
+    algorithm.check(b)
+    b.committed = false
+    if b.to > b.from then
+      local units = b.to - b.from
+      if algorithm.max_charge then units = algorithm.max_charge(b, units) end
+      b.cost, b.committed = units, true
+      algorithm.commit(b)
+    elseif b.to < b.from then
+      algorithm.refund(b, at, b.from - b.to)
+      algorithm.check(b)
+    end
+    for w = 1, b.n do b[w].retry = 0 end
+  end
+  return report(keys, true)
+end

@@ -1,0 +1,138 @@
+//! `Model::adjust`: an undo right after a decision gives back exactly the
+//! state without it; a refund never frees more than the request took; an
+//! extra charge is recorded now. Random traces with a small deterministic
+//! generator (these tests also run in the wasm VM).
+
+use super::test_util::check;
+use super::Model;
+use crate::limiter::{Adjustment, Algorithm, Check};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Two windows sharing a period, and one of their own (state shared by
+/// windows must change once), with a request of `cost`.
+fn bucket(algorithm: Algorithm, cost: u64) -> Check {
+    check(algorithm, "k", &[(6, 1_000), (9, 1_000), (20, 5_000)], cost)
+}
+
+fn adjustment(algorithm: Algorithm, from: u64, to: u64) -> Adjustment {
+    Adjustment { check: bucket(algorithm, 1), from, to }
+}
+
+/// The state of both models every few hundred ms from `now` (read by an
+/// adjustment that changes nothing): equal (`exact`), or the adjusted one
+/// never with more room in any window; then decisions of cost 1 from both.
+fn probe(adjusted: &mut Model, ideal: &mut Model, algorithm: Algorithm, mut now: u64, rng: &mut Rng, exact: bool) {
+    let look = [adjustment(algorithm, 0, 0)];
+    for i in 0..6 {
+        let (a, b) = (adjusted.adjust(&look, 0, now), ideal.adjust(&look, 0, now));
+        if exact {
+            assert_eq!(a, b, "{algorithm:?} look {i} at {now}");
+        } else {
+            for (wa, wb) in a.windows.iter().zip(&b.windows) {
+                assert!(wa.remaining <= wb.remaining, "{algorithm:?} at {now}: the refund freed more than taken");
+            }
+        }
+        now += rng.next(400);
+    }
+    if exact {
+        let c = [bucket(algorithm, 1)];
+        for _ in 0..4 {
+            assert_eq!(adjusted.decide(&c, now), ideal.decide(&c, now), "{algorithm:?} at {now}");
+            now += rng.next(900);
+        }
+    }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn an_undo_before_any_other_admission_leaves_exactly_the_state_without_it() {
+    for algorithm in Algorithm::ALL {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..300 {
+            let (mut adjusted, mut ideal) = (Model::new(), Model::new());
+            let mut now = 1_000_000 + rng.next(10_000);
+            for _ in 0..rng.next(8) {
+                now += rng.next(700);
+                let c = [bucket(algorithm, 1 + rng.next(2))];
+                assert_eq!(adjusted.decide(&c, now), ideal.decide(&c, now));
+            }
+            now += rng.next(50);
+            let at = now;
+            let undone = adjusted.decide(&[bucket(algorithm, 2)], at);
+            now += rng.next(300);
+            let from = if undone.allowed { 2 } else { 0 };
+            let after = adjusted.adjust(&[adjustment(algorithm, from, 0)], at, now);
+            assert!(after.allowed && after.windows.iter().all(|w| w.retry_ms == 0));
+            probe(&mut adjusted, &mut ideal, algorithm, now, &mut rng, true);
+        }
+    }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_refund_after_other_admissions_never_frees_more_than_was_taken() {
+    for algorithm in Algorithm::ALL {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        for _ in 0..300 {
+            let (mut adjusted, mut ideal) = (Model::new(), Model::new());
+            let mut now = 1_000_000 + rng.next(10_000);
+            let at = now;
+            let undone = adjusted.decide(&[bucket(algorithm, 2)], at);
+            for _ in 0..rng.next(6) {
+                now += rng.next(600);
+                let c = [bucket(algorithm, 1)];
+                // The ideal model never saw the request: it may admit more.
+                let (a, b) = (adjusted.decide(&c, now), ideal.decide(&c, now));
+                assert!(!a.allowed || b.allowed);
+                if b.allowed && !a.allowed {
+                    // Keep the two comparable: record it in the adjusted one.
+                    adjusted.adjust(&[adjustment(algorithm, 0, 1)], now, now);
+                }
+            }
+            now += rng.next(300);
+            let from = if undone.allowed { 2 } else { 0 };
+            adjusted.adjust(&[adjustment(algorithm, from, 0)], at, now);
+            probe(&mut adjusted, &mut ideal, algorithm, now, &mut rng, false);
+        }
+    }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn an_extra_charge_is_recorded_now_and_a_partial_refund_keeps_the_rest() {
+    for algorithm in Algorithm::ALL {
+        let mut m = Model::new();
+        let c = check(algorithm, "k", &[(10, 60_000)], 3);
+        assert_eq!(m.decide(&[c.clone()], 1_000_000).windows[0].remaining, 7);
+        // Settled at 5 units: 2 more, now.
+        let d = m.adjust(&[Adjustment { check: c.clone(), from: 3, to: 5 }], 1_000_000, 1_000_010);
+        assert_eq!(d.windows[0].remaining, 5, "{algorithm:?}");
+        // Refunded to 1 unit of the 3 the decision recorded (the extra 2 were
+        // recorded at 1_000_010, not at the decision's time).
+        let d = m.adjust(&[Adjustment { check: c.clone(), from: 3, to: 1 }], 1_000_000, 1_000_020);
+        let expected = if algorithm == Algorithm::Gcra { 5 } else { 7 };
+        assert_eq!(d.windows[0].remaining, expected, "{algorithm:?}: gcra refunds only while the decision is the last");
+    }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn an_extra_charge_past_the_limit_denies_for_about_a_period_at_most() {
+    for algorithm in Algorithm::ALL {
+        let mut m = Model::new();
+        let c = check(algorithm, "k", &[(10, 1_000)], 1);
+        assert!(m.decide(&[c.clone()], 1_000_000).allowed);
+        let d = m.adjust(&[Adjustment { check: c.clone(), from: 1, to: 1_000_000 }], 1_000_000, 1_000_000);
+        assert_eq!(d.windows[0].remaining, 0, "{algorithm:?}");
+        assert!(!m.decide(&[c.clone()], 1_000_050).allowed, "{algorithm:?}");
+        // Every algorithm forgets it within two periods (the sliding window's
+        // previous count weighs into the next one).
+        assert!(m.decide(&[c.clone()], 1_002_001).allowed, "{algorithm:?}");
+    }
+}
