@@ -92,7 +92,10 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 pub use crate::limiter::Algorithm;
-pub use access::{Auth, Secret, SentinelConfig, DEFAULT_SENTINEL_REFRESH_MS, MAX_SENTINEL_REFRESH_MS};
+pub use access::{
+    Auth, ClusterModeConfig, Secret, SentinelConfig, DEFAULT_CLUSTER_REFRESH_MS, DEFAULT_SENTINEL_REFRESH_MS,
+    MAX_CLUSTER_REFRESH_MS, MAX_SENTINEL_REFRESH_MS,
+};
 pub use error::ConfigError;
 pub use keys::{KeyPart, KeySource, OnMissing, Prefixes, MAX_KEY_PARTS, MAX_LITERAL_BYTES, MAX_PROPERTY_SEGMENTS};
 pub use matching::{HeaderCondition, HeaderMatch, Match, Pattern, MAX_HEADER_MATCHES};
@@ -229,6 +232,9 @@ pub struct ValkeyConfig {
     pub auth: Option<Auth>,
     /// Sentinel discovery of the master, if configured.
     pub sentinel: Option<SentinelConfig>,
+    /// A Valkey Cluster (slot map from seeds, one stream per master), if
+    /// configured; never together with `sentinel`.
+    pub cluster_mode: Option<ClusterModeConfig>,
 }
 
 /// How the limiter's code is called on the store.
@@ -303,6 +309,10 @@ pub struct Rule {
     pub cost: NonZeroU64,
     /// Shadow rule: decides and consumes as if enforced, but never denies.
     pub shadow: bool,
+    /// The key part (an index into `key`) whose value is the hash tag of
+    /// the rule's keys, so that rules tagged by the same value share a
+    /// Valkey Cluster slot; `None`: the tag is the rule name and every part.
+    pub hash_tag: Option<usize>,
     /// The policy name of each window, `"<name>/<period label>"` (as in the
     /// `RateLimit` headers), built once here instead of on every request.
     pub policy_names: Vec<String>,
