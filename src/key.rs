@@ -66,6 +66,43 @@ pub fn bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], suffix: &str) -> St
     key
 }
 
+/// Builds the key `<prefix>:{<tag>}:<rule>:<part>...:<suffix>` of a bucket
+/// whose hash tag is its part number `tag` alone (a rule's `hash_tag`), or
+/// [`bucket_key`] when `tag` is `None` or names no part. Rules tagged by
+/// the same value land in the same Valkey Cluster slot, so one call can
+/// decide them together. The tag is the part as encoded in the key (`%` for
+/// an empty value: an empty `{}` would hash the whole key); the parts that
+/// follow make the key unique, and a tagged key never equals an untagged
+/// one (after `}` an untagged key has only `:<suffix>`).
+///
+/// ```
+/// use tollgate::key::tagged_bucket_key;
+///
+/// assert_eq!(tagged_bucket_key("tollgate", "api", &[b"alice", b"/x"], Some(0), "log"), "tollgate:{alice}:api:alice:%2Fx:log");
+/// assert_eq!(tagged_bucket_key("tollgate", "api", &[b""], Some(0), "log"), "tollgate:{%}:api::log");
+/// assert_eq!(tagged_bucket_key("tollgate", "api", &[b"alice"], None, "log"), "tollgate:{api:alice}:log");
+/// ```
+pub fn tagged_bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], tag: Option<usize>, suffix: &str) -> String {
+    let Some(tagged) = tag.and_then(|i| parts.get(i)) else { return bucket_key(prefix, rule, parts, suffix) };
+    let mut key = String::with_capacity(prefix.len().saturating_add(suffix.len()).saturating_add(64));
+    key.push_str(prefix);
+    key.push_str(":{");
+    if tagged.is_empty() {
+        key.push('%');
+    } else {
+        push_part(&mut key, tagged);
+    }
+    key.push_str("}:");
+    push_encoded(&mut key, rule.as_bytes());
+    for part in parts {
+        key.push(':');
+        push_part(&mut key, part);
+    }
+    key.push(':');
+    key.push_str(suffix);
+    key
+}
+
 /// Length of `#<sha1 hex>`.
 const HASHED_LEN: usize = 41;
 
@@ -126,6 +163,23 @@ mod tests {
     fn parts_of(key: &str) -> Vec<&str> {
         let inner = key.strip_prefix("tollgate:{rule").and_then(|k| k.strip_suffix("}:log")).unwrap();
         inner.split(':').skip(1).collect()
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn rules_tagged_by_one_value_share_a_slot_and_keep_distinct_keys() {
+        use crate::store::cluster::key_slot;
+        let long = [b'x'; 100];
+        for value in [&b"alice"[..], b"", b"a b:{c}", &long] {
+            let a = tagged_bucket_key("tollgate", "a", &[value], Some(0), "log");
+            let b = tagged_bucket_key("tollgate", "b", &[b"t", value], Some(1), "gcra");
+            assert_eq!(key_slot(a.as_bytes()), key_slot(b.as_bytes()), "{a} {b}");
+            assert_ne!(a, tagged_bucket_key("tollgate", "a", &[value, b""], Some(0), "log"));
+        }
+        // Untagged keys of two rules hash their own tags.
+        let (a, b) = (bucket_key("tollgate", "a", &[b"alice"], "log"), bucket_key("tollgate", "b", &[b"alice"], "log"));
+        assert_ne!(key_slot(a.as_bytes()), key_slot(b.as_bytes()));
+        // A tagged key never equals an untagged one.
+        assert_ne!(tagged_bucket_key("p", "r", &[b"log"], Some(0), "log"), bucket_key("p", "log", &[], "log"));
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -208,6 +208,17 @@ fn explain_describes_every_algorithm_and_refuses_invalid_files() {
 }
 
 #[test]
+fn explain_shows_the_key_of_a_rule_with_a_hash_tag() {
+    let config = scratch(
+        "tagged.json",
+        r#"{ "valkey": { "cluster": "c" }, "rules": [ { "name": "user.path", "key": [ { "header": "x-user-id" }, "path" ], "hash_tag": 0, "limits": [ { "limit": 10, "period": "1s" } ] } ] }"#,
+    );
+    let (code, out, _) = tollgate(&["explain", config.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("key tollgate:{<header x-user-id>}:user.path:<header x-user-id>:<path>:log\n"), "{out}");
+}
+
+#[test]
 fn simulate_prints_the_seed_table() {
     for (trace, table) in [("seed.jsonl", "seed-jsonl.simulate.expected"), ("seed.csv", "seed-csv.simulate.expected")] {
         let (code, out, err) = tollgate(&["simulate", "envoy/envoy.yaml", &format!("tests/fixtures/cli/{trace}")]);
@@ -216,6 +227,28 @@ fn simulate_prints_the_seed_table() {
     }
     let out = expected("seed-jsonl.simulate.expected");
     assert!(out.contains("   6 |      0 |    429 |              15 |              0 | auth.createToken/3s\n"), "{out}");
+}
+
+/// A Valkey Cluster configuration simulates as a single store (one master
+/// serving every slot), through the slot map's refreshes: one request every
+/// 700 ms for 28 s, past five 5 s refreshes.
+#[test]
+fn simulate_a_cluster_configuration_gives_the_single_store_table() {
+    let trace: String = (0..40u64)
+        .map(|i| {
+            let t = 1_800_000_000_000 + i * 700;
+            format!("{{\"time\": {t}, \"method\": \"POST\", \"path\": \"/auth/token\", \"headers\": {{\"x-user-id\": \"alice\"}}}}\n")
+        })
+        .collect();
+    let trace = scratch("long.jsonl", &trace);
+    let table = |file: &str| {
+        let (code, out, err) = tollgate(&["simulate", file, trace.to_str().unwrap()]);
+        assert_eq!((code, err.as_str()), (0, ""), "{file}");
+        out.lines().skip(1).map(str::to_owned).collect::<Vec<_>>()
+    };
+    let single = table("envoy/envoy.yaml");
+    assert!(single.iter().any(|l| l.contains("| auth.createToken/60s")), "{single:?}");
+    assert_eq!(table("envoy/envoy-cluster.yaml"), single);
 }
 
 #[test]

@@ -195,6 +195,10 @@ fn bucket(rule: &Rule) -> String {
 fn key_template(config: &Config, rule: &Rule) -> String {
     let base = bucket_key(&config.valkey.key_prefix, &rule.name, &[], rule.algorithm.id());
     let parts: String = rule.key.iter().map(|p| format!(":<{}>", source(&p.source))).collect();
+    if let Some(tag) = rule.hash_tag.and_then(|i| rule.key.get(i)) {
+        let (prefix, suffix) = (&config.valkey.key_prefix, rule.algorithm.id());
+        return format!("{prefix}:{{<{}>}}:{}{parts}:{suffix}", source(&tag.source), rule.name);
+    }
     match base.rfind("}:") {
         Some(at) => format!("{}{parts}{}", base.get(..at).unwrap_or_default(), base.get(at..).unwrap_or_default()),
         None => base,

@@ -6,6 +6,7 @@
 //! it in Envoy, so a replay through a real Envoy and Valkey gives the same
 //! table (`tests/cli_simulate_envoy.rs`).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
@@ -28,29 +29,30 @@ pub struct Response {
     pub shadow_denied: Vec<String>,
 }
 
-/// The worker's host in a simulation: one stream, whose bytes the model
-/// store answers; the answers of the requests.
+/// The worker's host in a simulation: the streams the worker opens (one,
+/// or a seed stream and one per master in cluster mode), whose bytes the
+/// one model store answers; the answers of the requests.
 #[derive(Default)]
 struct SimHost {
-    outbox: Vec<u8>,
+    streams: u32,
+    /// Bytes sent and not yet answered, per stream.
+    outbox: BTreeMap<u32, Vec<u8>>,
     woken: bool,
     admitted: Vec<(u32, Option<String>)>,
     replies: Vec<(u32, LocalReply)>,
 }
 
-/// The one stream a simulated worker opens.
-const STREAM: u32 = 1;
-
 impl Host for SimHost {
     fn open_stream(&mut self, _: &str, _: &[(&str, &str)]) -> Result<u32, String> {
-        Ok(STREAM)
+        self.streams += 1;
+        Ok(self.streams)
     }
-    fn send(&mut self, _: u32, bytes: &[u8]) -> Result<(), String> {
-        self.outbox.extend_from_slice(bytes);
+    fn send(&mut self, stream: u32, bytes: &[u8]) -> Result<(), String> {
+        self.outbox.entry(stream).or_default().extend_from_slice(bytes);
         Ok(())
     }
-    fn cancel(&mut self, _: u32) {
-        self.outbox.clear();
+    fn cancel(&mut self, stream: u32) {
+        self.outbox.remove(&stream);
     }
     fn admit(&mut self, id: u32, shadow_denied: Option<&str>) {
         self.admitted.push((id, shadow_denied.map(str::to_owned)));
@@ -115,10 +117,9 @@ impl Simulator {
             if std::mem::take(&mut self.host.woken) {
                 self.worker.on_wake(&mut self.host, now);
             }
-            let sent = std::mem::take(&mut self.host.outbox);
-            if !sent.is_empty() {
+            for (stream, sent) in std::mem::take(&mut self.host.outbox) {
                 let reply = self.store.answer(&sent, now);
-                self.worker.on_stream_message(&mut self.host, STREAM, &reply, now);
+                self.worker.on_stream_message(&mut self.host, stream, &reply, now);
             }
             if let Some(response) = self.answer(id, headers) {
                 return response;

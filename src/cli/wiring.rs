@@ -1,5 +1,6 @@
 //! The Envoy wiring a configuration needs, as far as a file shows it: the
-//! clusters named by `valkey.cluster` and `valkey.sentinel.cluster` exist,
+//! clusters named by `valkey.cluster`, `valkey.sentinel.cluster` and
+//! `valkey.cluster_mode.seeds` exist,
 //! and every endpoint of each is an internal listener
 //! (`envoy_internal_address.server_listener_name`) that exists and has
 //! `internal_listener` — never a network address, which would make the store
@@ -115,7 +116,8 @@ fn describe(address: &Value) -> String {
     }
 }
 
-/// `valkey.cluster` and `valkey.sentinel.cluster` of a configuration, read
+/// `valkey.cluster`, `valkey.sentinel.cluster` and `valkey.cluster_mode.seeds`
+/// of a configuration, read
 /// loosely (so the wiring is checked even when the configuration is invalid).
 pub fn cluster_names(json: &str) -> Vec<(&'static str, String)> {
     let Ok(value) = serde_json::from_str::<Value>(json) else { return Vec::new() };
@@ -125,6 +127,9 @@ pub fn cluster_names(json: &str) -> Vec<(&'static str, String)> {
     }
     if let Some(name) = value.pointer("/valkey/sentinel/cluster").and_then(Value::as_str) {
         out.push(("valkey.sentinel.cluster", name.to_owned()));
+    }
+    if let Some(name) = value.pointer("/valkey/cluster_mode/seeds").and_then(Value::as_str) {
+        out.push(("valkey.cluster_mode.seeds", name.to_owned()));
     }
     out
 }

@@ -1,6 +1,6 @@
 //! How the store is reached beyond the tunnel cluster: credentials
-//! (`valkey.username`, `valkey.password_env`) and Sentinel discovery
-//! (`valkey.sentinel`).
+//! (`valkey.username`, `valkey.password_env`), Sentinel discovery
+//! (`valkey.sentinel`) and Valkey Cluster (`valkey.cluster_mode`).
 //!
 //! The password never appears in the document: it names an environment
 //! variable of the Wasm VM (Envoy's `vm_config.environment_variables`), read
@@ -33,12 +33,17 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use super::primitives::{duration, env_var_name, envoy_cluster, fail, token};
-use super::raw::RawSentinel;
+use super::raw::{RawClusterMode, RawSentinel};
 
 /// `valkey.sentinel.refresh` when omitted, in milliseconds.
 pub const DEFAULT_SENTINEL_REFRESH_MS: u64 = 5_000;
 /// Largest `valkey.sentinel.refresh`, in milliseconds (1 h).
 pub const MAX_SENTINEL_REFRESH_MS: u64 = 3_600_000;
+
+/// `valkey.cluster_mode.refresh` when omitted, in milliseconds.
+pub const DEFAULT_CLUSTER_REFRESH_MS: u64 = 5_000;
+/// Largest `valkey.cluster_mode.refresh`, in milliseconds (1 h).
+pub const MAX_CLUSTER_REFRESH_MS: u64 = 3_600_000;
 
 /// A value that must never be shown: `Debug` prints `***`.
 #[derive(Clone, PartialEq, Eq)]
@@ -113,4 +118,44 @@ pub(crate) fn sentinel(raw: Option<RawSentinel>) -> Result<Option<SentinelConfig
         Some(value) => duration(&value, "valkey.sentinel.refresh", MAX_SENTINEL_REFRESH_MS, "1h")?.0.get(),
     };
     Ok(Some(SentinelConfig { cluster, master_name, refresh: Duration::from_millis(refresh_ms) }))
+}
+
+/// A Valkey Cluster: each worker reads the slot map from a seed node and
+/// sends every decision to the master of its slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterModeConfig {
+    /// The Envoy cluster that tunnels to seed nodes (any nodes of the
+    /// Valkey Cluster), where `CLUSTER SHARDS` is asked.
+    pub seeds: String,
+    /// How often the slot map is read while nothing goes wrong.
+    pub refresh: Duration,
+}
+
+/// `valkey.cluster_mode`; `store` is `valkey.cluster`, `sentinel` whether
+/// `valkey.sentinel` is set too (an error: the cluster fails over by itself).
+pub(crate) fn cluster_mode(
+    raw: Option<RawClusterMode>,
+    store: &str,
+    sentinel: bool,
+) -> Result<Option<ClusterModeConfig>, ConfigError> {
+    const PATH: &str = "valkey.cluster_mode";
+    let Some(raw) = raw else { return Ok(None) };
+    if sentinel {
+        return fail(
+            PATH,
+            "cannot be combined with valkey.sentinel: a Valkey Cluster promotes its own replicas, its masters are read from the slot map",
+        );
+    }
+    let seeds = envoy_cluster("valkey.cluster_mode.seeds", raw.seeds)?;
+    if seeds == store {
+        return fail(
+            "valkey.cluster_mode.seeds",
+            format!("must not be valkey.cluster ({store:?}): that one reaches the masters by their address, the seeds need a cluster of their own"),
+        );
+    }
+    let refresh_ms = match raw.refresh {
+        None => DEFAULT_CLUSTER_REFRESH_MS,
+        Some(value) => duration(&value, "valkey.cluster_mode.refresh", MAX_CLUSTER_REFRESH_MS, "1h")?.0.get(),
+    };
+    Ok(Some(ClusterModeConfig { seeds, refresh: Duration::from_millis(refresh_ms) }))
 }

@@ -93,7 +93,10 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 pub use crate::limiter::Algorithm;
-pub use access::{Auth, Secret, SentinelConfig, DEFAULT_SENTINEL_REFRESH_MS, MAX_SENTINEL_REFRESH_MS};
+pub use access::{
+    Auth, ClusterModeConfig, Secret, SentinelConfig, DEFAULT_CLUSTER_REFRESH_MS, DEFAULT_SENTINEL_REFRESH_MS,
+    MAX_CLUSTER_REFRESH_MS, MAX_SENTINEL_REFRESH_MS,
+};
 pub use count::{
     CostSource, Count, JsonPath, Reserve, StatusRange, DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES_BOUNDS,
     MAX_JSON_PATH_BYTES, MAX_JSON_PATH_SEGMENTS,
@@ -238,6 +241,9 @@ pub struct ValkeyConfig {
     pub auth: Option<Auth>,
     /// Sentinel discovery of the master, if configured.
     pub sentinel: Option<SentinelConfig>,
+    /// A Valkey Cluster (slot map from seeds, one stream per master), if
+    /// configured; never together with `sentinel`.
+    pub cluster_mode: Option<ClusterModeConfig>,
 }
 
 /// How the limiter's code is called on the store.
@@ -315,6 +321,10 @@ pub struct Rule {
     pub cost: NonZeroU64,
     /// Shadow rule: decides and consumes as if enforced, but never denies.
     pub shadow: bool,
+    /// The key part (an index into `key`) whose value is the hash tag of
+    /// the rule's keys, so that rules tagged by the same value share a
+    /// Valkey Cluster slot; `None`: the tag is the rule name and every part.
+    pub hash_tag: Option<usize>,
     /// Counted on the response (`count`): only some responses, or a cost
     /// the response reports, with an optional reservation on the request.
     /// `None`: counted on the request, `cost` units.

@@ -47,6 +47,7 @@ pub(crate) struct RawValkey {
     pub(crate) username: Option<String>,
     pub(crate) password_env: Option<String>,
     pub(crate) sentinel: Option<RawSentinel>,
+    pub(crate) cluster_mode: Option<RawClusterMode>,
 }
 
 /// `valkey.sentinel`.
@@ -54,6 +55,13 @@ pub(crate) struct RawValkey {
 pub(crate) struct RawSentinel {
     pub(crate) cluster: String,
     pub(crate) master_name: String,
+    pub(crate) refresh: Option<Loose>,
+}
+
+/// `valkey.cluster_mode`.
+#[derive(Debug)]
+pub(crate) struct RawClusterMode {
+    pub(crate) seeds: String,
     pub(crate) refresh: Option<Loose>,
 }
 
@@ -67,6 +75,7 @@ pub(crate) struct RawRule {
     pub(crate) algorithm: Option<String>,
     pub(crate) cost: Option<Number>,
     pub(crate) shadow: Option<bool>,
+    pub(crate) hash_tag: Option<u64>,
     pub(crate) count: Option<RawCount>,
 }
 
@@ -212,6 +221,10 @@ impl RawValkey {
                 refresh: s.duration("refresh"),
             }),
         };
+        let cluster_mode = match f.obj("cluster_mode") {
+            None => None,
+            Some(mut c) => Some(RawClusterMode { seeds: c.str("seeds")?, refresh: c.duration("refresh") }),
+        };
         Some(RawValkey {
             cluster: f.str("cluster")?,
             timeout: f.duration("timeout"),
@@ -223,6 +236,7 @@ impl RawValkey {
             username: f.str("username"),
             password_env: f.str("password_env"),
             sentinel,
+            cluster_mode,
         })
     }
 }
@@ -275,6 +289,7 @@ impl RawRule {
             algorithm: f.str("algorithm"),
             cost: f.number("cost"),
             shadow: f.bool("shadow"),
+            hash_tag: f.u64("hash_tag"),
             count,
         })
     }

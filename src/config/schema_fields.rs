@@ -94,6 +94,23 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
         "valkey.sentinel" => {
             json!({ "description": "Learn the current master from the Sentinels behind an Envoy cluster." })
         }
+        "valkey{}" => {
+            let given = |f: &str| json!({ f: { "not": { "type": "null" } } });
+            let mut both = given("sentinel");
+            if let (Value::Object(map), Value::Object(other)) = (&mut both, given("cluster_mode")) {
+                map.extend(other);
+            }
+            json!({ "not": { "required": ["sentinel", "cluster_mode"], "properties": both } })
+        }
+        "valkey.cluster_mode" => {
+            json!({ "description": "A Valkey Cluster: each worker reads the slot map (CLUSTER SHARDS) from the seeds and keeps one store stream per master, through valkey.cluster's ORIGINAL_DST route. Not with sentinel." })
+        }
+        "valkey.cluster_mode.seeds" => cluster(
+            "The Envoy cluster that tunnels to seed nodes of the Valkey Cluster (any of its nodes), where the slot map is read; not valkey.cluster.",
+        ),
+        "valkey.cluster_mode.refresh" => {
+            json!({ "description": "How often the slot map is read while nothing goes wrong (also at once after MOVED, CLUSTERDOWN or an unreachable master), > 0 and <= 1h.", "default": "5s" })
+        }
         "valkey.sentinel.cluster" => cluster("The Envoy cluster that tunnels to the Sentinels."),
         "valkey.sentinel.master_name" => {
             json!({ "description": "The name the Sentinels monitor the master under.", "minLength": 1, "maxLength": MAX_ACCESS_NAME_BYTES, "pattern": TOKEN_PATTERN })
@@ -202,6 +219,9 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
         }
         "rules[].shadow" => {
             json!({ "description": "Decide and consume as if enforced, but never deny.", "default": false })
+        }
+        "rules[].hash_tag" => {
+            json!({ "description": "The index of the key part whose value alone is the hash tag of the rule's keys: rules tagged by the same value share a Valkey Cluster slot, so one call decides them together. Left out, the tag is the rule name and every part.", "maximum": MAX_KEY_PARTS - 1 })
         }
         "rules[].count" => {
             json!({ "description": "Count what the response says: only some statuses or responses with a header, a cost the response reports, and an optional reservation on the request that the response settles. A request is still denied when the rule's windows are full." })

@@ -109,11 +109,14 @@ pub(crate) const VALKEY: Shape = Shape {
         opt("username", Kind::Str),
         opt("password_env", Kind::Str),
         opt("sentinel", Kind::Obj(&SENTINEL)),
+        opt("cluster_mode", Kind::Obj(&CLUSTER_MODE)),
     ],
 };
 
 pub(crate) const SENTINEL: Shape =
     Shape { fields: &[req("cluster", Kind::Str), req("master_name", Kind::Str), opt("refresh", Kind::Duration)] };
+
+pub(crate) const CLUSTER_MODE: Shape = Shape { fields: &[req("seeds", Kind::Str), opt("refresh", Kind::Duration)] };
 
 pub(crate) const DENIAL_CACHE: Shape = Shape { fields: &[opt("max_keys", Kind::U64)] };
 
@@ -130,6 +133,7 @@ pub(crate) const RULE: Shape = Shape {
         opt("algorithm", Kind::Str),
         opt("cost", Kind::Number),
         opt("shadow", Kind::Bool),
+        opt("hash_tag", Kind::U64),
         opt("count", Kind::Obj(&COUNT)),
     ],
 };

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Number;
 
-use super::access::{auth, sentinel};
+use super::access::{auth, cluster_mode, sentinel};
 use super::binding::useless_window;
 use super::count::count;
 use super::error::ConfigError;
@@ -89,6 +89,7 @@ fn valkey(raw: RawValkey, env: &dyn Fn(&str) -> Option<String>) -> Result<Valkey
         None => DEFAULT_KEY_PREFIX.to_owned(),
         Some(prefix) => name_like("valkey.key_prefix", prefix)?,
     };
+    let store = cluster.clone();
     Ok(ValkeyConfig {
         cluster,
         timeout: Duration::from_millis(timeout_ms),
@@ -103,6 +104,7 @@ fn valkey(raw: RawValkey, env: &dyn Fn(&str) -> Option<String>) -> Result<Valkey
         max_queue: bounded_count("valkey.max_queue", raw.max_queue, DEFAULT_MAX_QUEUE, MAX_QUEUE_BOUNDS)?,
         invoke: invoke(raw.invoke)?,
         auth: auth(raw.username, raw.password_env, env)?,
+        cluster_mode: cluster_mode(raw.cluster_mode, &store, raw.sentinel.is_some())?,
         sentinel: sentinel(raw.sentinel)?,
     })
 }
@@ -188,6 +190,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
     let cost = cost(i, raw.cost.as_ref(), algorithm, &limits)?;
     windows_fit(i, algorithm, cost, &limits)?;
     let shadow = raw.shadow.unwrap_or(false);
+    let hash_tag = hash_tag(i, raw.hash_tag, key.len())?;
     let count = count(i, raw.count, algorithm, &limits)?;
     if cost_given && count.as_ref().is_some_and(|c| c.cost.is_some()) {
         return fail(
@@ -196,7 +199,21 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
         );
     }
     let policy_names = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
-    Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, count, policy_names })
+    Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, hash_tag, count, policy_names })
+}
+
+/// `rules[i].hash_tag`: the index of one of the rule's `parts` key parts.
+fn hash_tag(i: usize, raw: Option<u64>, parts: usize) -> Result<Option<usize>, ConfigError> {
+    let Some(index) = raw else { return Ok(None) };
+    let path = format!("rules[{i}].hash_tag");
+    match usize::try_from(index).ok().filter(|n| *n < parts) {
+        Some(n) => Ok(Some(n)),
+        None if parts == 0 => fail(path, "the rule has no key parts to take a hash tag from"),
+        None => fail(
+            path,
+            format!("must be the index of one of the rule's {parts} key parts, 0 to {} (got {index})", parts - 1),
+        ),
+    }
 }
 
 fn limits(i: usize, raw: Vec<RawLimit>) -> Result<Vec<Limit>, ConfigError> {

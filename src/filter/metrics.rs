@@ -1,7 +1,7 @@
 //! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
 //! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
 //! Handles are defined once per worker VM at configuration time: their number
-//! is bounded: 4 per rule (9 for a rule with `count`), 19 others, one per
+//! is bounded: 4 per rule (9 for a rule with `count`), 25 others, one per
 //! [`FailureKind`] (12) and one per [`Reset`] (6); plus
 //! `tollgate.config.errors`, defined only when a configuration is refused.
 
@@ -45,6 +45,12 @@ pub struct Metrics {
     sentinel_lookups: Option<u32>,
     sentinel_failures: Option<u32>,
     sentinel_switches: Option<u32>,
+    cluster_refreshes: Option<u32>,
+    cluster_refresh_failures: Option<u32>,
+    cluster_moved: Option<u32>,
+    cluster_ask: Option<u32>,
+    cluster_cross_shard: Option<u32>,
+    cluster_shard_failures: Option<u32>,
     stream_opens: Option<u32>,
     /// `tollgate.stream.resets.<cause>`, in [`Reset::ALL`] order.
     stream_resets: [Option<u32>; Reset::ALL.len()],
@@ -109,6 +115,12 @@ impl Metrics {
             sentinel_lookups: counter("tollgate.sentinel.lookups"),
             sentinel_failures: counter("tollgate.sentinel.failures"),
             sentinel_switches: counter("tollgate.sentinel.switches"),
+            cluster_refreshes: counter("tollgate.cluster.refreshes"),
+            cluster_refresh_failures: counter("tollgate.cluster.refresh_failures"),
+            cluster_moved: counter("tollgate.cluster.moved"),
+            cluster_ask: counter("tollgate.cluster.ask"),
+            cluster_cross_shard: counter("tollgate.cluster.cross_shard"),
+            cluster_shard_failures: counter("tollgate.cluster.shard_failures"),
             stream_opens: counter("tollgate.stream.opens"),
             stream_resets: Reset::ALL.map(|r| counter(&format!("tollgate.stream.resets.{}", r.name()))),
             in_flight: define(MetricType::Gauge, "tollgate.stream.in_flight"),
@@ -141,6 +153,12 @@ impl Metrics {
             Stat::SentinelLookup => self.sentinel_lookups,
             Stat::SentinelFailure => self.sentinel_failures,
             Stat::SentinelSwitch => self.sentinel_switches,
+            Stat::ClusterRefresh => self.cluster_refreshes,
+            Stat::ClusterRefreshFailure => self.cluster_refresh_failures,
+            Stat::ClusterMoved => self.cluster_moved,
+            Stat::ClusterAsk => self.cluster_ask,
+            Stat::ClusterCrossShard => self.cluster_cross_shard,
+            Stat::ClusterShardFailure => self.cluster_shard_failures,
             Stat::StreamOpen => self.stream_opens,
             Stat::StreamReset(r) => {
                 Reset::ALL.iter().position(|x| *x == r).and_then(|i| self.stream_resets.get(i)).copied().flatten()

@@ -10,7 +10,7 @@ mod matching;
 pub use matching::matches;
 
 use crate::config::{Config, KeySource, OnMissing, Rule};
-use crate::key::bucket_key;
+use crate::key::tagged_bucket_key;
 use crate::limiter::{Check, Window};
 
 /// The request attributes rules can match and key on.
@@ -73,7 +73,7 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
         rule: index,
         // The suffix names the algorithm, so switching a rule's algorithm
         // never reads another algorithm's data.
-        key: bucket_key(&config.valkey.key_prefix, &rule.name, &parts, rule.algorithm.id()),
+        key: tagged_bucket_key(&config.valkey.key_prefix, &rule.name, &parts, rule.hash_tag, rule.algorithm.id()),
         windows: rule.limits.iter().map(|l| Window { limit: l.limit, period_ms: l.period.ms() }).collect(),
         cost: rule.cost,
         algorithm: rule.algorithm,

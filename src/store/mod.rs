@@ -1,9 +1,12 @@
 //! What a store reply means: one script reply to an [`Outcome`], the
 //! failures and their kinds, the `AUTH` preamble of a stream, and Sentinel
 //! discovery ([`sentinel`]). Pure: the worker pairs replies with requests
-//! (in order, on its stream) and hands each one here.
+//! (in order, on its stream) and hands each one here. Valkey Cluster's slot
+//! map and redirections are in [`cluster`].
 
 mod classify;
+pub mod cluster;
+mod cluster_map;
 pub mod sentinel;
 
 pub use classify::FailureKind;

@@ -5,6 +5,7 @@
 //! request: Envoy would turn the current request's `Continue` into a pause
 //! that never ends.
 
+use super::cluster::Cluster;
 use super::host::{Gauge, Host};
 use super::sentinels::Sentinels;
 use super::{Settle, Worker, DEFERRED_TICK, IDLE_TICK, MAX_SETTLED_PER_ENTRY, TICK};
@@ -28,13 +29,14 @@ impl Worker {
     }
 
     /// Every VM entry ends here: send what can be sent, look up the master
-    /// when due (from the worker's own callbacks), report, and set the tick.
+    /// or the slot map when due (from the worker's own callbacks), report,
+    /// and set the tick.
     pub(super) fn finish(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
         if own {
             self.lookup(host, now_ms);
         }
         self.pump(host, own, now_ms);
-        let now = [self.store.in_flight().0, self.requests.len() + self.deferred.len()];
+        let now = [self.shards.in_flight(), self.requests.len() + self.deferred.len()];
         for ((gauge, value), reported) in Gauge::ALL.into_iter().zip(now).zip(&mut self.reported) {
             let value = i64::try_from(value).unwrap_or(i64::MAX);
             if value != *reported {
@@ -44,9 +46,9 @@ impl Worker {
         }
         let want = if !self.deferred.is_empty() {
             DEFERRED_TICK
-        } else if !self.requests.is_empty() || self.store.in_flight().0 > 0 || self.sentinels_busy() {
+        } else if !self.requests.is_empty() || self.shards.in_flight() > 0 || self.discovery_busy() {
             TICK
-        } else if self.sentinels.is_some() && self.serving {
+        } else if (self.sentinels.is_some() || self.cluster.is_some()) && self.serving {
             IDLE_TICK
         } else {
             Duration::ZERO
@@ -57,8 +59,8 @@ impl Worker {
         }
     }
 
-    fn sentinels_busy(&self) -> bool {
-        self.sentinels.as_ref().is_some_and(Sentinels::busy)
+    fn discovery_busy(&self) -> bool {
+        self.sentinels.as_ref().is_some_and(Sentinels::busy) || self.cluster.as_ref().is_some_and(Cluster::busy)
     }
 
     pub(super) fn lookup(&mut self, host: &mut dyn Host, now_ms: u64) {
@@ -68,6 +70,9 @@ impl Worker {
         let timeout_ms = self.timeout_ms;
         if let Some(s) = &mut self.sentinels {
             s.lookup(host, now_ms, timeout_ms);
+        }
+        if let Some(c) = &mut self.cluster {
+            c.lookup(host, now_ms, timeout_ms);
         }
     }
 

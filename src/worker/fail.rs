@@ -16,6 +16,12 @@ fn master_suspect(kind: FailureKind) -> bool {
     matches!(kind, FailureKind::Unavailable | FailureKind::Timeout | FailureKind::ReadOnly)
 }
 
+/// Failure kinds that suggest the slot map changed (`CLUSTERDOWN` and
+/// `TRYAGAIN` are `busy`): read it again.
+fn slots_suspect(kind: FailureKind) -> bool {
+    master_suspect(kind) || kind == FailureKind::Busy
+}
+
 /// What `failure_mode: local` needs of a request: its checks, the time on
 /// its clock (the injected one in tests), and where admitted headers go.
 pub(super) struct Held<'a> {
@@ -88,6 +94,7 @@ impl Worker {
         request: &Held<'_>,
         now_ms: u64,
     ) -> Flow {
+        self.suspect(failure, now_ms);
         match self.failure(host, failure, request, now_ms) {
             Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
             Settle::Reply(reply) => {
@@ -109,16 +116,28 @@ impl Worker {
         if p.settle.is_some() {
             // A settlement: counted, never the response's failure.
             host.count(Stat::StoreError(failure.kind()), 1);
+            self.suspect(failure, now_ms);
             self.settle_failed(host, p);
             return;
         }
+        self.suspect(failure, now_ms);
+        let settle = self.failure(host, failure, &Held::of(id, p, now_ms), now_ms);
+        self.settle(host, id, settle);
+    }
+
+    /// A failure that suggests the master moved, or the slot map changed,
+    /// has them looked up again soon (at most every 100 ms).
+    fn suspect(&mut self, failure: &Failure, now_ms: u64) {
         if master_suspect(failure.kind()) {
             if let Some(s) = &mut self.sentinels {
                 s.suspect(now_ms);
             }
         }
-        let settle = self.failure(host, failure, &Held::of(id, p, now_ms), now_ms);
-        self.settle(host, id, settle);
+        if slots_suspect(failure.kind()) {
+            if let Some(c) = &mut self.cluster {
+                c.suspect(now_ms);
+            }
+        }
     }
 
     /// What `overload` makes of a request the worker cannot take (counted).

@@ -48,7 +48,8 @@ pub enum Reset {
     Protocol,
     /// `AUTH` was refused.
     Auth,
-    /// The Sentinels reported another master.
+    /// The Sentinels reported another master, or the node is no longer a
+    /// master of the cluster's slot map.
     Switched,
 }
 
@@ -102,6 +103,18 @@ pub enum Stat {
     SentinelLookup,
     SentinelFailure,
     SentinelSwitch,
+    /// A slot map read from the cluster's seeds.
+    ClusterRefresh,
+    /// A read of the slot map that failed.
+    ClusterRefreshFailure,
+    /// A call answered `MOVED` and sent to the new master.
+    ClusterMoved,
+    /// A call answered `ASK` and sent once more after `ASKING`.
+    ClusterAsk,
+    /// A request whose checks hash to several cluster slots.
+    ClusterCrossShard,
+    /// A cluster master's stream failed (refused, closed, stalled).
+    ClusterShardFailure,
     StreamOpen,
     StreamReset(Reset),
 }

@@ -1,7 +1,8 @@
-//! One long-lived stream to a store (or to the Sentinels), the pure part:
-//! whether it is open, the commands sent on it and still awaiting replies
-//! (in order: the store answers a pipeline in order), and the reply bytes
-//! not decoded yet (a reply may span messages; a message may hold many).
+//! One long-lived stream to a store (or to the Sentinels, or to a cluster's
+//! seeds), the pure part: whether it is open, the commands sent on it and
+//! still awaiting replies (in order: the store answers a pipeline in order),
+//! and the reply bytes not decoded yet (a reply may span messages; a message
+//! may hold many).
 //!
 //! The stream's health is judged from the stream alone: it is stalled when
 //! commands are outstanding and no reply has arrived for `valkey.timeout`,
@@ -36,8 +37,10 @@ pub enum Slot {
     Request(u32),
     /// The decision of request `id`, which left: its reply is read and dropped.
     Abandoned(u32),
-    /// A Sentinel lookup.
+    /// A Sentinel lookup, or a request for a cluster's slot map.
     Lookup,
+    /// `ASKING`, just before the call of a request that follows an `ASK`.
+    Asking,
     /// `FUNCTION LOAD` of the limiter's library.
     Load,
 }

@@ -4,10 +4,13 @@
 //! asks of its [`Host`].
 //!
 //! A request is planned, denied from the cache or queued; queued requests
-//! are sent on the worker's one long-lived stream to the store, one `FCALL`
-//! each (or `EVALSHA`, `valkey.invoke`), pipelined; replies come back in order and are paired with the
-//! requests in order ([`link`]); each reply is ruled on ([`respond`]) and the
-//! request admitted or answered. Deadlines (see docs/reliability.md):
+//! are sent on the worker's long-lived stream to the store (one per master
+//! of a Valkey Cluster, [`shards`], routed by the slot of the request's
+//! keys, [`cluster_routing`]), one `FCALL` each (or `EVALSHA`,
+//! `valkey.invoke`), pipelined; replies come back in order and are paired
+//! with the requests in order ([`link`], [`answer`]); each reply is ruled on
+//! ([`respond`]) and the request admitted or answered. Deadlines (see
+//! docs/reliability.md):
 //!
 //! * `valkey.timeout`: the stream is stalled when commands are outstanding
 //!   and no reply came for this long; it is reset, and its requests get
@@ -23,8 +26,13 @@
 //! ([`reserve`]), a response to read ([`cost`]) and a settlement on the same
 //! stream ([`settle`]).
 
+mod answer;
 mod body;
+mod cluster;
+mod cluster_cross;
+mod cluster_routing;
 mod cost;
+mod deadlines;
 mod entry;
 mod fail;
 pub mod host;
@@ -37,6 +45,7 @@ mod reserve;
 pub mod respond;
 mod sentinels;
 pub mod settle;
+mod shards;
 mod store;
 
 #[cfg(test)]
@@ -50,14 +59,16 @@ use crate::config::{Config, Invoke};
 use crate::limiter::script::{limiter, Script};
 use crate::plan::{plan, RequestView};
 use crate::response::{LocalReply, SHADOW_HEADER};
-use crate::store::{Failure, Preamble};
+use crate::store::Preamble;
+use cluster::Cluster;
+use cluster_routing::Route;
 use fail::Held;
-use link::Link;
 use local::LocalLimiter;
-use requests::{Pending, Requests};
+use requests::{Pending, Requests, ShardId, PARKED};
 use respond::{deny_from_cache, remember, Action, Ruling};
 use sentinels::Sentinels;
 use settle::Settlements;
+use shards::Shards;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -97,15 +108,6 @@ impl Throttle {
     }
 }
 
-/// What carries the limiter's code to a store that lacks it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Carrier {
-    /// `FUNCTION LOAD`, ahead of the calls.
-    Load,
-    /// Request `id`'s call, sent as `EVAL`.
-    Call(u32),
-}
-
 /// What happens to a request that is leaving the worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Settle {
@@ -125,8 +127,14 @@ pub struct Worker {
     script: &'static Script,
     preamble: Preamble,
     requests: Requests,
-    store: Link,
+    /// The store streams: one, or one per cluster master.
+    shards: Shards,
+    /// The one shard of a single store or a Sentinel master (not in cluster
+    /// mode).
+    home: Option<ShardId>,
     sentinels: Option<Sentinels>,
+    /// The slot map of a Valkey Cluster (`valkey.cluster_mode`).
+    cluster: Option<Cluster>,
     cache: DenialCache,
     /// Stands in for the store under `failure_mode: local`.
     local: LocalLimiter,
@@ -142,15 +150,6 @@ pub struct Worker {
     /// How the limiter is called: `valkey.invoke`, until the store refuses
     /// `FUNCTION LOAD` (then the script, for good).
     invoke: Invoke,
-    /// The store lacks the limiter's code: the next message carries it
-    /// (`FUNCTION LOAD` before the calls, or one call as `EVAL`), and the
-    /// calls after it in the pipeline find it.
-    code_wanted: bool,
-    /// What carries the code, until its reply.
-    carrier: Option<Carrier>,
-    /// Why the last `FUNCTION LOAD` failed, when the store refused it for
-    /// now (`OOM`): the failure of the calls behind it.
-    load_failure: Option<Failure>,
     tick: Duration,
     /// Whether this worker has served a request (Envoy's main thread never
     /// does, and cannot open streams to internal listeners).
@@ -159,21 +158,29 @@ pub struct Worker {
     /// The gauges' values last reported, in [`Gauge::ALL`] order.
     reported: [i64; 2],
     log: Throttle,
+    /// Logs of requests refused across cluster slots.
+    cross_log: Throttle,
 }
 
 impl Worker {
     pub fn new(config: Config) -> Worker {
         let any_shadow = config.shadow || config.rules.iter().any(|r| r.shadow);
         let timeout_ms = u64::try_from(config.valkey.timeout.as_millis()).unwrap_or(u64::MAX);
+        let preamble = Preamble::auth(config.valkey.auth.as_ref());
+        let cluster = config.valkey.cluster_mode.as_ref().map(|c| Cluster::new(c, preamble.clone()));
+        let mut shards = Shards::default();
+        let home = cluster.is_none().then(|| shards.add(None));
         Worker {
             any_shadow,
             timeout_ms,
             max_wait_ms: MAX_WAIT_MS.max(timeout_ms.saturating_mul(2)),
             script: limiter(),
-            preamble: Preamble::auth(config.valkey.auth.as_ref()),
+            preamble,
             requests: Requests::default(),
-            store: Link::default(),
+            shards,
+            home,
             sentinels: config.valkey.sentinel.as_ref().map(Sentinels::new),
+            cluster,
             cache: DenialCache::new(config.denial_cache_keys),
             local: LocalLimiter::new(&config.local_limiter),
             settlements: Settlements::new(&config),
@@ -181,14 +188,12 @@ impl Worker {
             settled: 0,
             in_request: false,
             invoke: config.valkey.invoke,
-            code_wanted: false,
-            carrier: None,
-            load_failure: None,
             tick: Duration::ZERO,
             serving: false,
             woken: false,
             reported: [0; 2],
             log: Throttle::default(),
+            cross_log: Throttle::default(),
             config,
         }
     }
@@ -253,6 +258,10 @@ impl Worker {
             noscripts: 0,
             headers,
             sent: false,
+            shard: PARKED,
+            slot: None,
+            redirects: 0,
+            asking: false,
             settle: None,
         };
         if self.settlements.active && reserve::prepare(&self.config, &mut pending.checks, request) {
@@ -262,19 +271,30 @@ impl Worker {
         self.proceed(host, id, pending, now_ms)
     }
 
-    /// Decides a planned request now (`failure_mode`, overload) or queues
-    /// it for the store.
-    fn proceed(&mut self, host: &mut dyn Host, id: u32, pending: Pending, now_ms: u64) -> Flow {
+    /// Routes a planned request, and decides it now (`failure_mode`,
+    /// overload) or queues it for its shard.
+    fn proceed(&mut self, host: &mut dyn Host, id: u32, mut pending: Pending, now_ms: u64) -> Flow {
         if self.settlements.active {
             self.owe(id, &pending);
         }
+        let (route, slot) = self.route(&pending.checks);
         let request = Held { id, checks: &pending.checks, at_ms: pending.arrival_ms, headers: &pending.headers };
-        if let Some(failure) = self.store.down(now_ms).cloned() {
+        let shard = match route {
+            Route::Shard(shard) => shard,
+            Route::Parked => PARKED,
+            Route::Unserved(slot) => {
+                let failure = self.unserved(slot, now_ms);
+                return self.fail_now(host, id, &failure, &request, now_ms);
+            }
+            Route::CrossSlot => return self.cross_shard(host, id, &pending.checks, &pending.headers, now_ms),
+        };
+        let link = self.shards.get(shard).map(|s| &s.link);
+        if let Some(failure) = link.and_then(|l| l.down(now_ms)).cloned() {
             return self.fail_now(host, id, &failure, &request, now_ms);
         }
         // The bound is on requests that must wait for room on the stream:
         // as many as the stream can take go out as soon as it is ready.
-        let room = self.config.valkey.max_in_flight.saturating_sub(self.store.in_flight().0);
+        let room = self.config.valkey.max_in_flight.saturating_sub(link.map_or(0, |l| l.in_flight().0));
         if self.requests.queued() >= self.config.valkey.max_queue.saturating_add(room) {
             return match self.overloaded(host, id) {
                 Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
@@ -284,6 +304,8 @@ impl Worker {
                 }
             };
         }
+        pending.shard = shard;
+        pending.slot = slot;
         self.requests.push(id, pending);
         self.pump(host, false, now_ms);
         Flow::Pause
@@ -300,8 +322,8 @@ impl Worker {
     /// The request's context is gone (client reset, or done).
     pub fn on_gone(&mut self, id: u32) {
         if let Some(p) = self.requests.remove(id) {
-            if p.sent {
-                self.store.abandon(id);
+            if let Some(s) = self.shards.get_mut(p.shard).filter(|_| p.sent) {
+                s.link.abandon(id);
             }
         }
         if self.settlements.active {
@@ -327,11 +349,15 @@ impl Worker {
     /// Bytes arrived on stream `token`.
     pub fn on_stream_message(&mut self, host: &mut dyn Host, token: u32, bytes: &[u8], now_ms: u64) {
         self.begin(host, false);
-        if self.store.token() == Some(token) {
-            self.on_store_bytes(host, bytes, now_ms);
+        if let Some(shard) = self.shards.by_token(token) {
+            self.on_store_bytes(host, shard, bytes, now_ms);
         } else if let Some(s) = self.sentinels.as_mut().filter(|s| s.token() == Some(token)) {
             let change = s.on_message(host, bytes, now_ms);
             self.on_master(host, change, now_ms);
+        } else if let Some(c) = self.cluster.as_mut().filter(|c| c.token() == Some(token)) {
+            if c.on_message(host, bytes, now_ms) {
+                self.on_slot_map(host);
+            }
         }
         self.finish(host, true, now_ms);
     }
@@ -339,10 +365,12 @@ impl Worker {
     /// Stream `token` closed with gRPC `status`.
     pub fn on_stream_close(&mut self, host: &mut dyn Host, token: u32, status: u32, now_ms: u64) {
         self.begin(host, false);
-        if self.store.token() == Some(token) {
-            self.on_store_close(host, status, now_ms);
+        if let Some(shard) = self.shards.by_token(token) {
+            self.on_store_close(host, shard, status, now_ms);
         } else if let Some(s) = self.sentinels.as_mut().filter(|s| s.token() == Some(token)) {
             s.on_close(host, status, now_ms);
+        } else if let Some(c) = self.cluster.as_mut().filter(|c| c.token() == Some(token)) {
+            c.on_close(host, status, now_ms);
         }
         self.finish(host, true, now_ms);
     }
@@ -374,50 +402,5 @@ impl Worker {
                 Flow::Pause
             }
         }
-    }
-
-    /// Deadlines, at every tick.
-    fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
-        if self.settlements.active {
-            // Before a stall fails their settlements: counted as expired.
-            self.expire_holds(host, now_ms);
-        }
-        self.store.tick();
-        if self.store.stalled(now_ms, self.timeout_ms, self.max_wait_ms) {
-            let (outstanding, silent_ms, ticks) = self.store.silence(now_ms);
-            host.log(
-                Level::Warn,
-                &format!("tollgate: store stream stalled: {outstanding} commands outstanding, no reply for {silent_ms} ms over {ticks} ticks; reconnecting"),
-            );
-            self.reset_store(host, Reset::Stalled, now_ms);
-        }
-        let healthy = self.store.ready() && !self.store.stalled(now_ms, self.timeout_ms, self.max_wait_ms);
-        let limit = if healthy { self.max_wait_ms } else { self.timeout_ms };
-        let failure = self.unreachable(now_ms);
-        for id in self.requests.take_queued_before(now_ms.saturating_sub(limit)) {
-            if healthy {
-                self.shed(host, id);
-            } else {
-                self.fail(host, id, &failure, now_ms);
-            }
-        }
-        // Sent long ago on a stream that keeps answering others: refused as
-        // overload; its call may still run.
-        for id in self.sent_before(now_ms.saturating_sub(self.max_wait_ms)) {
-            self.store.abandon(id);
-            host.count(Stat::UnknownOutcome, 1);
-            self.shed(host, id);
-        }
-    }
-
-    /// Why a request could not be sent in time.
-    fn unreachable(&self, now_ms: u64) -> Failure {
-        if let Some(f) = self.store.down(now_ms) {
-            return f.clone();
-        }
-        if self.sentinels.as_ref().is_some_and(|s| s.master().is_none()) {
-            return Failure::Unavailable("no master known from the Sentinels yet".into());
-        }
-        Failure::Unavailable("no store connection within the timeout".into())
     }
 }

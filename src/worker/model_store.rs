@@ -1,9 +1,11 @@
 //! A store that answers a worker's stream with the pure models instead of
 //! Valkey: `AUTH`, `FCALL` (`ERR Function not found` until `FUNCTION
 //! LOAD`), `FUNCTION LOAD`, `EVALSHA` (`NOSCRIPT` until the script was sent
-//! with `EVAL`), `EVAL`, and `SENTINEL get-master-addr-by-name`. The worker's
-//! tests use it as their store, and `tollgate simulate` (host-only) runs the
-//! worker against it. Not in the module.
+//! with `EVAL`), `EVAL`, `SENTINEL get-master-addr-by-name`, and `CLUSTER
+//! SHARDS` as a cluster of one master serving every slot. The worker's tests
+//! use it as their store (a cluster of several is
+//! `src/worker/tests/fake_cluster.rs`), and `tollgate simulate` (host-only)
+//! runs the worker against it. Not in the module.
 
 use crate::limiter::model::Model;
 use crate::limiter::script::limiter;
@@ -75,13 +77,15 @@ impl ModelStore {
         out
     }
 
-    fn run(&mut self, args: &[Value], now_ms: u64) -> Value {
+    /// The reply to one command (`args`: its words), at store time `now_ms`.
+    pub fn run(&mut self, args: &[Value], now_ms: u64) -> Value {
         let verb = args.first().map(text).unwrap_or_default();
         match verb.as_str() {
             "AUTH" => match (&self.password, args.last().map(text)) {
                 (Some(p), Some(given)) if *p == given => Value::Simple(b"OK".to_vec()),
                 _ => error("WRONGPASS invalid username-password pair"),
             },
+            "CLUSTER" => self.one_master_shards(),
             "SENTINEL" => match self.master.as_deref().and_then(|m| m.rsplit_once(':')) {
                 Some((ip, port)) => Value::Array(vec![Value::Bulk(ip.into()), Value::Bulk(port.into())]),
                 None => Value::Nil,
@@ -125,6 +129,25 @@ impl ModelStore {
             }
             other => error(&format!("ERR unknown command {other}")),
         }
+    }
+
+    /// `CLUSTER SHARDS` of a cluster of one master, this store, serving
+    /// every slot (at `master`, or 127.0.0.1:6379).
+    fn one_master_shards(&self) -> Value {
+        let (ip, port) = self.master.as_deref().and_then(|m| m.rsplit_once(':')).unwrap_or(("127.0.0.1", "6379"));
+        let pair = |k: &str, v: Value| [Value::Bulk(k.as_bytes().to_vec()), v];
+        let port = Value::Integer(port.parse().unwrap_or(6379));
+        let node: Vec<Value> =
+            [pair("port", port), pair("ip", Value::Bulk(ip.into())), pair("role", Value::Bulk(b"master".to_vec()))]
+                .into_iter()
+                .flatten()
+                .collect();
+        let slots = Value::Array(vec![Value::Integer(0), Value::Integer(16383)]);
+        let shard: Vec<Value> = [pair("slots", slots), pair("nodes", Value::Array(vec![Value::Array(node)]))]
+            .into_iter()
+            .flatten()
+            .collect();
+        Value::Array(vec![Value::Array(shard)])
     }
 
     /// `numkeys, KEYS..., now, (algorithm, cost, n, (limit, period)...)...`;

@@ -1,12 +1,18 @@
 //! The requests a worker holds (and the settlements of responses): each
-//! waits in the queue until it is sent on the store stream, then until its
-//! reply. Bounded by the worker (the queue by `valkey.max_queue`, the sent
-//! ones by the stream's bounds).
+//! waits in the queue of its shard (the store stream it goes to, see
+//! [`super::shards`]) until it is sent, then until its reply. In cluster mode a request waits in the [`PARKED`] queue
+//! until the worker knows the slot map. Bounded by the worker (the queues by
+//! `valkey.max_queue`, the sent ones by each stream's bounds).
 
 use crate::limiter::Check;
 use crate::worker::host::ResponseHeaders;
 use crate::worker::settle::SettleCall;
 use std::collections::{HashMap, VecDeque};
+
+/// A shard of the worker (one store stream), by a number never reused.
+pub type ShardId = u32;
+/// The queue of requests waiting for the slot map (cluster mode).
+pub const PARKED: ShardId = ShardId::MAX;
 
 /// One request waiting for its decision.
 #[derive(Debug)]
@@ -26,15 +32,23 @@ pub struct Pending {
     pub headers: ResponseHeaders,
     /// On the stream, awaiting its reply (else queued).
     pub sent: bool,
+    /// The shard whose queue it waits in, or whose stream it was sent on.
+    pub shard: ShardId,
+    /// The hash slot of its checks (cluster mode).
+    pub slot: Option<u16>,
+    /// `MOVED` and `ASK` redirections it followed.
+    pub redirects: u8,
+    /// Its call goes after `ASKING` (it follows an `ASK`).
+    pub asking: bool,
     /// A settlement (`adjust` of `checks`), not a decision.
     pub settle: Option<SettleCall>,
 }
 
-/// The worker's requests, by context id, and the queue of unsent ones.
+/// The worker's requests, by context id, and the queues of unsent ones.
 #[derive(Debug, Default)]
 pub struct Requests {
     map: HashMap<u32, Pending>,
-    queue: VecDeque<u32>,
+    queues: HashMap<ShardId, VecDeque<u32>>,
 }
 
 impl Requests {
@@ -46,47 +60,84 @@ impl Requests {
         self.map.len()
     }
 
-    /// Requests waiting to be sent.
+    /// Requests waiting to be sent, in every queue.
     pub fn queued(&self) -> usize {
-        self.queue.len()
+        self.queues.values().map(VecDeque::len).sum()
     }
 
-    /// Adds a new request at the back of the queue.
+    /// Requests waiting in `shard`'s queue.
+    pub fn queued_on(&self, shard: ShardId) -> usize {
+        self.queues.get(&shard).map_or(0, VecDeque::len)
+    }
+
+    /// The queues that hold requests.
+    pub fn queue_ids(&self) -> Vec<ShardId> {
+        self.queues.iter().filter(|(_, q)| !q.is_empty()).map(|(s, _)| *s).collect()
+    }
+
+    /// Whether `id` waits in `shard`'s queue (a queue may keep ids that
+    /// left it: they are skipped).
+    fn waits_in(&self, id: u32, shard: ShardId) -> bool {
+        self.map.get(&id).is_some_and(|p| p.shard == shard && !p.sent)
+    }
+
+    /// Adds a new request at the back of its shard's queue.
     pub fn push(&mut self, id: u32, pending: Pending) {
+        self.queues.entry(pending.shard).or_default().push_back(id);
         self.map.insert(id, pending);
-        self.queue.push_back(id);
     }
 
-    /// Puts requests back at the front of the queue, in the given order
-    /// (their calls never ran: `NOSCRIPT`, a stream that never connected).
+    /// Puts requests back at the front of their shards' queues, in the given
+    /// order (their calls never ran: `NOSCRIPT`, a redirection, a stream that
+    /// never connected).
     pub fn requeue(&mut self, ids: &[u32]) {
         for id in ids.iter().rev() {
             if let Some(p) = self.map.get_mut(id) {
                 p.sent = false;
-                self.queue.push_front(*id);
+                self.queues.entry(p.shard).or_default().push_front(*id);
             }
         }
     }
 
-    /// The next queued request, taken off the queue (it stays held).
-    pub fn pop_queued(&mut self) -> Option<u32> {
-        while let Some(id) = self.queue.pop_front() {
-            if self.map.contains_key(&id) {
+    /// Moves request `id` to `shard`: a queued one leaves its queue for the
+    /// back of `shard`'s; a sent one goes there when it is requeued.
+    pub fn set_shard(&mut self, id: u32, shard: ShardId) {
+        let Some(p) = self.map.get_mut(&id) else { return };
+        let old = std::mem::replace(&mut p.shard, shard);
+        if p.sent || old == shard {
+            return;
+        }
+        if let Some(q) = self.queues.get_mut(&old) {
+            q.retain(|x| *x != id);
+        }
+        self.queues.entry(shard).or_default().push_back(id);
+    }
+
+    /// The next request of `shard`'s queue, taken off the queue (it stays held).
+    pub fn pop_queued(&mut self, shard: ShardId) -> Option<u32> {
+        while let Some(id) = self.queues.get_mut(&shard)?.pop_front() {
+            if self.waits_in(id, shard) {
                 return Some(id);
             }
         }
         None
     }
 
-    /// The next queued request, left in the queue.
-    pub fn peek_queued(&mut self) -> Option<u32> {
-        while let Some(&id) = self.queue.front() {
-            if self.map.contains_key(&id) {
+    /// The next request of `shard`'s queue, left in the queue.
+    pub fn peek_queued(&mut self, shard: ShardId) -> Option<u32> {
+        while let Some(&id) = self.queues.get(&shard)?.front() {
+            if self.waits_in(id, shard) {
                 return Some(id);
             }
-            self.queue.pop_front();
+            self.queues.get_mut(&shard)?.pop_front();
         }
         None
+    }
+
+    /// The requests waiting in `shard`'s queue, in order (left there).
+    pub fn queued_ids(&self, shard: ShardId) -> Vec<u32> {
+        let Some(queue) = self.queues.get(&shard) else { return Vec::new() };
+        queue.iter().copied().filter(|id| self.waits_in(*id, shard)).collect()
     }
 
     pub fn get(&self, id: u32) -> Option<&Pending> {
@@ -97,30 +148,35 @@ impl Requests {
         self.map.get_mut(&id)
     }
 
-    /// Forgets a request (answered, or gone); a queued one leaves the queue
+    /// Forgets a request (answered, or gone); a queued one leaves its queue
     /// lazily.
     pub fn remove(&mut self, id: u32) -> Option<Pending> {
         self.map.remove(&id)
     }
 
-    /// Queued requests that arrived (proxy clock) at or before `cutoff_ms`,
-    /// taken off the queue, oldest first. The queue is in arrival order (a
-    /// request put back goes to the front, and is older than the rest).
-    pub fn take_queued_before(&mut self, cutoff_ms: u64) -> Vec<u32> {
+    /// Requests of `shard`'s queue that arrived (proxy clock) at or before
+    /// `cutoff_ms`, taken off the queue, oldest first. A queue is in
+    /// arrival order (a request put back goes to the front, and is older
+    /// than the rest; one moved from another queue may be older than those
+    /// before it, and waits for them).
+    pub fn take_queued_before(&mut self, shard: ShardId, cutoff_ms: u64) -> Vec<u32> {
         let mut out = Vec::new();
-        while let Some(id) = self.peek_queued() {
+        while let Some(id) = self.peek_queued(shard) {
             if self.map.get(&id).is_some_and(|p| p.local_arrival_ms > cutoff_ms) {
                 break;
             }
-            self.queue.pop_front();
+            if let Some(q) = self.queues.get_mut(&shard) {
+                q.pop_front();
+            }
             out.push(id);
         }
         out
     }
 
-    /// Takes every queued request off the queue, in order.
-    pub fn drain_queue(&mut self) -> Vec<u32> {
-        let ids: Vec<u32> = self.queue.drain(..).filter(|id| self.map.contains_key(id)).collect();
-        ids
+    /// Takes every request off `shard`'s queue, in order, and forgets the
+    /// queue.
+    pub fn drain_queue(&mut self, shard: ShardId) -> Vec<u32> {
+        let queue = self.queues.remove(&shard).unwrap_or_default();
+        queue.into_iter().filter(|id| self.waits_in(*id, shard)).collect()
     }
 }

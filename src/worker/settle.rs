@@ -24,15 +24,16 @@
 //!   counted (`settle_failed`), never the response's.
 
 use super::body::BodyReader;
+use super::cluster_routing::Route;
 use super::cost::ResponseFlow;
 use super::host::{CountStat, Host, ResponseHeaders, Stat};
-use super::requests::Pending;
+use super::requests::{Pending, PARKED};
 use super::{Settle, Worker};
 use crate::config::{Config, FailureMode, Reserve};
 use crate::limiter::script::{encode_adjust, Invocation, Script};
 use crate::limiter::{Adjustment, Check, Decision};
 use crate::response::{allowed_headers, policy_names};
-use crate::store::Outcome;
+use crate::store::{FailureKind, Outcome};
 use std::collections::{HashMap, VecDeque};
 
 /// Settlements are held under ids with this bit set (context ids count up
@@ -252,6 +253,15 @@ impl Worker {
             local: matches!(owed.decided, Decided::Local(_)),
         };
         let checks: Vec<Check> = to_store.iter().filter_map(|&i| owed.checks.get(i).cloned()).collect();
+        // The store stream of the request's slot (an admitted request's
+        // checks share one).
+        let (route, slot) = self.route(&checks);
+        let (shard, down) = match route {
+            Route::Shard(shard) => (shard, self.shards.get(shard).and_then(|s| s.link.down(now_ms)).map(|f| f.kind())),
+            Route::Parked => (PARKED, None),
+            Route::Unserved(slot) => (PARKED, Some(self.unserved(slot, now_ms).kind())),
+            Route::CrossSlot => (PARKED, Some(FailureKind::Unavailable)),
+        };
         let pending = Pending {
             checks,
             now_override: owed.now_override.map(|o| o.saturating_add(now_ms.saturating_sub(owed.local_arrival_ms))),
@@ -260,10 +270,13 @@ impl Worker {
             noscripts: 0,
             headers: ResponseHeaders::default(),
             sent: false,
+            shard,
+            slot,
+            redirects: 0,
+            asking: false,
             settle: Some(call),
         };
         let settle_id = self.settlements.next_id();
-        let down = self.store.down(now_ms).map(|f| f.kind());
         if let Some(kind) = down {
             host.count(Stat::StoreError(kind), 1);
             self.settle_failed(host, &pending);

@@ -1,18 +1,20 @@
-//! The worker's store stream: opening it (to the Sentinels' master when
-//! configured), sending queued requests on it within its bounds, pairing
-//! replies with requests, and what a closed, refused or stalled stream
-//! means for the requests on it.
+//! The worker's store streams: opening each (to the Sentinels' master, or a
+//! cluster master, when configured), sending its queued requests on it
+//! within its bounds, and what a closed, refused or stalled stream means
+//! for the requests on it. Replies are paired with requests in
+//! [`super::answer`].
 
-use super::host::{Host, Level, Reset, Stat};
+use super::host::{Host, Reset, Stat};
 use super::link::Slot;
-use super::respond::respond;
-use super::{Carrier, Worker, MAX_IN_FLIGHT_BYTES};
+use super::requests::{ShardId, PARKED};
+use super::shards::Carrier;
+use super::{Worker, MAX_IN_FLIGHT_BYTES};
 use crate::config::Invoke;
-use crate::limiter::script::{encode_call, encode_load, is_fcall_refused, is_loaded, Invocation};
-use crate::resp::Value;
+use crate::limiter::script::{encode_call, encode_load, Invocation};
+use crate::store::cluster::asking_command;
 use crate::store::sentinel::Change;
-use crate::store::{interpret_reply, preamble_failure, printable, Failure, Outcome};
-use crate::worker::settle::{cacheable, encode_settlement};
+use crate::store::Failure;
+use crate::worker::settle::encode_settlement;
 
 /// The gRPC status of a stream that never reached the store: Envoy answers
 /// `UNAVAILABLE` when the tunnel cannot connect upstream (nothing was sent
@@ -20,38 +22,45 @@ use crate::worker::settle::{cacheable, encode_settlement};
 pub const GRPC_UNAVAILABLE: u32 = 14;
 
 /// The header that makes the tunnel's `ORIGINAL_DST` cluster connect to the
-/// master learned from the Sentinels.
+/// master learned from the Sentinels or the cluster's slot map.
 pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 
-/// "Missing code" answers (`NOSCRIPT`, `ERR Function not found`) one request
-/// may get before it fails (`noscript`): the code was flushed again between
-/// its calls, or a refused `FUNCTION LOAD` moved the worker to the script.
-const MAX_NOSCRIPTS: u8 = 2;
-
 impl Worker {
-    /// Sends queued requests while the stream has room. From a request's
+    /// Sends queued requests while the streams have room. From a request's
     /// callback it cannot open a stream: it wakes the worker instead.
     pub(super) fn pump(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
-        while self.requests.queued() > 0 {
-            let master = match &self.sentinels {
-                Some(s) => match s.master() {
+        self.route_parked(host, now_ms);
+        if self.requests.queued_on(PARKED) > 0 && self.cluster.as_ref().is_some_and(|c| c.due(now_ms)) {
+            // The slot map is asked for from the worker's own callback.
+            self.wake(host, own);
+        }
+        for shard in self.shards.ids() {
+            self.pump_shard(host, shard, own, now_ms);
+        }
+    }
+
+    fn pump_shard(&mut self, host: &mut dyn Host, shard: ShardId, own: bool, now_ms: u64) {
+        while self.requests.queued_on(shard) > 0 {
+            let Some(s) = self.shards.get(shard) else { return };
+            let master = match (&self.sentinels, s.addr) {
+                (Some(sentinels), _) => match sentinels.master() {
                     Some(m) => Some(m.to_string()),
                     None => {
                         // Wait for the first lookup, which the worker's own
                         // callback sends: wake it when one is due.
-                        if s.due(now_ms) {
+                        if sentinels.due(now_ms) {
                             self.wake(host, own);
                         }
                         return;
                     }
                 },
-                None => None,
+                (None, addr) => addr.map(|a| a.to_string()),
             };
-            let Some(token) = self.store.token() else {
-                if !self.store.may_open(now_ms) {
+            let Some(token) = s.link.token() else {
+                if !s.link.may_open(now_ms) {
                     if own {
-                        let failure = self.unreachable(now_ms);
-                        for id in self.requests.drain_queue() {
+                        let failure = self.unreachable(shard, now_ms);
+                        for id in self.requests.drain_queue(shard) {
                             self.fail(host, id, &failure, now_ms);
                         }
                     }
@@ -61,67 +70,78 @@ impl Worker {
                     self.wake(host, own);
                     return;
                 }
-                self.open_store(host, master.as_deref(), now_ms);
+                self.open_store(host, shard, master.as_deref(), now_ms);
                 continue;
             };
-            if !self.store.ready() || !self.send_batch(host, token, now_ms) {
+            if !s.link.ready() || !self.send_batch(host, shard, token, now_ms) {
                 return;
             }
         }
     }
 
-    fn wake(&mut self, host: &mut dyn Host, own: bool) {
+    pub(super) fn wake(&mut self, host: &mut dyn Host, own: bool) {
         if !own && !self.woken {
             self.woken = host.wake();
         }
     }
 
-    fn open_store(&mut self, host: &mut dyn Host, master: Option<&str>, now_ms: u64) {
+    fn open_store(&mut self, host: &mut dyn Host, shard: ShardId, master: Option<&str>, now_ms: u64) {
         let cluster = self.config.valkey.cluster.clone();
         let metadata: Vec<(&str, &str)> = master.map(|m| (ORIGINAL_DST_HEADER, m)).into_iter().collect();
-        match host.open_stream(&cluster, &metadata) {
+        let opened = host.open_stream(&cluster, &metadata);
+        let preamble = self.preamble.bytes.clone();
+        let Some(s) = self.shards.get_mut(shard) else { return };
+        match opened {
             Ok(token) => {
                 host.count(Stat::StreamOpen, 1);
-                let preamble = self.preamble.bytes.clone();
-                self.store.opened(token, preamble.is_empty(), now_ms);
+                s.link.opened(token, preamble.is_empty(), now_ms);
                 if preamble.is_empty() {
                     return;
                 }
                 match host.send(token, &preamble) {
-                    Ok(()) => self.store.sent(Slot::Preamble, preamble.len(), now_ms),
-                    Err(e) => self.lose_store(host, Reset::Closed, Failure::Unavailable(e), false, now_ms),
+                    Ok(()) => s.link.sent(Slot::Preamble, preamble.len(), now_ms),
+                    Err(e) => self.lose_store(host, shard, Reset::Closed, Failure::Unavailable(e), false, now_ms),
                 }
             }
             Err(e) => {
                 let failure = Failure::Unavailable(format!("cannot open a stream to cluster {cluster}: {e}"));
-                self.store.closed(failure, true, now_ms);
+                s.link.closed(failure, true, now_ms);
                 host.count(Stat::StreamReset(Reset::Refused), 1);
+                self.shard_failed(host, now_ms);
             }
         }
     }
 
-    /// One message of queued requests, as many as the stream's bounds allow
-    /// (up to `valkey.max_batch`); false when nothing could be sent.
-    fn send_batch(&mut self, host: &mut dyn Host, token: u32, now_ms: u64) -> bool {
+    /// One message of `shard`'s queued requests, as many as the stream's
+    /// bounds allow (up to `valkey.max_batch`); false when nothing could be
+    /// sent.
+    fn send_batch(&mut self, host: &mut dyn Host, shard: ShardId, token: u32, now_ms: u64) -> bool {
         let valkey = &self.config.valkey;
         let (max_batch, max_commands) = (valkey.max_batch, valkey.max_in_flight);
+        let Some(s) = self.shards.get_mut(shard) else { return false };
         let mut message = Vec::new();
-        let mut batch: Vec<(u32, usize)> = Vec::new();
+        // Per request: its id, the bytes of its `ASKING` (0 if none), of its call.
+        let mut batch: Vec<(u32, usize, usize)> = Vec::new();
+        let mut commands = 0;
         // The store lacks the function library: load it ahead of the calls.
         let mut load = 0;
-        if self.code_wanted && self.carrier.is_none() && self.invoke == Invoke::Fcall {
+        if s.code.wanted && s.code.carrier.is_none() && self.invoke == Invoke::Fcall {
             encode_load(&mut message, self.script);
             load = message.len();
         }
         while batch.len() < max_batch {
-            let Some(id) = self.requests.peek_queued() else { break };
+            let Some(id) = self.requests.peek_queued(shard) else { break };
             let Some(p) = self.requests.get(id) else { break };
             let start = message.len();
+            if p.asking {
+                message.extend_from_slice(&asking_command());
+            }
+            let asking = message.len() - start;
             // Under `evalsha`, after a NOSCRIPT one call carries the script
             // (EVAL caches it); every call after it finds it by its SHA.
             // A settlement's script has a SHA of its own: after a NOSCRIPT
             // it goes as EVAL itself, and never carries the decisions'.
-            let carries = p.settle.is_none() && self.code_wanted && self.carrier.is_none() && load == 0;
+            let carries = p.settle.is_none() && s.code.wanted && s.code.carrier.is_none() && load == 0;
             let how = match self.invoke {
                 Invoke::Fcall => Invocation::FCall,
                 Invoke::Evalsha if carries || (p.settle.is_some() && p.noscripts > 0) => Invocation::Eval,
@@ -131,198 +151,63 @@ impl Worker {
                 None => encode_call(&mut message, self.script, how, &p.checks, p.now_override),
                 Some(call) => encode_settlement(&mut message, self.script, how, &p.checks, call, p.now_override),
             }
-            let len = message.len() - start;
-            let (commands, bytes) = self.store.in_flight();
-            let commands = commands + usize::from(load > 0);
-            let fits = (commands == 0 && batch.is_empty())
-                || (commands + batch.len() < max_commands
-                    && bytes.saturating_add(message.len()) <= MAX_IN_FLIGHT_BYTES);
+            let len = message.len() - start - asking;
+            let (outstanding, bytes) = s.link.in_flight();
+            let outstanding = outstanding + usize::from(load > 0) + commands;
+            let fits = (outstanding == 0 && batch.is_empty())
+                || (outstanding < max_commands && bytes.saturating_add(message.len()) <= MAX_IN_FLIGHT_BYTES);
             if !fits {
                 message.truncate(start);
                 break;
             }
-            self.requests.pop_queued();
+            self.requests.pop_queued(shard);
             if carries {
-                self.carrier = Some(Carrier::Call(id));
-                self.code_wanted = false;
+                s.code.carrier = Some(Carrier::Call(id));
+                s.code.wanted = false;
             }
-            batch.push((id, len));
+            commands += 1 + usize::from(asking > 0);
+            batch.push((id, asking, len));
         }
         if batch.is_empty() {
             return false;
         }
         if load > 0 {
-            self.carrier = Some(Carrier::Load);
-            self.code_wanted = false;
+            s.code.carrier = Some(Carrier::Load);
+            s.code.wanted = false;
         }
         if let Err(e) = host.send(token, &message) {
             // Never sent: back to the queue, and a new stream.
-            self.forget_carrier();
-            let ids: Vec<u32> = batch.iter().map(|(id, _)| *id).collect();
+            s.code.forget_carrier();
+            let ids: Vec<u32> = batch.iter().map(|(id, _, _)| *id).collect();
             self.requests.requeue(&ids);
-            self.lose_store(host, Reset::Closed, Failure::Unavailable(e), false, now_ms);
+            self.lose_store(host, shard, Reset::Closed, Failure::Unavailable(e), false, now_ms);
             return false;
         }
         host.count(Stat::StoreMessages, 1);
         host.count(Stat::StoreRequests, batch.len() as u64);
         if load > 0 {
-            self.store.sent(Slot::Load, load, now_ms);
+            s.link.sent(Slot::Load, load, now_ms);
         }
-        for (id, len) in batch {
+        for (id, asking, len) in batch {
             if let Some(p) = self.requests.get_mut(id) {
                 p.sent = true;
             }
-            self.store.sent(Slot::Request(id), len, now_ms);
+            if asking > 0 {
+                s.link.sent(Slot::Asking, asking, now_ms);
+            }
+            s.link.sent(Slot::Request(id), len, now_ms);
         }
         true
     }
 
-    pub(super) fn on_store_bytes(&mut self, host: &mut dyn Host, bytes: &[u8], now_ms: u64) {
-        let (replies, error) = self.store.feed(bytes, now_ms);
-        let mut timed = false;
-        let mut retry = Vec::new();
-        for (slot, sent_ms, value) in replies {
-            match slot {
-                Slot::Preamble => {
-                    if let Some(failure) = preamble_failure(&value) {
-                        self.lose_store(host, Reset::Auth, failure, true, now_ms);
-                        return;
-                    }
-                    self.store.set_ready();
-                }
-                Slot::Request(id) => {
-                    if !timed {
-                        host.record_store_time(now_ms.saturating_sub(sent_ms));
-                        timed = true;
-                    }
-                    if self.carrier == Some(Carrier::Call(id)) {
-                        self.carrier = None;
-                    }
-                    if self.answer(host, id, &value, now_ms) {
-                        retry.push(id);
-                    }
-                }
-                Slot::Abandoned(id) => {
-                    if self.carrier == Some(Carrier::Call(id)) {
-                        self.carrier = None;
-                    }
-                }
-                Slot::Load => self.loaded(host, &value),
-                Slot::Lookup => {}
-            }
-        }
-        self.requests.requeue(&retry);
-        if let Some(failure) = error {
-            // Replies can no longer be paired with requests.
-            self.lose_store(host, Reset::Protocol, failure, true, now_ms);
-        }
-    }
-
-    /// Applies a reply to request `id`; true when it must be sent again
-    /// (the code was missing, or `FCALL` is not allowed: nothing ran; at
-    /// most twice per request).
-    fn answer(&mut self, host: &mut dyn Host, id: u32, value: &Value, now_ms: u64) -> bool {
-        let refused = self.invoke == Invoke::Fcall && is_fcall_refused(value);
-        if refused {
-            self.fall_back(host, value);
-        }
-        let Some(p) = self.requests.get_mut(id) else { return false };
-        let mut outcome = if refused { Outcome::NoScript } else { interpret_reply(value, &p.checks) };
-        // Behind a load the store refused (`OOM`, ...): that is the failure.
-        // The next message tries the load again.
-        if let (Outcome::NoScript, Some(failure)) = (&outcome, &self.load_failure) {
-            outcome = Outcome::Failed(failure.clone());
-            self.code_wanted |= self.carrier.is_none();
-        }
-        if outcome == Outcome::NoScript && p.noscripts < MAX_NOSCRIPTS {
-            p.noscripts += 1;
-            // (A settlement by `evalsha` goes as EVAL itself.)
-            let own_eval = p.settle.is_some() && self.invoke == Invoke::Evalsha;
-            if self.carrier.is_none() && !own_eval {
-                self.code_wanted = true;
-            }
-            return true;
-        }
-        let Some(p) = self.requests.remove(id) else { return false };
-        if p.settle.is_some() {
-            if let Outcome::Failed(failure) = &outcome {
-                host.count(Stat::StoreError(failure.kind()), 1);
-            }
-            self.settled(host, &p, outcome);
-            return false;
-        }
-        match outcome {
-            Outcome::Decided(decision) => {
-                self.learn(&p, &decision, now_ms);
-                if self.settlements.active {
-                    self.admitted(host, id, Some(&decision), false);
-                }
-                let mut ruling = respond(&self.config, &p.checks, &decision, p.arrival_ms);
-                if self.settlements.active {
-                    ruling.denials.retain(|d| cacheable(&self.config, &p.checks, &d.key));
-                }
-                let settle = self.rule(host, ruling, p.arrival_ms, &p.headers);
-                self.settle(host, id, settle);
-            }
-            Outcome::NoScript => self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
-            Outcome::Failed(failure) => self.fail_held(host, id, &p, &failure, now_ms),
-        }
-        false
-    }
-
-    /// No command carries the code any more (its stream is gone).
-    fn forget_carrier(&mut self) {
-        if self.carrier.take().is_some() {
-            self.code_wanted = true;
-        }
-    }
-
-    /// The reply to `FUNCTION LOAD`. A refusal for good (an ACL without
-    /// `function|load`, a Redis before 7) moves this worker to the script:
-    /// the calls behind the load are answered "missing" and go again, as
-    /// `EVAL` then `EVALSHA`. Any other error (`OOM` under `noeviction`,
-    /// ...) is the failure of the calls behind it; the next call that finds
-    /// the code missing loads it again.
-    fn loaded(&mut self, host: &mut dyn Host, value: &Value) {
-        self.carrier = None;
-        self.load_failure = None;
-        if is_loaded(value, self.script) {
-            return;
-        }
-        if is_fcall_refused(value) {
-            self.fall_back(host, value);
-        } else {
-            self.load_failure = preamble_failure(value);
-        }
-    }
-
-    /// `FUNCTION LOAD` or `FCALL` refused by the store (`refusal`): this
-    /// worker calls the script from now on (logged once per worker).
-    fn fall_back(&mut self, host: &mut dyn Host, refusal: &Value) {
-        if self.invoke == Invoke::Evalsha {
-            return;
-        }
-        let why = match refusal.as_error() {
-            Some(e) => printable(e, 256),
-            None => "an unexpected reply".to_string(),
-        };
-        host.log(
-            Level::Warn,
-            &format!(
-                "tollgate: the function library cannot be used ({why}); calling the limiter by EVALSHA from now on"
-            ),
-        );
-        self.invoke = Invoke::Evalsha;
-        self.code_wanted = self.carrier.is_none();
-    }
-
-    pub(super) fn on_store_close(&mut self, host: &mut dyn Host, status: u32, now_ms: u64) {
+    pub(super) fn on_store_close(&mut self, host: &mut dyn Host, shard: ShardId, status: u32, now_ms: u64) {
+        let at = self.shards.describe(shard);
         if status == GRPC_UNAVAILABLE {
-            let failure = Failure::Unavailable(format!("store unreachable (stream status {status})"));
-            self.drop_store(host, Reset::Refused, failure, true, now_ms);
+            let failure = Failure::Unavailable(format!("store unreachable{at} (stream status {status})"));
+            self.drop_store(host, shard, Reset::Refused, failure, true, now_ms);
         } else {
-            let failure = Failure::Lost(format!("stream closed with status {status}"));
-            self.lose_store(host, Reset::Closed, failure, false, now_ms);
+            let failure = Failure::Lost(format!("stream{at} closed with status {status}"));
+            self.lose_store(host, shard, Reset::Closed, failure, false, now_ms);
         }
     }
 
@@ -332,33 +217,44 @@ impl Worker {
     pub(super) fn lose_store(
         &mut self,
         host: &mut dyn Host,
+        shard: ShardId,
         cause: Reset,
         failure: Failure,
         cancel: bool,
         now_ms: u64,
     ) {
         if cancel {
-            if let Some(token) = self.store.token() {
+            if let Some(token) = self.shards.get(shard).and_then(|s| s.link.token()) {
                 host.cancel(token);
             }
         }
-        self.drop_store(host, cause, failure, false, now_ms);
+        self.drop_store(host, shard, cause, failure, false, now_ms);
     }
 
     /// Forgets the stream. Its outstanding requests go back to the queue
     /// when it never reached the store (`requeue`), else fail with `failure`.
-    fn drop_store(&mut self, host: &mut dyn Host, cause: Reset, failure: Failure, requeue: bool, now_ms: u64) {
+    fn drop_store(
+        &mut self,
+        host: &mut dyn Host,
+        shard: ShardId,
+        cause: Reset,
+        failure: Failure,
+        requeue: bool,
+        now_ms: u64,
+    ) {
         host.count(Stat::StreamReset(cause), 1);
-        self.forget_carrier();
+        let at = self.shards.describe(shard);
+        let Some(s) = self.shards.get_mut(shard) else { return };
+        s.code.forget_carrier();
         // What requests meet while the link is down: never "may have run".
         let down = if failure.may_have_run() {
-            Failure::Unavailable(format!("no store connection (last stream {})", cause.name()))
+            Failure::Unavailable(format!("no store connection{at} (last stream {})", cause.name()))
         } else {
             failure.clone()
         };
         let mut back = Vec::new();
         let back_off = matches!(cause, Reset::Auth | Reset::Protocol);
-        for slot in self.store.closed(down, back_off, now_ms) {
+        for slot in s.link.closed(down, back_off, now_ms) {
             let Slot::Request(id) = slot else { continue };
             if requeue {
                 back.push(id);
@@ -370,34 +266,39 @@ impl Worker {
         if let Some(s) = &mut self.sentinels {
             s.suspect(now_ms);
         }
+        if cause != Reset::Switched {
+            self.shard_failed(host, now_ms);
+        }
     }
 
-    pub(super) fn reset_store(&mut self, host: &mut dyn Host, cause: Reset, now_ms: u64) {
+    pub(super) fn reset_store(&mut self, host: &mut dyn Host, shard: ShardId, cause: Reset, now_ms: u64) {
         let failure = match cause {
             Reset::Stalled => Failure::NoResponse,
             _ => Failure::Lost(format!("stream reset ({})", cause.name())),
         };
-        self.lose_store(host, cause, failure, true, now_ms);
+        self.lose_store(host, shard, cause, failure, true, now_ms);
     }
 
     /// What a Sentinel lookup changed: a new master moves the store stream.
     pub(super) fn on_master(&mut self, host: &mut dyn Host, change: Option<Change>, now_ms: u64) {
-        if let Some(Change::Switched { .. }) = change {
-            if self.store.token().is_some() {
-                self.reset_store(host, Reset::Switched, now_ms);
-            }
-            // The next stream goes to the new master at once, without the
-            // backoff the old one earned.
-            self.store.forget();
+        let (Some(Change::Switched { .. }), Some(shard)) = (change, self.home) else { return };
+        if self.shards.get(shard).is_some_and(|s| s.link.token().is_some()) {
+            self.reset_store(host, shard, Reset::Switched, now_ms);
+        }
+        // The next stream goes to the new master at once, without the
+        // backoff the old one earned.
+        if let Some(s) = self.shards.get_mut(shard) {
+            s.link.forget();
         }
     }
 
-    /// Requests on the stream that arrived at or before `cutoff_ms`
+    /// Requests on any stream that arrived at or before `cutoff_ms`
     /// (settlements wait for their replies: a held response has its own
     /// deadline).
     pub(super) fn sent_before(&self, cutoff_ms: u64) -> Vec<u32> {
-        self.store
-            .requests()
+        self.shards
+            .iter()
+            .flat_map(|s| s.link.requests())
             .filter(|id| self.requests.get(*id).is_some_and(|p| p.local_arrival_ms <= cutoff_ms && p.settle.is_none()))
             .collect()
     }

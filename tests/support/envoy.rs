@@ -27,6 +27,8 @@ pub enum Bootstrap {
     Ecds,
     /// `envoy/envoy-sentinel.yaml`: the master from Sentinel discovery.
     Sentinel,
+    /// `envoy/envoy-cluster.yaml`: a Valkey Cluster, its slot map from seeds.
+    Cluster,
 }
 
 /// A real Envoy running the repository's `envoy/envoy.yaml`, with only its
@@ -256,6 +258,7 @@ impl Envoy {
             Bootstrap::Lds => "envoy-dynamic.yaml",
             Bootstrap::Ecds => "envoy-ecds.yaml",
             Bootstrap::Sentinel => "envoy-sentinel.yaml",
+            Bootstrap::Cluster => "envoy-cluster.yaml",
         };
         let config = dir.join("envoy.yaml");
         let text = render_with_module(&read_envoy_file(file), options, ports, &lds_dir, module);
@@ -274,7 +277,7 @@ impl Envoy {
             netns: netns.map(str::to_owned),
         };
         match bootstrap {
-            Bootstrap::Static | Bootstrap::Sentinel => {}
+            Bootstrap::Static | Bootstrap::Sentinel | Bootstrap::Cluster => {}
             Bootstrap::Lds => envoy.reload(&options.plugin_config),
             Bootstrap::Ecds => envoy.write_dynamic("tollgate-filter.yaml", &options.plugin_config),
         }

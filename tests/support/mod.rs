@@ -4,6 +4,7 @@
 //! RESP client built on the crate's own codec.
 #![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+pub mod cluster;
 pub mod docker;
 mod envoy;
 pub mod flood;

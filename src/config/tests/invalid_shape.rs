@@ -59,11 +59,11 @@ fn unknown_fields() {
     );
     assert_eq!(
         error(&valkey(r#"{ "cluster": "c", "port": 6379 }"#)),
-        "valkey.port: unknown field, expected one of cluster, timeout, key_prefix, max_in_flight, max_batch, max_queue, invoke, username, password_env, sentinel"
+        "valkey.port: unknown field, expected one of cluster, timeout, key_prefix, max_in_flight, max_batch, max_queue, invoke, username, password_env, sentinel, cluster_mode"
     );
     assert_eq!(
         error(&rule(r#"{ "name": "r", "limit": [] }"#)),
-        "rules[0].limit: unknown field, expected one of name, match, key, limits, algorithm, cost, shadow, count"
+        "rules[0].limit: unknown field, expected one of name, match, key, limits, algorithm, cost, shadow, hash_tag, count"
     );
     assert_eq!(
         error(&matcher(r#"{ "paths": "/" }"#)),

@@ -51,9 +51,10 @@ fn write(j: &J, out: &mut String) {
 fn full() -> J {
     let doc = r#"{ "valkey": { "cluster": "c", "timeout": "100ms", "key_prefix": "p", "max_in_flight": 4,
           "max_batch": 64, "max_queue": 10, "invoke": "evalsha", "username": "u", "password_env": "PW",
-          "sentinel": { "cluster": "s", "master_name": "m", "refresh": 5 } },
+          "sentinel": { "cluster": "s", "master_name": "m", "refresh": 5 },
+          "cluster_mode": { "seeds": "z", "refresh": "1s" } },
       "failure_mode": "deny",
-      "rules": [ { "name": "r", "algorithm": "gcra", "cost": 1, "shadow": false,
+      "rules": [ { "name": "r", "algorithm": "gcra", "cost": 1, "shadow": false, "hash_tag": 0,
           "match": { "path": "/a", "path_prefix": "/", "path_regex": "/.*", "methods": ["GET"], "authority": "h",
                      "headers": [ { "name": "x", "present": true, "exact": "e", "prefix": "p", "regex": "r", "invert": true } ] },
           "key": [ "path", { "header": "h", "query": "q", "cookie": "c", "literal": "l", "property": ["a", "b"],

@@ -100,6 +100,15 @@ struct RawValkey {
     username: Option<String>,
     password_env: Option<String>,
     sentinel: Option<Obj<RawSentinel>>,
+    cluster_mode: Option<Obj<RawClusterMode>>,
+}
+
+/// `valkey.cluster_mode`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClusterMode {
+    seeds: String,
+    refresh: Option<Value>,
 }
 
 /// `valkey.sentinel`.
@@ -138,6 +147,7 @@ struct RawRule {
     algorithm: Option<String>,
     cost: Option<Number>,
     shadow: Option<bool>,
+    hash_tag: Option<u64>,
     count: Option<Obj<RawCount>>,
 }
 

@@ -2,6 +2,7 @@
 //! executable spec, [`ModelStore`]), and a rig that drives a [`Worker`] with
 //! a fake clock.
 
+use super::fake_cluster::FakeCluster;
 use crate::plan::RequestView;
 use crate::response::LocalReply;
 use crate::testing::Plugin;
@@ -188,6 +189,8 @@ pub struct Rig {
     pub worker: Worker,
     pub host: FakeHost,
     pub store: FakeStore,
+    /// A Valkey Cluster answering instead of `store` (cluster mode).
+    pub cluster: Option<FakeCluster>,
     pub now: u64,
     next_id: u32,
     pub headers: HashMap<u32, ResponseHeaders>,
@@ -203,6 +206,7 @@ impl Rig {
             worker: Worker::new(config),
             host: FakeHost::default(),
             store: FakeStore::default(),
+            cluster: None,
             now: 1_000_000,
             next_id: 100,
             headers: HashMap::new(),
@@ -261,10 +265,28 @@ impl Rig {
     }
 
     /// The store answers everything sent on `token` so far, in one message.
+    /// In cluster mode the node the stream goes to answers: a seed stream
+    /// reaches the first node that is up, a store stream the node of its
+    /// `x-envoy-original-dst-host`; a node that is down refuses the stream.
     pub fn answer(&mut self, token: u32) {
         let sent = self.host.take_outbox(token);
-        let reply = self.store.answer(&sent, self.now);
-        self.message(token, &reply);
+        let Some(cluster) = &mut self.cluster else {
+            let reply = self.store.answer(&sent, self.now);
+            return self.message(token, &reply);
+        };
+        let opened = self.host.opened.iter().find(|(t, _, _)| *t == token);
+        let target = opened.and_then(|(_, _, md)| md.iter().find(|(k, _)| k == "x-envoy-original-dst-host"));
+        let node = match target {
+            Some((_, addr)) => cluster.node(addr).filter(|n| !cluster.nodes[*n].down),
+            None => cluster.nodes.iter().position(|n| !n.down),
+        };
+        match node {
+            Some(node) => {
+                let reply = cluster.answer(node, token, &sent, self.now);
+                self.message(token, &reply);
+            }
+            None => self.close(token, 14),
+        }
     }
 
     /// Delivers `bytes` as one message on stream `token`.

@@ -3,7 +3,10 @@
 //! in milliseconds.
 
 mod chaos;
+mod cluster;
+mod cluster_failures;
 mod fake;
+mod fake_cluster;
 mod lifecycle;
 mod local;
 mod sentinel;

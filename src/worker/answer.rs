@@ -1,0 +1,172 @@
+//! Replies on a store stream: paired with the commands in order, each
+//! request's reply ruled on, sent again (the code was missing, a cluster
+//! redirection) or failed; the replies to `AUTH` and `FUNCTION LOAD`.
+
+use super::host::{Host, Level, Reset, Stat};
+use super::link::Slot;
+use super::requests::ShardId;
+use super::respond::respond;
+use super::settle::cacheable;
+use super::shards::Carrier;
+use super::Worker;
+use crate::config::Invoke;
+use crate::limiter::script::{is_fcall_refused, is_loaded};
+use crate::resp::Value;
+use crate::store::cluster::parse_redirect;
+use crate::store::{interpret_reply, preamble_failure, printable, Failure, Outcome};
+
+/// "Missing code" answers (`NOSCRIPT`, `ERR Function not found`) one request
+/// may get before it fails (`noscript`): the code was flushed again between
+/// its calls, or a refused `FUNCTION LOAD` moved the worker to the script.
+const MAX_NOSCRIPTS: u8 = 2;
+
+impl Worker {
+    pub(super) fn on_store_bytes(&mut self, host: &mut dyn Host, shard: ShardId, bytes: &[u8], now_ms: u64) {
+        let Some(s) = self.shards.get_mut(shard) else { return };
+        let (replies, error) = s.link.feed(bytes, now_ms);
+        let mut timed = false;
+        let mut retry = Vec::new();
+        for (slot, sent_ms, value) in replies {
+            match slot {
+                Slot::Preamble => {
+                    if let Some(failure) = preamble_failure(&value) {
+                        self.lose_store(host, shard, Reset::Auth, failure, true, now_ms);
+                        return;
+                    }
+                    if let Some(s) = self.shards.get_mut(shard) {
+                        s.link.set_ready();
+                    }
+                }
+                Slot::Request(id) => {
+                    if !timed {
+                        host.record_store_time(now_ms.saturating_sub(sent_ms));
+                        timed = true;
+                    }
+                    self.call_answered(shard, id);
+                    if self.answer(host, shard, id, &value, now_ms) {
+                        retry.push(id);
+                    }
+                }
+                Slot::Abandoned(id) => self.call_answered(shard, id),
+                Slot::Load => self.loaded(host, shard, &value),
+                // `ASKING` answers `OK`; if it did not, the call after it
+                // is redirected again and says so.
+                Slot::Lookup | Slot::Asking => {}
+            }
+        }
+        self.requests.requeue(&retry);
+        if let Some(failure) = error {
+            // Replies can no longer be paired with requests.
+            self.lose_store(host, shard, Reset::Protocol, failure, true, now_ms);
+        }
+    }
+
+    /// Request `id`'s call was answered: if it carried the code, the code is there now.
+    fn call_answered(&mut self, shard: ShardId, id: u32) {
+        if let Some(s) = self.shards.get_mut(shard).filter(|s| s.code.carrier == Some(Carrier::Call(id))) {
+            s.code.carrier = None;
+        }
+    }
+
+    /// Applies a reply to request `id`; true when it must be sent again
+    /// (the code was missing, or `FCALL` is not allowed: nothing ran; at
+    /// most twice per request; or a cluster redirection: it goes to the
+    /// shard now in its `shard`).
+    fn answer(&mut self, host: &mut dyn Host, shard: ShardId, id: u32, value: &Value, now_ms: u64) -> bool {
+        if self.cluster.is_some() {
+            let here = self.shards.get(shard).and_then(|s| s.addr).map(|a| a.ip());
+            if let Some(redirect) = parse_redirect(value, here) {
+                return self.redirect(host, id, redirect, value, now_ms);
+            }
+        }
+        let refused = self.invoke == Invoke::Fcall && is_fcall_refused(value);
+        if refused {
+            self.fall_back(host, value);
+        }
+        let Some(code) = self.shards.get_mut(shard).map(|s| &mut s.code) else { return false };
+        let Some(p) = self.requests.get_mut(id) else { return false };
+        let mut outcome = if refused { Outcome::NoScript } else { interpret_reply(value, &p.checks) };
+        // Behind a load the store refused (`OOM`, ...): that is the failure.
+        // The next message tries the load again.
+        if let (Outcome::NoScript, Some(failure)) = (&outcome, &code.load_failure) {
+            outcome = Outcome::Failed(failure.clone());
+            code.wanted |= code.carrier.is_none();
+        }
+        if outcome == Outcome::NoScript && p.noscripts < MAX_NOSCRIPTS {
+            p.noscripts += 1;
+            // (A settlement by `evalsha` goes as EVAL itself.)
+            let own_eval = p.settle.is_some() && self.invoke == Invoke::Evalsha;
+            if code.carrier.is_none() && !own_eval {
+                code.wanted = true;
+            }
+            return true;
+        }
+        let Some(p) = self.requests.remove(id) else { return false };
+        if p.settle.is_some() {
+            if let Outcome::Failed(failure) = &outcome {
+                host.count(Stat::StoreError(failure.kind()), 1);
+            }
+            self.settled(host, &p, outcome);
+            return false;
+        }
+        match outcome {
+            Outcome::Decided(decision) => {
+                self.learn(&p, &decision, now_ms);
+                if self.settlements.active {
+                    self.admitted(host, id, Some(&decision), false);
+                }
+                let mut ruling = respond(&self.config, &p.checks, &decision, p.arrival_ms);
+                if self.settlements.active {
+                    ruling.denials.retain(|d| cacheable(&self.config, &p.checks, &d.key));
+                }
+                let settle = self.rule(host, ruling, p.arrival_ms, &p.headers);
+                self.settle(host, id, settle);
+            }
+            Outcome::NoScript => self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
+            Outcome::Failed(failure) => self.fail_held(host, id, &p, &failure, now_ms),
+        }
+        false
+    }
+
+    /// The reply to `FUNCTION LOAD`. A refusal for good (an ACL without
+    /// `function|load`, a Redis before 7) moves this worker to the script:
+    /// the calls behind the load are answered "missing" and go again, as
+    /// `EVAL` then `EVALSHA`. Any other error (`OOM` under `noeviction`,
+    /// ...) is the failure of the calls behind it; the next call that finds
+    /// the code missing loads it again.
+    fn loaded(&mut self, host: &mut dyn Host, shard: ShardId, value: &Value) {
+        let Some(s) = self.shards.get_mut(shard) else { return };
+        s.code.carrier = None;
+        s.code.load_failure = None;
+        if is_loaded(value, self.script) {
+            return;
+        }
+        if is_fcall_refused(value) {
+            self.fall_back(host, value);
+        } else {
+            s.code.load_failure = preamble_failure(value);
+        }
+    }
+
+    /// `FUNCTION LOAD` or `FCALL` refused by the store (`refusal`): this
+    /// worker calls the script from now on (logged once per worker).
+    fn fall_back(&mut self, host: &mut dyn Host, refusal: &Value) {
+        if self.invoke == Invoke::Evalsha {
+            return;
+        }
+        let why = match refusal.as_error() {
+            Some(e) => printable(e, 256),
+            None => "an unexpected reply".to_string(),
+        };
+        host.log(
+            Level::Warn,
+            &format!(
+                "tollgate: the function library cannot be used ({why}); calling the limiter by EVALSHA from now on"
+            ),
+        );
+        self.invoke = Invoke::Evalsha;
+        for s in self.shards.iter_mut() {
+            s.code.wanted = s.code.carrier.is_none();
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! A real Valkey Cluster on loopback ports for the cluster tests: masters
+//! and one replica each, `valkey-server --cluster-enabled yes`, joined with
+//! `CLUSTER MEET`, slots split evenly with `CLUSTER ADDSLOTSRANGE`, replicas
+//! attached with `CLUSTER REPLICATE`; ready when every node reports
+//! `cluster_state:ok`, knows every other node, and every replica is in sync
+//! (polled, never slept for). Also resharding one slot by hand, and Envoy
+//! with `envoy/envoy-cluster.yaml` pointed at the nodes.
+
+use super::envoy::{Bootstrap, Envoy, EnvoyOptions};
+use super::load::{send_raw, Request};
+use super::{wait_until, Valkey};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tollgate::resp::Value;
+
+/// A cluster of `masters.len()` masters, `replicas[i]` replicating `masters[i]`.
+pub struct ValkeyCluster {
+    pub masters: Vec<Valkey>,
+    pub replicas: Vec<Valkey>,
+    /// Ports of the nodes killed.
+    dead: Vec<u16>,
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::Bulk(b) | Value::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+/// `field` of `INFO`'s text.
+fn info_field(node: &Valkey, section: &str, field: &str) -> Option<String> {
+    node.info_stat(section, field)
+}
+
+/// `cluster_state` of `CLUSTER INFO` (`ok` or `fail`).
+pub fn cluster_state(node: &Valkey) -> Option<String> {
+    let info = text(&node.cmd(&["CLUSTER", "INFO"]));
+    info.lines().find_map(|l| l.strip_prefix("cluster_state:").map(|s| s.trim().to_string()))
+}
+
+impl ValkeyCluster {
+    /// `masters` masters, each with one replica; `node_timeout_ms` is
+    /// `cluster-node-timeout` (how long before a silent master is failed over).
+    pub fn start(masters: usize, node_timeout_ms: u64) -> ValkeyCluster {
+        let timeout = node_timeout_ms.to_string();
+        // A replica's first sync starts at once (the default waits 5 s for
+        // more replicas to share it).
+        let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", &timeout, "--repl-diskless-sync-delay", "0"];
+        let start = || Valkey::start_with(&args);
+        let cluster = ValkeyCluster {
+            masters: (0..masters).map(|_| start()).collect(),
+            replicas: (0..masters).map(|_| start()).collect(),
+            dead: Vec::new(),
+        };
+        let first = &cluster.masters[0];
+        for node in cluster.nodes().skip(1) {
+            assert_eq!(text(&first.cmd(&["CLUSTER", "MEET", "127.0.0.1", &node.port.to_string()])), "OK");
+        }
+        for (i, master) in cluster.masters.iter().enumerate() {
+            let (from, to) = (i * 16384 / masters, (i + 1) * 16384 / masters - 1);
+            let reply = master.cmd(&["CLUSTER", "ADDSLOTSRANGE", &from.to_string(), &to.to_string()]);
+            assert_eq!(text(&reply), "OK");
+        }
+        let all = cluster.nodes().count();
+        wait_until("every node to know every other", Duration::from_secs(20), || {
+            cluster.nodes().all(|n| text(&n.cmd(&["CLUSTER", "NODES"])).lines().count() == all)
+        });
+        for (master, replica) in cluster.masters.iter().zip(&cluster.replicas) {
+            let id = text(&master.cmd(&["CLUSTER", "MYID"]));
+            assert_eq!(text(&replica.cmd(&["CLUSTER", "REPLICATE", &id])), "OK");
+        }
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Every node that runs, masters (as started) first.
+    pub fn nodes(&self) -> impl Iterator<Item = &Valkey> {
+        self.masters.iter().chain(&self.replicas).filter(|n| !self.dead.contains(&n.port))
+    }
+
+    /// Kills (SIGKILL) master `i` as started.
+    pub fn kill_master(&mut self, i: usize) {
+        self.masters[i].stop();
+        self.dead.push(self.masters[i].port);
+    }
+
+    /// Every node reports `cluster_state:ok` and every replica is in sync.
+    pub fn wait_ok(&self) {
+        wait_until("cluster_state:ok on every node, replicas in sync", Duration::from_secs(30), || {
+            self.nodes().all(|n| cluster_state(n).as_deref() == Some("ok"))
+                && self.replicas.iter().filter(|r| !self.dead.contains(&r.port)).all(|r| {
+                    info_field(r, "replication", "master_link_status").as_deref() == Some("up")
+                        || info_field(r, "replication", "role").as_deref() == Some("master")
+                })
+        });
+    }
+
+    /// The node serving `slot`, as the first node alive sees it.
+    pub fn owner_port(&self, slot: u16) -> u16 {
+        let alive = self.nodes().next().unwrap();
+        let reply = alive.cmd(&["CLUSTER", "SLOTS"]);
+        for range in reply.as_array().unwrap() {
+            let items = range.as_array().unwrap();
+            let (from, to) = (items[0].as_integer().unwrap(), items[1].as_integer().unwrap());
+            if (from..=to).contains(&i64::from(slot)) {
+                return items[2].as_array().unwrap()[1].as_integer().unwrap() as u16;
+            }
+        }
+        panic!("no node serves slot {slot}");
+    }
+
+    /// The node listening on `port`.
+    pub fn node(&self, port: u16) -> &Valkey {
+        self.nodes().find(|n| n.port == port).unwrap()
+    }
+
+    /// `CLUSTER SETSLOT <slot> IMPORTING` on `to`, `MIGRATING` on `from`.
+    pub fn begin_migration(&self, slot: u16, from: &Valkey, to: &Valkey) {
+        let slot = slot.to_string();
+        let (from_id, to_id) = (text(&from.cmd(&["CLUSTER", "MYID"])), text(&to.cmd(&["CLUSTER", "MYID"])));
+        assert_eq!(text(&to.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id])), "OK");
+        assert_eq!(text(&from.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id])), "OK");
+    }
+
+    /// `MIGRATE`s every key of `slot` from `from` to `to`; how many moved.
+    pub fn migrate_keys(&self, slot: u16, from: &Valkey, to: &Valkey) -> usize {
+        let mut moved = 0;
+        loop {
+            let keys = from.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"]);
+            let keys: Vec<String> = keys.as_array().unwrap().iter().map(text).collect();
+            if keys.is_empty() {
+                return moved;
+            }
+            let port = to.port.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            assert_eq!(text(&from.cmd(&args)), "OK");
+            moved += keys.len();
+        }
+    }
+
+    /// `CLUSTER SETSLOT <slot> NODE <to>` on `to`, then `from`, then the
+    /// other masters (the order of the cluster tutorial: the target first,
+    /// so that no node sends the slot back to the source).
+    pub fn end_migration(&self, slot: u16, from: &Valkey, to: &Valkey) {
+        let id = text(&to.cmd(&["CLUSTER", "MYID"]));
+        let others =
+            self.masters.iter().filter(|m| !self.dead.contains(&m.port) && m.port != from.port && m.port != to.port);
+        for master in [to, from].into_iter().chain(others) {
+            let reply = master.cmd(&["CLUSTER", "SETSLOT", &slot.to_string(), "NODE", &id]);
+            assert_eq!(text(&reply), "OK", "SETSLOT NODE on {}", master.port);
+        }
+    }
+
+    /// Envoy (`envoy/envoy-cluster.yaml`, `concurrency` workers) with
+    /// `plugin_config`, its seeds being every node of this cluster.
+    pub fn envoy(&self, plugin_config: &str, concurrency: u32) -> Envoy {
+        let options = EnvoyOptions { plugin_config: plugin_config.to_string(), valkey_port: 0, concurrency };
+        let ports: Vec<u16> = self.nodes().map(|n| n.port).collect();
+        Envoy::try_start_bootstrap_edited(&options, Bootstrap::Cluster, &move |text| seeds(&text, &ports))
+            .unwrap_or_else(|log| panic!("envoy did not start:\n{log}"))
+    }
+}
+
+/// The seed endpoints of envoy-cluster.yaml (ports 7000-7002) replaced by
+/// one endpoint per port of `ports`.
+fn seeds(text: &str, ports: &[u16]) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim() == "- endpoint:" && lines.clone().nth(1).is_some_and(|l| l.contains("port_value: 7000 ")) {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            for port in ports {
+                out.push_str(&format!(
+                    "{indent}- endpoint:\n{indent}    address:\n{indent}      socket_address: {{ address: 127.0.0.1, port_value: {port} }}\n"
+                ));
+            }
+            // Skip the three endpoints of the file (3 lines each).
+            for _ in 0..8 {
+                lines.next();
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    assert!(!out.contains("port_value: 7000 "), "the seed endpoints were not replaced");
+    out
+}
+
+/// One request of a [`Paced`] load: when it ended, its status, and whether
+/// the store decided it (it carries `RateLimit`).
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    pub at: Instant,
+    pub status: u16,
+    pub decided: bool,
+}
+
+/// Load on one request in the background: `threads` clients, each at most
+/// one request per millisecond (while a store is down, requests fail in
+/// microseconds: unpaced, the load would be over before it comes back) and
+/// at most `max` requests each.
+pub struct Paced {
+    stop: Arc<AtomicBool>,
+    pub admitted: Arc<AtomicUsize>,
+    pub outcomes: Arc<Mutex<Vec<Outcome>>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Paced {
+    pub fn start(port: u16, threads: usize, max: u32, request: Request) -> Paced {
+        let stop = Arc::new(AtomicBool::new(false));
+        let admitted = Arc::new(AtomicUsize::new(0));
+        let outcomes = Arc::new(Mutex::new(Vec::new()));
+        let threads = (0..threads)
+            .map(|_| {
+                let (stop, admitted, outcomes, request) =
+                    (stop.clone(), admitted.clone(), outcomes.clone(), request.clone());
+                std::thread::spawn(move || {
+                    let started = Instant::now();
+                    for i in 0..max {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        // Pacing, not waiting for a condition: the next slot.
+                        if let Some(ahead) =
+                            (started + Duration::from_millis(u64::from(i))).checked_duration_since(Instant::now())
+                        {
+                            std::thread::sleep(ahead);
+                        }
+                        let r = send_raw(port, &request, Duration::from_secs(5)).expect("every request is answered");
+                        let decided = r.header("ratelimit").is_some();
+                        if r.status == 200 && decided {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        outcomes.lock().unwrap().push(Outcome { at: Instant::now(), status: r.status, decided });
+                    }
+                })
+            })
+            .collect();
+        Paced { stop, admitted, outcomes, threads }
+    }
+
+    pub fn admitted(&self) -> usize {
+        self.admitted.load(Ordering::Relaxed)
+    }
+
+    /// Outcomes so far that ended after `t` with `status`.
+    pub fn count_after(&self, t: Instant, status: u16) -> usize {
+        self.outcomes.lock().unwrap().iter().filter(|o| o.at > t && o.status == status).count()
+    }
+
+    /// Stops the clients; every outcome, in the order they ended.
+    pub fn stop(self) -> Vec<Outcome> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let mut out = self.outcomes.lock().unwrap().clone();
+        out.sort_by_key(|o| o.at);
+        out
+    }
+}
