@@ -289,3 +289,26 @@ fn a_request_a_shadow_rule_would_deny_is_not_settled() {
     assert_eq!(rig.store.executed, executed);
     assert_eq!(rig.store.model.entries(ALICE), 1);
 }
+
+/// In cluster mode a settlement goes to the master of its bucket's slot,
+/// on that master's stream, like the decision it settles.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn in_cluster_mode_a_settlement_goes_to_the_master_of_its_slot() {
+    use super::cluster::{cluster_plugin, cluster_rig, executed, user_on};
+    let config = cluster_plugin()
+        .with(rule("auth.failedLogins").header("x-user-id").limit(5, "3s").field(r#""count": { "status": [401] }"#));
+    let mut rig = cluster_rig(config, 3);
+    let users = [user_on(&rig, "auth.failedLogins", 0), user_on(&rig, "auth.failedLogins", 2)];
+    for user in &users {
+        let id = admitted(&mut rig, &[("x-user-id", user.as_str())]);
+        assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Hold);
+        rig.settle();
+        assert!(header(rig.resumed(id).unwrap(), "ratelimit").unwrap().ends_with("r=4;t=3"));
+    }
+    assert_eq!([0, 1, 2].map(|n| executed(&rig, n)), [2, 0, 2], "a decision and a settlement on each owner");
+    let model = &rig.cluster.as_ref().unwrap().data.model;
+    for user in &users {
+        assert_eq!(model.entries(&format!("tollgate:{{auth.failedLogins:{user}}}:log")), 1);
+    }
+    assert_eq!(rig.host.count(Stat::Count(0, CountStat::Settled)), 2);
+}
