@@ -72,25 +72,15 @@ pub struct Script {
     pub adjust_function: String,
 }
 
-/// Every definition: the algorithms, `decide` and `adjust`.
-macro_rules! definitions {
-    () => {
-        concat!(
-            include_str!("prelude.lua"),
-            include_str!("sliding_log.lua"),
-            include_str!("gcra.lua"),
-            include_str!("sliding_window.lua"),
-            include_str!("fixed_window.lua"),
-            include_str!("decide.lua"),
-            include_str!("adjust.lua"),
-        )
-    };
-}
+/// Every definition: the algorithms, `decide` and `adjust`, joined by
+/// `build.rs` without their whole-line comments (one copy in the module: the
+/// scripts and the library are made from it at run time).
+const DEFINITIONS: &str = include_str!(concat!(env!("OUT_DIR"), "/limiter.lua"));
 
-/// The script: every definition, then one decision.
-const BODY: &str = concat!(definitions!(), "return decide(KEYS, ARGV, true)\n");
-/// The adjustment's script: every definition, then one adjustment.
-const ADJUST_BODY: &str = concat!(definitions!(), "return adjust(KEYS, ARGV, true)\n");
+/// What ends the script (every definition, then one decision) and the
+/// adjustment's script.
+const DECIDE_TAIL: &str = "return decide(KEYS, ARGV, true)\n";
+const ADJUST_TAIL: &str = "return adjust(KEYS, ARGV, true)\n";
 
 /// The library around the definitions, with `@NAME@` where its name goes.
 const LIBRARY_HEAD: &str = "#!lua name=@NAME@\n";
@@ -99,7 +89,12 @@ const LIBRARY_TAIL: &str =
 
 /// The library text with `name`.
 fn library(name: &str) -> String {
-    format!("{}{}{}", LIBRARY_HEAD.replace("@NAME@", name), definitions!(), LIBRARY_TAIL.replace("@NAME@", name))
+    format!("{}{DEFINITIONS}{}", LIBRARY_HEAD.replace("@NAME@", name), LIBRARY_TAIL.replace("@NAME@", name))
+}
+
+/// A script made once per process and kept for its lifetime.
+fn script(tail: &str) -> &'static str {
+    Box::leak(format!("{DEFINITIONS}{tail}").into_boxed_str())
 }
 
 /// The transactional multi-window limiter, every algorithm in one call.
@@ -108,11 +103,12 @@ pub fn limiter() -> &'static Script {
     SCRIPT.get_or_init(|| {
         let hash = sha1_smol::Sha1::from(library("@NAME@")).hexdigest();
         let function = format!("tollgate_{}", hash.get(..12).unwrap_or(&hash));
+        let (body, adjust_body) = (script(DECIDE_TAIL), script(ADJUST_TAIL));
         Script {
-            body: BODY,
-            sha: sha1_smol::Sha1::from(BODY).hexdigest(),
-            adjust_body: ADJUST_BODY,
-            adjust_sha: sha1_smol::Sha1::from(ADJUST_BODY).hexdigest(),
+            body,
+            sha: sha1_smol::Sha1::from(body).hexdigest(),
+            adjust_body,
+            adjust_sha: sha1_smol::Sha1::from(adjust_body).hexdigest(),
             library: library(&function),
             adjust_function: format!("{function}_adjust"),
             function,
@@ -257,10 +253,14 @@ mod tests {
             "MAKE_ALGORITHM.gcra =",
             "MAKE_ALGORITHM.sw =",
             "MAKE_ALGORITHM.fw =",
-            "-- Phase 3",
+            "local function decide(",
+            "local function adjust(",
         ] {
             assert!(s.body.contains(file), "{file}");
         }
+        // Whole-line comments are left out (build.rs); code lines are kept.
+        let comments = s.body.lines().filter(|l| l.trim_start().starts_with("--")).count();
+        assert_eq!(comments, 1, "only the first line, which names the sources");
         assert!(s.body.ends_with("\nreturn decide(KEYS, ARGV, true)\n"));
     }
 
