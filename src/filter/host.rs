@@ -68,7 +68,7 @@ impl Host for EnvoyHost<'_> {
 
     fn reply(&mut self, id: u32, reply: &LocalReply) {
         self.on(id, || {
-            let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (&**k, v.as_str())).collect();
             if let Err(status) = hostcalls::send_http_response(reply.status, headers, Some(&reply.body)) {
                 log::warn!("tollgate: could not send local reply: {status:?}");
             }
