@@ -3,10 +3,10 @@
 //! another request than the one whose callback runs make it the effective
 //! context first and give the callback's own context back after.
 
+use super::hostcalls;
 use super::metrics::Metrics;
 use crate::response::{LocalReply, SHADOW_HEADER};
 use crate::worker::{Gauge, Host, Level, Stat};
-use proxy_wasm::hostcalls;
 use proxy_wasm::types::MapType;
 use std::time::Duration;
 
