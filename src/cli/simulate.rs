@@ -126,7 +126,7 @@ impl Simulator {
             }
         }
         let reply = crate::response::store_unavailable();
-        Response { status: reply.status, headers: reply.headers, body: reply.body, shadow_denied: Vec::new() }
+        Response { status: reply.status, headers: owned(reply.headers), body: reply.body, shadow_denied: Vec::new() }
     }
 
     fn answer(&mut self, id: u32, headers: &ResponseHeaders) -> Option<Response> {
@@ -137,8 +137,17 @@ impl Simulator {
         }
         let i = self.host.replies.iter().position(|(r, _)| *r == id)?;
         let (_, reply) = self.host.replies.swap_remove(i);
-        Some(Response { status: reply.status, headers: reply.headers, body: reply.body, shadow_denied: Vec::new() })
+        Some(Response {
+            status: reply.status,
+            headers: owned(reply.headers),
+            body: reply.body,
+            shadow_denied: Vec::new(),
+        })
     }
+}
+
+fn owned(headers: Vec<(std::borrow::Cow<'static, str>, String)>) -> Vec<(String, String)> {
+    headers.into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
 }
 
 /// The policy names of every rule some request of the trace matches, in

@@ -5,11 +5,11 @@
 //! [`FailureKind`] (12) and one per [`Reset`] (6); plus
 //! `tollgate.config.errors`, defined only when a configuration is refused.
 
+use super::hostcalls;
 use crate::config::Config;
 use crate::store::FailureKind;
 use crate::worker::respond::RuleOutcome;
 use crate::worker::{CountStat, Gauge, Reset, Stat};
-use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 
 /// Handles of one rule's counters.

@@ -23,10 +23,7 @@ use crate::response::LocalReply;
 pub fn cross_slot_reply() -> LocalReply {
     LocalReply {
         status: 503,
-        headers: vec![
-            ("retry-after".to_string(), "1".to_string()),
-            ("content-type".to_string(), "text/plain".to_string()),
-        ],
+        headers: vec![("retry-after".into(), "1".to_string()), ("content-type".into(), "text/plain".to_string())],
         body: b"rate limiter cannot decide across cluster slots\n".to_vec(),
     }
 }

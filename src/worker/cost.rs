@@ -35,6 +35,13 @@ pub enum ResponseFlow {
 
 impl Worker {
     /// The response headers of request `id` arrived (its own callback).
+    /// Whether request `id`'s response is for the worker to read (a rule
+    /// counts on it): the filter asks before [`Worker::on_response`], which
+    /// costs a clock read.
+    pub fn owes(&self, id: u32) -> bool {
+        self.settlements.active && self.settlements.owed.contains_key(&id)
+    }
+
     pub fn on_response(
         &mut self,
         host: &mut dyn Host,
