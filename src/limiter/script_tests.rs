@@ -1,0 +1,187 @@
+//! Tests of `script.rs`: the code as built, the encodings, the reply classifiers.
+
+use super::*;
+use crate::limiter::{Algorithm, Window};
+use crate::resp::{decode, Limits, Value};
+use std::num::NonZeroU64;
+
+fn nz(n: u64) -> NonZeroU64 {
+    NonZeroU64::new(n).unwrap()
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn sha_is_the_sha1_of_the_embedded_body() {
+    let s = limiter();
+    assert_eq!(s.sha.len(), 40);
+    assert_eq!(s.sha, sha1_smol::Sha1::from(s.body).hexdigest());
+    assert!(s.body.starts_with("-- tollgate"));
+    for file in [
+        "MAKE_ALGORITHM.log =",
+        "MAKE_ALGORITHM.gcra =",
+        "MAKE_ALGORITHM.sw =",
+        "MAKE_ALGORITHM.fw =",
+        "local function decide(",
+        "local function adjust(",
+    ] {
+        assert!(s.body.contains(file), "{file}");
+    }
+    // Whole-line comments are left out (build.rs); code lines are kept.
+    let comments = s.body.lines().filter(|l| l.trim_start().starts_with("--")).count();
+    assert_eq!(comments, 1, "only the first line, which names the sources");
+    assert!(s.body.ends_with("\nreturn decide(KEYS, ARGV, true)\n"));
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn the_library_holds_the_same_definitions_under_a_versioned_name() {
+    let s = limiter();
+    let hash = sha1_smol::Sha1::from(library("@NAME@")).hexdigest();
+    assert_eq!(s.function, format!("tollgate_{}", &hash[..12]));
+    let header = format!("#!lua name={}\n", s.function);
+    let footer =
+        format!("redis.register_function('{0}', decide)\nredis.register_function('{0}_adjust', adjust)\n", s.function);
+    let definitions = s.body.strip_suffix("return decide(KEYS, ARGV, true)\n").unwrap();
+    assert_eq!(s.library, format!("{header}{definitions}{footer}"));
+    assert_eq!(s.adjust_function, format!("{}_adjust", s.function));
+    assert_eq!(s.adjust_body.strip_suffix("return adjust(KEYS, ARGV, true)\n"), Some(definitions));
+    // Any change to the code changes the name.
+    let changed = library("@NAME@").replacen("-- tollgate", "-- Tollgate", 1);
+    assert_ne!(sha1_smol::Sha1::from(changed).hexdigest()[..12], hash[..12]);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn fcall_names_the_function_and_load_carries_the_library() {
+    let checks = vec![Check::for_test(0, "k", &[(5, 3_000)], 1)];
+    let mut out = Vec::new();
+    encode_call(&mut out, limiter(), Invocation::FCall, &checks, None);
+    let (Value::Array(items), _) = decode(&out, &Limits::default()).unwrap() else { panic!("not an array") };
+    let text: Vec<&[u8]> = items.iter().map(|v| v.as_bytes().unwrap()).collect();
+    let expected: [&[u8]; 9] = [b"FCALL", limiter().function.as_bytes(), b"1", b"k", b"", b"log", b"1", b"1", b"5"];
+    assert_eq!(text[..9], expected);
+    assert_eq!(text[9], b"3000");
+
+    let mut out = Vec::new();
+    encode_load(&mut out, limiter());
+    let (Value::Array(items), used) = decode(&out, &Limits::default()).unwrap() else { panic!("not an array") };
+    assert_eq!(used, out.len());
+    let text: Vec<&[u8]> = items.iter().map(|v| v.as_bytes().unwrap()).collect();
+    assert_eq!(text, [&b"FUNCTION"[..], b"LOAD", b"REPLACE", limiter().library.as_bytes()]);
+    assert!(is_loaded(&Value::Bulk(limiter().function.as_bytes().to_vec()), limiter()));
+    assert!(!is_loaded(&Value::Bulk(b"tollgate_000000000000".to_vec()), limiter()));
+    assert!(!is_loaded(&Value::Error(b"NOPERM this user has no permissions".to_vec()), limiter()));
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn refused_functions_are_told_from_other_errors() {
+    // The texts of Valkey 9 and Redis 7 (NOPERM), Redis 7 and 6 (unknown command).
+    for refused in [
+        &b"NOPERM User u has no permissions to run the 'fcall' command"[..],
+        b"NOPERM User u has no permissions to run the 'function|load' command",
+        b"ERR unknown command 'FCALL', with args beginning with: 'tollgate_1' ",
+        b"ERR unknown command `FUNCTION`, with args beginning with: `LOAD`, ",
+    ] {
+        assert!(is_fcall_refused(&Value::Error(refused.to_vec())), "{}", String::from_utf8_lossy(refused));
+    }
+    for other in [
+        &b"NOPERM No permissions to access a key"[..],
+        b"NOPERM User u has no permissions to run the 'zadd' command",
+        b"ERR Function not found",
+        b"ERR unknown command 'FOO', with args beginning with: 'fcall' ",
+    ] {
+        assert!(!is_fcall_refused(&Value::Error(other.to_vec())), "{}", String::from_utf8_lossy(other));
+    }
+    assert!(!is_fcall_refused(&Value::Bulk(b"NOPERM 'fcall'".to_vec())));
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn missing_code_is_told_from_other_errors() {
+    // The exact replies of Valkey 9.1 and Redis 7.0.
+    for missing in [
+        &b"NOSCRIPT No matching script."[..],
+        b"NOSCRIPT No matching script. Please use EVAL.",
+        b"ERR Function not found",
+    ] {
+        assert!(is_missing(&Value::Error(missing.to_vec())), "{}", String::from_utf8_lossy(missing));
+    }
+    for other in [
+        &b"ERR tollgate: bad now"[..],
+        b"ERR Function not found in the test",
+        b"NOPERM User limiter has no permissions to run the 'fcall' command",
+        b"ERR unknown command 'FUNCTION', with args beginning with: 'LOAD'",
+        b"READONLY You can't write against a read only replica.",
+    ] {
+        assert!(!is_missing(&Value::Error(other.to_vec())), "{}", String::from_utf8_lossy(other));
+    }
+    assert!(!is_missing(&Value::Bulk(b"ERR Function not found".to_vec())));
+    assert!(!is_missing(&Value::Integer(0)));
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn encodes_keys_then_argv_in_contract_order() {
+    let checks = vec![
+        Check {
+            rule: 0,
+            key: "p:{a:u}:log".into(),
+            windows: vec![
+                Window { limit: nz(20), period_ms: nz(60_000) },
+                Window { limit: nz(5), period_ms: nz(3_000) },
+            ],
+            cost: nz(1),
+            algorithm: Algorithm::SlidingLog,
+            check_only: false,
+        },
+        Check {
+            rule: 1,
+            key: "p:{b}:gcra".into(),
+            windows: vec![Window { limit: nz(7), period_ms: nz(250) }],
+            cost: nz(2),
+            algorithm: Algorithm::Gcra,
+            check_only: true,
+        },
+    ];
+    let mut out = Vec::new();
+    encode_call(&mut out, limiter(), Invocation::EvalSha, &checks, Some(1234));
+    let (value, used) = decode(&out, &Limits::default()).unwrap();
+    assert_eq!(used, out.len());
+    let Value::Array(items) = value else { panic!("not an array") };
+    let text: Vec<String> = items.iter().map(|v| String::from_utf8(v.as_bytes().unwrap().to_vec()).unwrap()).collect();
+    let sha = limiter().sha.clone();
+    let expected = [
+        "EVALSHA",
+        &sha,
+        "2",
+        "p:{a:u}:log",
+        "p:{b}:gcra",
+        "1234",
+        "log",
+        "1",
+        "2",
+        "20",
+        "60000",
+        "5",
+        "3000",
+        "gcra",
+        "?2",
+        "1",
+        "7",
+        "250",
+    ];
+    assert_eq!(text, expected);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn eval_carries_the_body_and_empty_now_means_server_time() {
+    let checks = vec![Check {
+        rule: 0,
+        key: "k".into(),
+        windows: vec![Window { limit: nz(1), period_ms: nz(1) }],
+        cost: nz(1),
+        algorithm: Algorithm::FixedWindow,
+        check_only: false,
+    }];
+    let mut out = Vec::new();
+    encode_call(&mut out, limiter(), Invocation::Eval, &checks, None);
+    let (Value::Array(items), _) = decode(&out, &Limits::default()).unwrap() else { panic!("not an array") };
+    assert_eq!(items[0].as_bytes().unwrap(), b"EVAL");
+    assert_eq!(items[1].as_bytes().unwrap(), limiter().body.as_bytes());
+    assert_eq!(items[4].as_bytes().unwrap(), b"");
+}
