@@ -57,7 +57,8 @@ impl ValkeyCluster {
         };
         let first = &cluster.masters[0];
         for node in cluster.nodes().skip(1) {
-            assert_eq!(text(&first.cmd(&["CLUSTER", "MEET", "127.0.0.1", &node.port.to_string()])), "OK");
+            let (port, bus) = (node.port.to_string(), node.bus_port.unwrap_or(node.port + 10_000).to_string());
+            assert_eq!(text(&first.cmd(&["CLUSTER", "MEET", "127.0.0.1", &port, &bus])), "OK");
         }
         for (i, master) in cluster.masters.iter().enumerate() {
             let (from, to) = (i * 16384 / masters, (i + 1) * 16384 / masters - 1);

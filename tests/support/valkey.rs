@@ -11,6 +11,8 @@ use tollgate::resp::{decode, encode_command, Limits, Value};
 /// A real valkey-server on a free port, with persistence off.
 pub struct Valkey {
     pub port: u16,
+    /// The cluster bus port of a node started with `--cluster-enabled`.
+    pub bus_port: Option<u16>,
     child: Option<Child>,
     dir: PathBuf,
     extra: Vec<String>,
@@ -24,19 +26,23 @@ impl Valkey {
     }
 
     pub fn start_with(extra: &[&str]) -> Self {
+        let mut log = String::new();
         for _ in 0..5 {
-            let mut v = Valkey {
-                port: free_port(),
-                child: None,
-                dir: scratch_dir("valkey"),
-                extra: extra.iter().map(|s| s.to_string()).collect(),
-                netns: None,
-            };
+            let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            // A cluster node also listens on its bus port, by default its
+            // port + 10,000, which `free_port` never checked: pick it too.
+            let bus_port = extra.iter().any(|a| a == "--cluster-enabled").then(free_port);
+            if let Some(bus) = bus_port {
+                extra.extend(["--cluster-port".to_string(), bus.to_string()]);
+            }
+            let mut v =
+                Valkey { port: free_port(), bus_port, child: None, dir: scratch_dir("valkey"), extra, netns: None };
             if v.try_restart() {
                 return v;
             }
+            log = std::fs::read_to_string(v.dir.join("valkey.log")).unwrap_or_default();
         }
-        panic!("valkey-server did not start on 5 different ports");
+        panic!("valkey-server did not start on 5 different ports; the last one's log:\n{log}");
     }
 
     /// A valkey-server inside network namespace `netns` on port 6379 (the
@@ -45,6 +51,7 @@ impl Valkey {
     pub fn start_in(netns: &str, ip: &str) -> Self {
         let mut v = Valkey {
             port: 6379,
+            bus_port: None,
             child: None,
             dir: scratch_dir("valkey"),
             extra: vec!["--bind".into(), format!("{ip} 127.0.0.1"), "--protected-mode".into(), "no".into()],
@@ -85,6 +92,8 @@ impl Valkey {
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("valkey.log"))
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
