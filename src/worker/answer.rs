@@ -93,12 +93,18 @@ impl Worker {
         }
         if outcome == Outcome::NoScript && p.noscripts < MAX_NOSCRIPTS {
             p.noscripts += 1;
-            if code.carrier.is_none() {
+            // (An undo by `evalsha` goes as EVAL itself.)
+            let own_eval = p.part.is_some_and(|part| part.undo_at().is_some()) && self.invoke == Invoke::Evalsha;
+            if code.carrier.is_none() && !own_eval {
                 code.wanted = true;
             }
             return true;
         }
         let Some(p) = self.requests.remove(id) else { return false };
+        if p.part.is_some() {
+            self.part_answered(host, id, p, outcome, now_ms);
+            return false;
+        }
         match outcome {
             Outcome::Decided(decision) => {
                 self.learn(&p, &decision, now_ms);

@@ -40,7 +40,13 @@ impl<'a> Held<'a> {
 
 impl Worker {
     /// Counts and logs a failure and gives what `failure_mode` makes of it.
-    fn failure(&mut self, host: &mut dyn Host, failure: &Failure, request: &Held<'_>, now_ms: u64) -> Settle {
+    pub(super) fn failure(
+        &mut self,
+        host: &mut dyn Host,
+        failure: &Failure,
+        request: &Held<'_>,
+        now_ms: u64,
+    ) -> Settle {
         if self.log.due(now_ms) {
             host.log(
                 Level::Warn,
@@ -111,6 +117,9 @@ impl Worker {
     /// `failure_mode` for request `id`, already taken off the held ones.
     pub(super) fn fail_held(&mut self, host: &mut dyn Host, id: u32, p: &Pending, failure: &Failure, now_ms: u64) {
         self.suspect(failure, now_ms);
+        if p.part.is_some() {
+            return self.part_failed(host, p, failure, now_ms);
+        }
         let settle = self.failure(host, failure, &Held::of(p, now_ms), now_ms);
         self.settle(host, id, settle);
     }
@@ -142,9 +151,11 @@ impl Worker {
     /// Refuses held request `id` (or lets it through, if `overload: allow`):
     /// the worker is overloaded.
     pub(super) fn shed(&mut self, host: &mut dyn Host, id: u32) {
-        if self.requests.remove(id).is_some() {
-            let settle = self.overloaded(host);
-            self.settle(host, id, settle);
+        let Some(p) = self.requests.remove(id) else { return };
+        if p.part.is_some() {
+            return self.part_shed(host, &p);
         }
+        let settle = self.overloaded(host);
+        self.settle(host, id, settle);
     }
 }

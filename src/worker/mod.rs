@@ -25,7 +25,11 @@
 mod answer;
 mod cluster;
 mod cluster_cross;
+mod cluster_parts;
 mod cluster_routing;
+#[cfg(any(test, not(target_family = "wasm")))]
+pub mod cross_model;
+pub mod cross_slot;
 mod deadlines;
 mod entry;
 mod fail;
@@ -43,6 +47,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
+pub use cluster_cross::CROSS_CACHE_MS;
 pub use host::{Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
 
 use crate::cache::DenialCache;
@@ -52,6 +57,7 @@ use crate::plan::{plan, RequestView};
 use crate::response::{LocalReply, SHADOW_HEADER};
 use crate::store::Preamble;
 use cluster::Cluster;
+use cluster_cross::Crossings;
 use cluster_routing::Route;
 use fail::Held;
 use local::LocalLimiter;
@@ -144,8 +150,10 @@ pub struct Worker {
     /// The gauges' values last reported, in [`Gauge::ALL`] order.
     reported: [i64; 2],
     log: Throttle,
-    /// Logs of requests refused across cluster slots.
-    cross_log: Throttle,
+    /// Requests decided across cluster slots, by context id.
+    crossings: Crossings,
+    /// Logs of undos across cluster slots that failed.
+    undo_log: Throttle,
 }
 
 impl Worker {
@@ -178,7 +186,8 @@ impl Worker {
             woken: false,
             reported: [0; 2],
             log: Throttle::default(),
-            cross_log: Throttle::default(),
+            crossings: Crossings::default(),
+            undo_log: Throttle::default(),
             config,
         }
     }
@@ -243,7 +252,9 @@ impl Worker {
                 let failure = self.unserved(slot, now_ms);
                 return self.fail_now(host, id, &failure, &request, now_ms);
             }
-            (Route::CrossSlot, _) => return self.cross_shard(host, id, &planned.checks, &headers, now_ms),
+            (Route::CrossSlot, _) => {
+                return self.cross_start(host, id, planned.checks, now_override, arrival_ms, headers, now_ms)
+            }
         };
         let link = self.shards.get(shard).map(|s| &s.link);
         if let Some(failure) = link.and_then(|l| l.down(now_ms)).cloned() {
@@ -273,6 +284,7 @@ impl Worker {
             slot,
             redirects: 0,
             asking: false,
+            part: None,
         };
         self.requests.push(id, pending);
         self.pump(host, false, now_ms);
@@ -281,6 +293,7 @@ impl Worker {
 
     /// The request's context is gone (client reset, or done).
     pub fn on_gone(&mut self, id: u32) {
+        self.cross_gone(id);
         if let Some(p) = self.requests.remove(id) {
             if let Some(s) = self.shards.get_mut(p.shard).filter(|_| p.sent) {
                 s.link.abandon(id);
@@ -332,10 +345,11 @@ impl Worker {
     }
 
     /// Counts a ruling's rules, remembers its denials, and gives its action.
-    fn rule(&mut self, host: &mut dyn Host, ruling: Ruling, arrival_ms: u64, headers: &ResponseHeaders) -> Settle {
+    fn rule(&mut self, host: &mut dyn Host, mut ruling: Ruling, arrival_ms: u64, headers: &ResponseHeaders) -> Settle {
         for (rule, outcome) in &ruling.rules {
             host.count(Stat::Rule(*rule, *outcome), 1);
         }
+        self.cap_denials(&mut ruling.denials, arrival_ms);
         remember(&mut self.cache, ruling.denials, arrival_ms);
         match ruling.action {
             Action::Admit { shadow_denied, headers: extra } => {

@@ -5,6 +5,7 @@
 //! `valkey.max_queue`, the sent ones by each stream's bounds).
 
 use crate::limiter::Check;
+use crate::worker::cluster_cross::Part;
 use crate::worker::host::ResponseHeaders;
 use std::collections::{HashMap, VecDeque};
 
@@ -39,6 +40,9 @@ pub struct Pending {
     pub redirects: u8,
     /// Its call goes after `ASKING` (it follows an `ASK`).
     pub asking: bool,
+    /// A part of a request decided across cluster slots (a step of one
+    /// slot group), not a request of its own.
+    pub part: Option<Part>,
 }
 
 /// The worker's requests, by context id, and the queues of unsent ones.

@@ -4,13 +4,15 @@
 //! for the requests on it. Replies are paired with requests in
 //! [`super::answer`].
 
+use super::cluster_cross::Part;
+use super::cross_slot::undo;
 use super::host::{Host, Reset, Stat};
 use super::link::Slot;
 use super::requests::{ShardId, PARKED};
 use super::shards::Carrier;
 use super::{Worker, MAX_IN_FLIGHT_BYTES};
 use crate::config::Invoke;
-use crate::limiter::script::{encode_call, encode_load, Invocation};
+use crate::limiter::script::{encode_adjust, encode_call, encode_load, Invocation};
 use crate::store::cluster::asking_command;
 use crate::store::sentinel::Change;
 use crate::store::Failure;
@@ -137,14 +139,20 @@ impl Worker {
             }
             let asking = message.len() - start;
             // Under `evalsha`, after a NOSCRIPT one call carries the script
-            // (EVAL caches it); every call after it finds it by its SHA.
-            let carries = s.code.wanted && s.code.carrier.is_none() && load == 0;
+            // (EVAL caches it); every call after it finds it by its SHA. An
+            // undo's script has a SHA of its own: after a NOSCRIPT it goes
+            // as EVAL itself, and never carries the decisions'.
+            let undo_at = p.part.and_then(Part::undo_at);
+            let carries = undo_at.is_none() && s.code.wanted && s.code.carrier.is_none() && load == 0;
             let how = match self.invoke {
                 Invoke::Fcall => Invocation::FCall,
-                Invoke::Evalsha if carries => Invocation::Eval,
+                Invoke::Evalsha if carries || (undo_at.is_some() && p.noscripts > 0) => Invocation::Eval,
                 Invoke::Evalsha => Invocation::EvalSha,
             };
-            encode_call(&mut message, self.script, how, &p.checks, p.now_override);
+            match undo_at {
+                None => encode_call(&mut message, self.script, how, &p.checks, p.now_override),
+                Some(at) => encode_adjust(&mut message, self.script, how, &undo(&p.checks), at, p.now_override),
+            }
             let len = message.len() - start - asking;
             let (outstanding, bytes) = s.link.in_flight();
             let outstanding = outstanding + usize::from(load > 0) + commands;
@@ -286,12 +294,14 @@ impl Worker {
         }
     }
 
-    /// Requests on any stream that arrived at or before `cutoff_ms`.
+    /// Requests on any stream that arrived at or before `cutoff_ms` (the
+    /// parts of a request decided across slots wait for their replies: the
+    /// request has its own deadline).
     pub(super) fn sent_before(&self, cutoff_ms: u64) -> Vec<u32> {
         self.shards
             .iter()
             .flat_map(|s| s.link.requests())
-            .filter(|id| self.requests.get(*id).is_some_and(|p| p.local_arrival_ms <= cutoff_ms))
+            .filter(|id| self.requests.get(*id).is_some_and(|p| p.local_arrival_ms <= cutoff_ms && p.part.is_none()))
             .collect()
     }
 }

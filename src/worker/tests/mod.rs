@@ -4,6 +4,8 @@
 
 mod chaos;
 mod cluster;
+mod cluster_cross;
+mod cluster_cross_failures;
 mod cluster_failures;
 mod fake;
 mod fake_cluster;
