@@ -17,7 +17,7 @@ ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 PURE_TESTS := cli config_fixtures config_limits docs_examples resp_properties schema test_split
 INTEGRATION_TESTS := $(filter-out $(PURE_TESTS),$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
+.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
 
 all: build
 
@@ -41,10 +41,14 @@ docker-tools:
 # The release module, size-optimized (opt-level z, LTO, panic=abort), then
 # `wasm-opt -Oz` in place (cargo links its own output there again on every
 # build, so the input is always cargo's; see docs/performance.md, "Module size").
+# Before it, binaryen's wasm-metadce keeps only the exports listed in
+# src/filter/exports.json: Envoy enters the module for every proxy-wasm
+# callback it exports (docs/performance.md, "Where the time goes").
 build: tools
 	cargo build --release --target wasm32-wasip1 --lib
 	@raw=$$(stat -c %s $(WASM)) && \
-	  $(TOOLS)/bin/wasm-opt -Oz $(WASM) -o $(WASM).opt && mv $(WASM).opt $(WASM) && \
+	  $(TOOLS)/binaryen/usr/bin/wasm-metadce --graph-file src/filter/exports.json $(WASM) -o $(WASM).dce >/dev/null && \
+	  $(TOOLS)/bin/wasm-opt -Oz $(WASM).dce -o $(WASM).opt && rm $(WASM).dce && mv $(WASM).opt $(WASM) && \
 	  echo "built $(WASM): $$(stat -c %s $(WASM)) bytes ($$raw before wasm-opt)"
 
 # The `tollgate` command-line tool (check, explain, simulate), host-only, into .tools/bin.
@@ -79,6 +83,10 @@ compose-configs:
 
 demo: build
 	cargo run --quiet --example demo
+
+# A token budget counted on the response (reserve max_tokens, settle with usage).
+demo-tokens: build
+	cargo run --quiet --example demo_tokens
 
 # docs/algorithms.md: memory, accuracy and the seed's scenario per algorithm,
 # measured against a Valkey the example starts itself.

@@ -19,6 +19,10 @@ Cases:
 With perf available, the allowed path at 64 connections is also profiled
 (software clock, by DSO: Envoy's C++, the V8-compiled module, the kernel).
 
+For each tollgate case, a second Envoy whose limiter VM reports its cost
+(`TOLLGATE_COUNT_HOST_CALLS=1`, docs/performance.md) gives the host calls,
+callbacks and buffers per request (16 connections, 2 s); it is never timed.
+
 Every Envoy config is envoy/envoy.yaml with only its ports changed and the
 demo listener's route answering directly (so the upstream costs nothing).
 """
@@ -147,8 +151,8 @@ end
 """
 
 
-def wrk(port, connections, users, workdir):
-    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{DURATION}", "--latency", f"http://127.0.0.1:{port}/"]
+def wrk(port, connections, users, workdir, duration=None):
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{duration or DURATION}", "--latency", f"http://127.0.0.1:{port}/"]
     if users:
         script = workdir / f"users{users}.lua"
         script.write_text(WRK_USERS % users)
@@ -259,6 +263,50 @@ def profile(pid, seconds=3):
     return [(float(p), re.sub(r"tid \d+", "", d).strip()) for p, d in rows][:6]
 
 
+COST = ["requests", "host_calls", "callbacks", "buffers"]
+
+
+def counting(text):
+    """A rendered config whose limiter VM reports its host calls (tollgate.cost.*)."""
+    lines = text.split("\n")
+    start = next(i for i, l in enumerate(lines) if l.strip() == "- name: tollgate")
+    at = next(i for i in range(start, len(lines)) if lines[i].strip() == "vm_config:")
+    pad = " " * (len(lines[at]) - len(lines[at].lstrip()) + 2)
+    lines.insert(at + 1, f'{pad}environment_variables: {{ key_values: {{ TOLLGATE_COUNT_HOST_CALLS: "1" }} }}')
+    return "\n".join(lines)
+
+
+def cost(case, valkey_port, workdir):
+    """Host calls, callbacks and buffers per request of a tollgate case: a second Envoy that counts them
+    (never the one timed), 16 connections for 2 s after the warm-up."""
+    ports = [free_port(), free_port(), free_port()]
+    config = workdir / f"{case['name'].replace(' ', '_')}-cost.yaml"
+    config.write_text(counting(render(case, ports, valkey_port)))
+    log = open(workdir / (config.stem + ".log"), "w")
+    envoy = subprocess.Popen([ENVOY, "-c", str(config), "--concurrency", "1", "--use-dynamic-base-id",
+                              "-l", "error"], stdout=log, stderr=log)
+    try:
+        wait_port(ports[0])
+        subprocess.run(["wrk", "-t1", "-c4", "-d1s", "-H", "x-user-id: bench", f"http://127.0.0.1:{ports[0]}/"],
+                       capture_output=True, check=True)
+        def read():
+            """The counters once every request context so far is deleted (or after 2 s)."""
+            end = time.time() + 2
+            while True:
+                values = [admin_stat(ports[2], f"wasmcustom.tollgate.cost.{n}") for n in COST + ["requests_done"]]
+                if values[-1] == values[0] or time.time() > end:
+                    return values[:-1]
+                time.sleep(0.02)
+        before = read()
+        wrk(ports[0], 16, case.get("users"), workdir, duration="2s")
+        delta = [a - b for a, b in zip(read(), before)]
+        return {n: d / max(delta[0], 1) for n, d in zip(COST[1:], delta[1:])}
+    finally:
+        envoy.terminate()
+        envoy.wait()
+        log.close()
+
+
 def run_case(case, valkey_port, valkey_pid, workdir):
     ports = [free_port(), free_port(), free_port()]
     config = workdir / f"{case['name'].replace(' ', '_')}.yaml"
@@ -342,20 +390,23 @@ def main():
     try:
         wait_port(valkey_port)
         print(f"benchmark: {DURATION} per run, wrk -t1, Envoy --concurrency 1, module {WASM.stat().st_size} bytes")
-        results = {}
+        results, costs = {}, {}
         for case in cases:
             resp(valkey_port, "FLUSHALL")
             results[case["name"]] = run_case(case, valkey_port, valkey.pid, workdir)
+            if case["kind"] == "tollgate":
+                resp(valkey_port, "FLUSHALL")
+                costs[case["name"]] = cost(case, valkey_port, workdir)
         profiles = {c["name"]: c["profile_result"] for c in cases if c.get("profile_result")}
         resp(valkey_port, "FLUSHALL")
         flooded = flood(valkey_port, workdir)
     finally:
         valkey.terminate()
         valkey.wait()
-    write_report(results, profiles, flooded)
+    write_report(results, profiles, flooded, costs)
 
 
-def write_report(results, profiles, flooded):
+def write_report(results, profiles, flooded, costs=None):
     base = {r["connections"]: r for r in results["no filter"]}
     local_deny = {r["connections"]: r for r in results["local_ratelimit deny"]}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -439,6 +490,17 @@ def write_report(results, profiles, flooded):
               "|---|---|---|---|---|---|---|",
               f"| {f['requests']} | {f['rps']:.0f} | {share(f['store'])} | {share(f['local'])} | "
               f"{share(f['overloaded'])} | {share(f['failure_mode'])} | {f['timeouts']} |"]
+    if costs:
+        lines += ["", "## Host calls per request", "",
+                  "From a second Envoy per case whose VM counts them (`TOLLGATE_COUNT_HOST_CALLS=1`, 16 connections,",
+                  "2 s; never the Envoy timed above). Host calls: the module calling Envoy. VM entries: Envoy",
+                  "calling the module, as callbacks (context creation, headers, body, deletion, stream messages,",
+                  "ticks) and as buffers (a value Envoy returns is allocated in the module's memory). See",
+                  "docs/performance.md.", "",
+                  "| case | host calls | VM entries | callbacks | buffers |", "|---|---|---|---|---|"]
+        for name, c in costs.items():
+            lines.append(f"| {name} | {c['host_calls']:.2f} | {c['callbacks'] + c['buffers']:.2f} | "
+                         f"{c['callbacks']:.2f} | {c['buffers']:.2f} |")
     for name, prof in profiles.items():
         lines += ["", f"## Profile: {name}, 64 connections", "",
                   "Envoy's CPU samples by where they ran (`perf record -e cpu-clock`, software clock):", "",

@@ -13,7 +13,8 @@ SHA256_AMD64=3e78e82c38b9faa7e5645f19ab3d386f8da7c71f8dc19edfaa0ff1b080bd81a8
 BIN="$TOOLS/bin/wasm-opt"
 
 have=$("$BIN" --version 2>/dev/null || true)
-if [[ $have == "wasm-opt version ${VERSION%-*}"* ]]; then
+# `make build` also runs the package's wasm-metadce, from the same directory.
+if [[ $have == "wasm-opt version ${VERSION%-*}"* && -x "$TOOLS/binaryen/usr/bin/wasm-metadce" ]]; then
   exit 0
 fi
 for tool in apt-get dpkg-deb sha256sum; do

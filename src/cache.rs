@@ -7,7 +7,10 @@
 //! request of the bucket, and the store's `retry_ms` is the earliest time at
 //! which anything can free in those windows. T is computed from when the
 //! call was *sent*, so the proxy's view of T is never later than the store's.
-//! Where it is not exact is documented in docs/performance.md.
+//! Where it is not exact is documented in docs/performance.md. A refund
+//! (`count`, a settlement below the reservation) frees room before T: the
+//! worker that settles forgets the bucket; another worker's entry may deny
+//! until its T, never admit wrongly.
 //!
 //! Bounded: at most `capacity` keys per worker; on insert, expired entries go
 //! first, then the least recently used.
@@ -93,6 +96,13 @@ impl DenialCache {
                 })
                 .collect(),
         )
+    }
+
+    /// Forgets `key` (a refund freed room in it).
+    pub fn forget(&mut self, key: &str) {
+        if let Some(entry) = self.entries.remove(key) {
+            self.order.remove(&entry.seq);
+        }
     }
 
     fn evict(&mut self, now_ms: u64) {

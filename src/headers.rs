@@ -35,9 +35,8 @@
 //! assert!(problem_json(&stats[1..], 1_234).contains(r#""retry_after":2"#));
 //! ```
 
-use serde::Serialize;
-
 use crate::limiter::WindowOutcome;
+use crate::text::{push_json_escaped, push_json_string, push_u64, u64_string};
 
 /// Name of the header announcing the quota policies.
 pub const RATELIMIT_POLICY_HEADER: &str = "ratelimit-policy";
@@ -48,9 +47,6 @@ pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
 /// Largest integer a Structured Field may carry (15 decimal digits).
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
-
-/// Served if serializing a problem ever failed (it cannot for these types).
-const FALLBACK_PROBLEM: &str = r#"{"type":"about:blank","title":"Too Many Requests","status":429}"#;
 
 /// One window of one matching rule, with the policy name shown to clients
 /// (for example `auth.createToken/3s`).
@@ -86,26 +82,6 @@ pub fn retry_after_secs(ms: u64) -> u64 {
     ceil_secs(ms)
 }
 
-#[derive(Serialize)]
-struct Problem<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    title: &'static str,
-    status: u16,
-    detail: String,
-    violated_policies: Vec<Violation<'a>>,
-    retry_after: u64,
-}
-
-#[derive(Serialize)]
-struct Violation<'a> {
-    policy: &'a str,
-    limit: u64,
-    window_ms: u64,
-    remaining: u64,
-    retry_after_ms: u64,
-}
-
 /// The RFC 9457 `application/problem+json` body of a 429 response, listing
 /// the windows that denied the request. `retry_after` is in seconds, rounded
 /// up from `retry_after_ms`.
@@ -114,31 +90,43 @@ pub fn problem_json(denied: &[PolicyStat<'_>], retry_after_ms: u64) -> String {
 }
 
 /// [`problem_json`] for a configured denial status (`response.status`).
+/// Written by hand into one buffer, byte for byte what serde_json writes
+/// for the same document (the tests compare them).
 pub fn problem_json_with_status(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u16) -> String {
-    let names: Vec<&str> = denied.iter().map(|s| s.name).collect();
-    let detail = if names.is_empty() {
-        String::from("rate limit exceeded")
-    } else {
-        format!("rate limit exceeded: {}", names.join(", "))
-    };
-    let problem = Problem {
-        kind: "about:blank",
-        title: if status == 429 { "Too Many Requests" } else { "Rate Limit Exceeded" },
-        status,
-        detail,
-        violated_policies: denied
-            .iter()
-            .map(|s| Violation {
-                policy: s.name,
-                limit: s.outcome.limit,
-                window_ms: s.outcome.period_ms,
-                remaining: s.outcome.remaining,
-                retry_after_ms: s.outcome.retry_ms,
-            })
-            .collect(),
-        retry_after: retry_after_secs(retry_after_ms),
-    };
-    serde_json::to_string(&problem).unwrap_or_else(|_| String::from(FALLBACK_PROBLEM))
+    let names: usize = denied.iter().map(|s| s.name.len()).sum();
+    let mut out =
+        String::with_capacity(160usize.saturating_add(names.saturating_mul(2)).saturating_add(denied.len() * 96));
+    out.push_str(r#"{"type":"about:blank","title":"#);
+    push_json_string(&mut out, if status == 429 { "Too Many Requests" } else { "Rate Limit Exceeded" });
+    out.push_str(r#","status":"#);
+    push_u64(&mut out, u64::from(status));
+    out.push_str(r#","detail":"rate limit exceeded"#);
+    for (i, s) in denied.iter().enumerate() {
+        out.push_str(if i == 0 { ": " } else { ", " });
+        push_json_escaped(&mut out, s.name);
+    }
+    out.push_str(r#"","violated_policies":["#);
+    for (i, s) in denied.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(r#"{"policy":"#);
+        push_json_string(&mut out, s.name);
+        for (key, value) in [
+            (r#","limit":"#, s.outcome.limit),
+            (r#","window_ms":"#, s.outcome.period_ms),
+            (r#","remaining":"#, s.outcome.remaining),
+            (r#","retry_after_ms":"#, s.outcome.retry_ms),
+        ] {
+            out.push_str(key);
+            push_u64(&mut out, value);
+        }
+        out.push('}');
+    }
+    out.push_str(r#"],"retry_after":"#);
+    push_u64(&mut out, retry_after_secs(retry_after_ms));
+    out.push('}');
+    out
 }
 
 /// `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` for
@@ -148,10 +136,16 @@ pub fn x_ratelimit(item: &PolicyStat<'_>) -> [(&'static str, String); 3] {
     let o = item.outcome;
     let limit = o.limit.min(SF_INTEGER_MAX);
     let window = ceil_secs(o.period_ms).clamp(1, SF_INTEGER_MAX);
+    let mut limits = String::with_capacity(48);
+    push_u64(&mut limits, limit);
+    limits.push_str(", ");
+    push_u64(&mut limits, limit);
+    limits.push_str(";w=");
+    push_u64(&mut limits, window);
     [
-        ("x-ratelimit-limit", format!("{limit}, {limit};w={window}")),
-        ("x-ratelimit-remaining", o.remaining.min(SF_INTEGER_MAX).to_string()),
-        ("x-ratelimit-reset", ceil_secs(o.reset_ms).min(SF_INTEGER_MAX).to_string()),
+        ("x-ratelimit-limit", limits),
+        ("x-ratelimit-remaining", u64_string(o.remaining.min(SF_INTEGER_MAX))),
+        ("x-ratelimit-reset", u64_string(ceil_secs(o.reset_ms).min(SF_INTEGER_MAX))),
     ]
 }
 
@@ -162,7 +156,8 @@ fn ceil_secs(ms: u64) -> u64 {
 
 /// Serializes one sf-string Item per stat, its parameters added by `params`.
 fn sf_list(items: &[PolicyStat<'_>], params: impl Fn(&mut String, &WindowOutcome)) -> String {
-    let mut out = String::new();
+    let names: usize = items.iter().map(|i| i.name.len()).sum();
+    let mut out = String::with_capacity(names.saturating_add(items.len() * 40));
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
@@ -178,7 +173,7 @@ fn push_param(out: &mut String, key: &str, value: u64) {
     out.push(';');
     out.push_str(key);
     out.push('=');
-    out.push_str(&value.min(SF_INTEGER_MAX).to_string());
+    push_u64(out, value.min(SF_INTEGER_MAX));
 }
 
 /// Appends `s` as an sf-string: `"` and `\` are backslash-escaped, and any
@@ -186,6 +181,11 @@ fn push_param(out: &mut String, key: &str, value: u64) {
 /// replaced by `?`.
 fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
+    if s.bytes().all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\') {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' | '\\' => {
@@ -272,8 +272,78 @@ mod tests {
         assert_eq!(parsed["violated_policies"][0]["policy"], name);
         assert_eq!(parsed["retry_after"], 18_446_744_073_709_552u64);
         assert!(!body.contains('\r') && !body.contains('\n'));
-        let fallback: serde_json::Value = serde_json::from_str(FALLBACK_PROBLEM).unwrap();
-        assert_eq!(fallback["status"], 429);
+    }
+
+    /// The document serde_json wrote before the body was written by hand.
+    #[derive(serde::Serialize)]
+    struct Problem<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        title: &'static str,
+        status: u16,
+        detail: String,
+        violated_policies: Vec<Violation<'a>>,
+        retry_after: u64,
+    }
+
+    #[derive(serde::Serialize)]
+    struct Violation<'a> {
+        policy: &'a str,
+        limit: u64,
+        window_ms: u64,
+        remaining: u64,
+        retry_after_ms: u64,
+    }
+
+    fn oracle(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u16) -> String {
+        let names: Vec<&str> = denied.iter().map(|s| s.name).collect();
+        let detail = if names.is_empty() {
+            String::from("rate limit exceeded")
+        } else {
+            format!("rate limit exceeded: {}", names.join(", "))
+        };
+        let violated_policies = denied
+            .iter()
+            .map(|s| Violation {
+                policy: s.name,
+                limit: s.outcome.limit,
+                window_ms: s.outcome.period_ms,
+                remaining: s.outcome.remaining,
+                retry_after_ms: s.outcome.retry_ms,
+            })
+            .collect();
+        let title = if status == 429 { "Too Many Requests" } else { "Rate Limit Exceeded" };
+        let retry_after = retry_after_secs(retry_after_ms);
+        serde_json::to_string(&Problem { kind: "about:blank", title, status, detail, violated_policies, retry_after })
+            .unwrap()
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn problem_is_byte_for_byte_what_serde_json_writes() {
+        let names = ["auth.createToken/3s", "a/1d", "", "x\"y\\z\u{1}\té😀", "rule:with-dots.and_1/250ms"];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..500 {
+            let n = usize::try_from(next() % 4).unwrap();
+            let outcomes: Vec<WindowOutcome> = (0..n)
+                .map(|_| {
+                    let pick = |v: u64| if v.is_multiple_of(3) { v } else { v % 100_000 };
+                    outcome(pick(next()), pick(next()), pick(next()), pick(next()), pick(next()))
+                })
+                .collect();
+            let stats: Vec<PolicyStat<'_>> = outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, o)| PolicyStat { name: names[(round + i) % names.len()], outcome: o })
+                .collect();
+            let (retry, status) = (next() % 10_000_000, [429, 403, 503][round % 3]);
+            assert_eq!(problem_json_with_status(&stats, retry, status), oracle(&stats, retry, status));
+        }
     }
 
     #[wasm_bindgen_test(unsupported = test)]

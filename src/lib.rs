@@ -65,6 +65,7 @@ pub mod plan;
 pub mod resp;
 pub mod response;
 pub mod store;
+pub mod text;
 pub mod worker;
 
 #[cfg(test)]

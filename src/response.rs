@@ -8,6 +8,8 @@ use crate::headers::{
     PROBLEM_CONTENT_TYPE,
 };
 use crate::limiter::{Check, Decision};
+use crate::text::u64_string;
+use std::borrow::Cow;
 
 /// Request header that tells the upstream which policies would have denied
 /// a request that shadow mode let through (`"rule/period", ...`).
@@ -17,7 +19,8 @@ pub const SHADOW_HEADER: &str = "x-tollgate-shadow-denied";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalReply {
     pub status: u32,
-    pub headers: Vec<(String, String)>,
+    /// Names are the filter's own (static: no copy per reply).
+    pub headers: Vec<(Cow<'static, str>, String)>,
     pub body: Vec<u8>,
 }
 
@@ -45,21 +48,25 @@ fn stats<'a>(names: &[&'a str], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
 /// `X-RateLimit-*` for the most constrained window. `names` are the
 /// decision's [`policy_names`].
 pub fn ratelimit_headers(config: &Config, names: &[&str], decision: &Decision) -> Vec<(String, String)> {
-    let all = stats(names, decision);
-    let mut out = Vec::new();
+    headers_of(config, &stats(names, decision)).into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
+}
+
+fn headers_of(config: &Config, all: &[PolicyStat<'_>]) -> Vec<(Cow<'static, str>, String)> {
+    // Room for every header a denial adds too (Retry-After, Content-Type).
+    let mut out = Vec::with_capacity(7);
     if all.is_empty() {
         return out;
     }
     if config.response.ratelimit_headers {
-        out.push(("ratelimit-policy".to_string(), ratelimit_policy(&all)));
-        out.push(("ratelimit".to_string(), ratelimit(&all)));
+        out.push((Cow::Borrowed("ratelimit-policy"), ratelimit_policy(all)));
+        out.push((Cow::Borrowed("ratelimit"), ratelimit(all)));
     }
     if config.response.x_ratelimit_headers {
         let tightest = all.iter().min_by(|a, b| {
             a.outcome.remaining.cmp(&b.outcome.remaining).then(b.outcome.reset_ms.cmp(&a.outcome.reset_ms))
         });
         if let Some(item) = tightest {
-            out.extend(x_ratelimit(item).into_iter().map(|(k, v)| (k.to_string(), v)));
+            out.extend(x_ratelimit(item).map(|(k, v)| (Cow::Borrowed(k), v)));
         }
     }
     out
@@ -81,16 +88,16 @@ pub fn denied(config: &Config, names: &[&str], decision: &Decision) -> LocalRepl
     let all = stats(names, decision);
     let violated: Vec<PolicyStat<'_>> = all.iter().filter(|s| s.outcome.denied()).copied().collect();
     let retry_ms = decision.retry_after_ms();
-    let mut headers = ratelimit_headers(config, names, decision);
-    headers.push(("retry-after".to_string(), retry_after_secs(retry_ms).to_string()));
+    let mut headers = headers_of(config, &all);
+    headers.push((Cow::Borrowed("retry-after"), u64_string(retry_after_secs(retry_ms))));
     let status = config.response.status;
     let body = match &config.response.body {
         Body::ProblemJson => {
-            headers.push(("content-type".to_string(), PROBLEM_CONTENT_TYPE.to_string()));
+            headers.push((Cow::Borrowed("content-type"), PROBLEM_CONTENT_TYPE.to_string()));
             problem_json_with_status(&violated, retry_ms, status).into_bytes()
         }
         Body::Text(text) => {
-            headers.push(("content-type".to_string(), "text/plain; charset=utf-8".to_string()));
+            headers.push((Cow::Borrowed("content-type"), "text/plain; charset=utf-8".to_string()));
             text.clone().into_bytes()
         }
         Body::None => Vec::new(),
@@ -105,8 +112,8 @@ pub fn overloaded() -> LocalReply {
     LocalReply {
         status: 503,
         headers: vec![
-            ("retry-after".to_string(), "1".to_string()),
-            ("content-type".to_string(), "text/plain".to_string()),
+            (Cow::Borrowed("retry-after"), "1".to_string()),
+            (Cow::Borrowed("content-type"), "text/plain".to_string()),
         ],
         body: b"rate limiter overloaded\n".to_vec(),
     }
@@ -117,8 +124,8 @@ pub fn store_unavailable() -> LocalReply {
     LocalReply {
         status: 503,
         headers: vec![
-            ("retry-after".to_string(), "1".to_string()),
-            ("content-type".to_string(), "text/plain".to_string()),
+            (Cow::Borrowed("retry-after"), "1".to_string()),
+            (Cow::Borrowed("content-type"), "text/plain".to_string()),
         ],
         body: b"rate limit store unavailable\n".to_vec(),
     }
@@ -191,7 +198,7 @@ mod tests {
         let d = decision(2_100);
         let reply = denied(&config, &policy_names(&config, &checks, &d), &d);
         assert_eq!(reply.status, 403);
-        let names: Vec<&str> = reply.headers.iter().map(|(k, _)| k.as_str()).collect();
+        let names: Vec<&str> = reply.headers.iter().map(|(k, _)| &**k).collect();
         assert_eq!(
             names,
             ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after", "content-type"]

@@ -1,8 +1,10 @@
 //! `adjust` (src/limiter/adjust.lua) against its model (`Model::adjust`) in a
 //! real Valkey, through both invocation paths, with injected time: named
-//! cases per algorithm, then random traces that mix decisions with undos,
-//! refunds and extra charges of earlier decisions. Model and Lua must agree
-//! on every reply and on the log's stored entries.
+//! cases per algorithm (counting on the response: decisions that only check,
+//! charged afterwards; reservations settled after other admissions), then
+//! random traces that mix decisions (some of rules that only check) with
+//! undos, refunds and extra charges of earlier decisions. Model and Lua must
+//! agree on every reply and on the log's stored entries.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 mod harness;
@@ -57,6 +59,62 @@ fn named_cases_agree() {
     }
 }
 
+/// Counting on the response, per algorithm and path: logins that only
+/// check on the request (`?cost`) and are charged afterwards when they
+/// fail (from 0 to 1), successes never charged; a token budget that
+/// reserves on the request and settles each reservation with its actual
+/// cost (less and more) after other requests were admitted in between.
+#[test]
+fn response_counting_cases_agree() {
+    let valkey = Valkey::start();
+    for path in Path::ALL {
+        for algorithm in Algorithm::ALL {
+            let key = |name: &str| format!("r:{{{path:?}:{name}}}:{}", algorithm.id());
+            let mut login = check(algorithm, 0, &key("login"), &[(20, 60_000), (5, 3_000)], 1);
+            login.check_only = true;
+            let mut d = Differential::via(&valkey, path);
+            let t = 1_800_000_000_000u64;
+            // Successes (even) and failures (odd), 100 ms apart: the check
+            // denies once five failures count in 3 s.
+            let mut failures = 0;
+            for i in 0..14u64 {
+                let at = t + 100 * i;
+                let decision = d.step(std::slice::from_ref(&login), at);
+                if decision.allowed && i % 2 == 1 {
+                    d.adjust(&[change(&login, 0, 1)], at, at + 20);
+                    failures += 1;
+                }
+                // The exact log denies every attempt after the fifth failure.
+                if algorithm == Algorithm::SlidingLog {
+                    assert_eq!(decision.allowed, i < 10, "{path:?}: attempt {i}");
+                }
+            }
+            assert!(failures >= 5, "{path:?} {algorithm:?}: {failures} failures charged");
+            // A request checking two rules: the one counting on the
+            // response records nothing, the other its cost.
+            let mut other = check(algorithm, 1, &key("plain"), &[(3, 1_000)], 1);
+            d.step(&[login.clone(), other.clone()], t + 5_000);
+            other.check_only = true;
+            d.step(&[login.clone(), other.clone()], t + 5_001);
+
+            // Reserve 30 of 100 per 3 s and 1000 per minute; settle later.
+            let tokens = |cost| check(algorithm, 2, &key("tokens"), &[(1_000, 60_000), (100, 3_000)], cost);
+            let t = t + 10_000;
+            let first = d.step(&[tokens(30)], t);
+            d.step(&[tokens(30)], t + 10);
+            d.step(&[tokens(30)], t + 20);
+            d.step(&[tokens(30)], t + 30); // the fourth does not fit 100
+            d.adjust(&[change(&tokens(30), 30, 12)], first.now_ms, t + 40);
+            d.step(&[tokens(30)], t + 50);
+            d.adjust(&[change(&tokens(30), 30, 55)], t + 10, t + 60);
+            d.adjust(&[change(&tokens(30), 30, 0)], t + 20, t + 70);
+            d.step(&[tokens(30)], t + 3_100);
+            d.adjust(&[change(&tokens(30), 30, 7)], t + 3_100, t + 3_200);
+            d.step(&[tokens(90)], t + 3_300);
+        }
+    }
+}
+
 /// A step: a decision of the rules in `mask`, or an adjustment of the
 /// `back`-th latest decision to `to_of(from)`.
 #[derive(Debug, Clone)]
@@ -85,13 +143,19 @@ fn to_of(choice: u8, from: u64) -> u64 {
     }
 }
 
-fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], start: u64, ops: &[(u64, Op)]) {
+/// `check_only[i]`: rule `i` counts on the response (its decisions only
+/// check, and record nothing until adjusted).
+fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], check_only: &[bool], start: u64, ops: &[(u64, Op)]) {
     static CASE: AtomicU64 = AtomicU64::new(0);
     let case = CASE.fetch_add(1, Ordering::Relaxed);
     let checks: Vec<Check> = rules
         .iter()
         .enumerate()
-        .map(|(i, r)| check(r.algorithm, i, &format!("q:{{c{case}:r{i}}}:{}", r.algorithm.id()), &r.windows, r.cost))
+        .map(|(i, r)| {
+            let mut c = check(r.algorithm, i, &format!("q:{{c{case}:r{i}}}:{}", r.algorithm.id()), &r.windows, r.cost);
+            c.check_only = check_only.get(i).copied().unwrap_or(false);
+            c
+        })
         .collect();
     let mut diff = Differential::via(valkey, path);
     // Earlier decisions: when, which checks, what each recorded.
@@ -107,7 +171,8 @@ fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], start: u64, ops: &[(u6
                     continue;
                 }
                 let d = diff.step(&chosen, now);
-                let recorded = chosen.into_iter().map(|c| (c.clone(), if d.allowed { c.cost.get() } else { 0 }));
+                let recorded =
+                    chosen.into_iter().map(|c| (c.clone(), if d.allowed && !c.check_only { c.cost.get() } else { 0 }));
                 decided.push((now, recorded.collect()));
             }
             Op::Adjust { back, to } => {
@@ -133,10 +198,15 @@ fn random_traces_with_adjustments_agree() {
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
         ..ProptestConfig::default()
     });
-    let strategy = (prop::collection::vec(rule(), 1..=4), 1_600_000_000_000u64..1_900_000_000_000, ops());
-    let result = runner.run(&strategy, |(rules, start, ops)| {
+    let strategy = (
+        prop::collection::vec(rule(), 1..=4),
+        prop::collection::vec(any::<bool>(), 4),
+        1_600_000_000_000u64..1_900_000_000_000,
+        ops(),
+    );
+    let result = runner.run(&strategy, |(rules, check_only, start, ops)| {
         for path in Path::ALL {
-            run_trace(&valkey, path, &rules, start, &ops);
+            run_trace(&valkey, path, &rules, &check_only, start, &ops);
         }
         Ok(())
     });

@@ -18,6 +18,13 @@ use support::{wait_until, Envoy, EnvoyOptions, Valkey};
 
 const CONNECTIONS: usize = 2_048;
 
+/// One flood at a time: two at once on two cores would measure each other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn seconds() -> u64 {
     std::env::var("TOLLGATE_FLOOD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5)
 }
@@ -48,6 +55,7 @@ fn flood(envoy: &Envoy, tag: &'static str, seconds: u64) -> Arc<support::flood::
 
 #[test]
 fn a_flood_on_a_healthy_store_is_decided_by_the_store_and_never_admitted_unchecked() {
+    let _alone = alone();
     raise_fd_limit();
     let seconds = seconds();
     for workers in [1, 2] {
@@ -99,6 +107,7 @@ fn local_config() -> String {
 /// back to it within a second.
 #[test]
 fn a_store_killed_in_a_flood_is_stood_in_for_by_the_local_limiter() {
+    let _alone = alone();
     raise_fd_limit();
     let mut valkey = Valkey::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let envoy =

@@ -19,6 +19,14 @@ use support::{wait_until, Envoy, EnvoyOptions, Valkey};
 
 const WORKERS: u32 = 1;
 
+/// One load at a time: the steady load's throughput ratio would measure the
+/// other test's load as well.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn seconds() -> u64 {
     std::env::var("TOLLGATE_NETNS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12)
 }
@@ -61,6 +69,7 @@ fn steady_new_users(envoy: &Envoy, threads: usize, seconds: u64) -> Vec<Answer> 
 
 #[test]
 fn over_a_real_link_one_stream_carries_every_decision_without_churn() {
+    let _alone = alone();
     let pair = NetPair::create();
     let valkey = Valkey::start_in(&pair.valkey_ns, &pair.valkey_ip);
     let config = r#"{
@@ -123,6 +132,7 @@ fn limit(thread: usize) -> u64 {
 
 #[test]
 fn a_silently_cut_link_is_declared_dead_and_replaced_and_no_reply_goes_astray() {
+    let _alone = alone();
     const THREADS: usize = 4;
     let mut pair = NetPair::create();
     let _valkey = Valkey::start_in(&pair.valkey_ns, &pair.valkey_ip);

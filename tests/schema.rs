@@ -119,6 +119,15 @@ fn shipped_configurations_pass() {
 /// (relations between values, regex syntax, the environment, exact numbers).
 const VALIDATOR_ONLY: &[&str] = &[
     "cost-above-limit",
+    "count-cost-log-limits",
+    "count-cost-with-rule-cost",
+    "count-reserve-default-above-limit",
+    "count-reserve-default-with-units",
+    "count-reserve-gcra",
+    "count-reserve-log-limits",
+    "count-reserve-units-above-limit",
+    "count-reserve-units-log-cap",
+    "count-status-range-reversed",
     "cost-too-large-for-log",
     "duplicate-field",
     "match-header-regex-invalid",

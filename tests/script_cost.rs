@@ -38,6 +38,9 @@ enum Case {
     Denied,
     /// The first decision on a key, with Valkey's clock.
     NewServerClock,
+    /// A decision that only checks (`?1`: a rule counted on the response),
+    /// on a key in use as in `InUse`: admitted, nothing recorded.
+    CheckOnly,
 }
 
 fn invocation(path: Path) -> (Invocation, &'static str) {
@@ -64,7 +67,7 @@ fn commands_per_decision(
     for i in 0..DECISIONS {
         match case {
             Case::New | Case::NewServerClock => {}
-            Case::InUse => fill.extend([(rule(i, 1), Some(T0 - 2)), (rule(i, 1), Some(T0 - 1))]),
+            Case::InUse | Case::CheckOnly => fill.extend([(rule(i, 1), Some(T0 - 2)), (rule(i, 1), Some(T0 - 1))]),
             Case::Denied => {
                 let full = windows.iter().map(|w| w.0).min().unwrap();
                 fill.push((rule(i, full), Some(T0 - 1)));
@@ -72,7 +75,13 @@ fn commands_per_decision(
         }
     }
     let now = if case == Case::NewServerClock { None } else { Some(T0) };
-    let measured: Vec<(Vec<Check>, Option<u64>)> = (0..DECISIONS).map(|i| (rule(i, 1), now)).collect();
+    let measured: Vec<(Vec<Check>, Option<u64>)> = (0..DECISIONS)
+        .map(|i| {
+            let mut checks = rule(i, 1);
+            checks.iter_mut().for_each(|c| c.check_only = case == Case::CheckOnly);
+            (checks, now)
+        })
+        .collect();
     for (reply, (checks, _)) in conn.calls(limiter(), how, &fill).iter().zip(&fill) {
         assert!(reply::parse(reply, checks).unwrap().allowed, "{path:?} {algorithm:?} {case:?}: filling");
     }
@@ -105,6 +114,10 @@ fn expected(algorithm: Algorithm, windows: usize, case: Case) -> Vec<(&'static s
             ("pexpire", 1.0),
             ("zrangebyscore", 1.0),
         ],
+        // Count every window; nothing recorded; one oldest entry for reset.
+        (Algorithm::SlidingLog, Case::CheckOnly) => {
+            vec![("zremrangebyscore", 1.0), ("zcount", windows as f64), ("zrangebyscore", 1.0)]
+        }
         // The denying window waits for its oldest entry (also its reset; the
         // other window counts the same entries).
         (Algorithm::SlidingLog, Case::Denied) => {
@@ -112,7 +125,7 @@ fn expected(algorithm: Algorithm, windows: usize, case: Case) -> Vec<(&'static s
         }
         // The hash algorithms: one HMGET for all windows, HSET + PEXPIRE when
         // admitted.
-        (_, Case::Denied) => vec![("hmget", 1.0)],
+        (_, Case::Denied | Case::CheckOnly) => vec![("hmget", 1.0)],
         (_, _) => vec![("hmget", 1.0), ("hset", 1.0), ("pexpire", 1.0)],
     };
     if case == Case::NewServerClock {
@@ -143,6 +156,8 @@ fn commands_per_decision_are_exactly_these() {
                 (ONE, Case::Denied),
                 (TWO, Case::Denied),
                 (TWO, Case::NewServerClock),
+                (ONE, Case::CheckOnly),
+                (TWO, Case::CheckOnly),
             ] {
                 let got = commands_per_decision(&mut conn, path, algorithm, windows, case);
                 let got: Vec<(&str, f64)> = got.iter().map(|(k, v)| (k.as_str(), *v)).collect();

@@ -40,6 +40,7 @@ impl Host for Recorder {
     fn admit(&mut self, id: u32, _: Option<&str>) {
         self.answered.push(id);
     }
+    fn resume_response(&mut self, _: u32, _: &[(String, String)]) {}
     fn reply(&mut self, id: u32, reply: &LocalReply) {
         assert!(reply.status >= 400);
         self.answered.push(id);

@@ -297,6 +297,7 @@ fn headers(config: &Config, index: usize, rule: &Rule) -> String {
         windows: rule.limits.iter().map(|l| Window { limit: l.limit, period_ms: l.period.ms() }).collect(),
         cost: rule.cost,
         algorithm: rule.algorithm,
+        check_only: false,
     };
     let checks = [check];
     let mut model = Model::new();

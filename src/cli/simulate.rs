@@ -60,6 +60,7 @@ impl Host for SimHost {
     fn reply(&mut self, id: u32, reply: &LocalReply) {
         self.replies.push((id, reply.clone()));
     }
+    fn resume_response(&mut self, _: u32, _: &[(String, String)]) {}
     fn remove_request_header(&mut self, _: &str) {}
     fn count(&mut self, _: Stat, _: u64) {}
     fn gauge(&mut self, _: Gauge, _: i64) {}
@@ -96,7 +97,18 @@ impl Simulator {
         let id = self.next_id;
         let now = request.time_ms;
         let headers = ResponseHeaders::default();
-        let flow = self.worker.on_request(&mut self.host, id, request, now, headers.clone());
+        let mut flow = self.worker.on_request(&mut self.host, id, request, now, headers.clone());
+        if flow == Flow::ReadBody {
+            // Traces carry no bodies: a body reservation takes its default.
+            flow = self.worker.on_request_body(&mut self.host, id, &[], true, now);
+        }
+        let response = self.decided(id, flow, now, &headers);
+        // Responses are not simulated: what a request reserved stands.
+        self.worker.on_gone(id);
+        response
+    }
+
+    fn decided(&mut self, id: u32, flow: Flow, now: u64, headers: &ResponseHeaders) -> Response {
         if flow == Flow::Continue {
             return Response { status: 200, headers: headers.take(), body: Vec::new(), shadow_denied: Vec::new() };
         }
@@ -109,12 +121,12 @@ impl Simulator {
                 let reply = self.store.answer(&sent, now);
                 self.worker.on_stream_message(&mut self.host, stream, &reply, now);
             }
-            if let Some(response) = self.answer(id, &headers) {
+            if let Some(response) = self.answer(id, headers) {
                 return response;
             }
         }
         let reply = crate::response::store_unavailable();
-        Response { status: reply.status, headers: reply.headers, body: reply.body, shadow_denied: Vec::new() }
+        Response { status: reply.status, headers: owned(reply.headers), body: reply.body, shadow_denied: Vec::new() }
     }
 
     fn answer(&mut self, id: u32, headers: &ResponseHeaders) -> Option<Response> {
@@ -125,8 +137,17 @@ impl Simulator {
         }
         let i = self.host.replies.iter().position(|(r, _)| *r == id)?;
         let (_, reply) = self.host.replies.swap_remove(i);
-        Some(Response { status: reply.status, headers: reply.headers, body: reply.body, shadow_denied: Vec::new() })
+        Some(Response {
+            status: reply.status,
+            headers: owned(reply.headers),
+            body: reply.body,
+            shadow_denied: Vec::new(),
+        })
     }
+}
+
+fn owned(headers: Vec<(std::borrow::Cow<'static, str>, String)>) -> Vec<(String, String)> {
+    headers.into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
 }
 
 /// The policy names of every rule some request of the trace matches, in

@@ -73,6 +73,20 @@ pub struct HeaderMatch {
     pub invert: bool,
 }
 
+impl HeaderMatch {
+    /// Whether the condition holds for the header's `value` (`None`: absent).
+    pub fn holds(&self, value: Option<&[u8]>) -> bool {
+        let holds = match (&self.condition, value) {
+            (HeaderCondition::Present(expected), v) => v.is_some() == *expected,
+            (_, None) => false,
+            (HeaderCondition::Exact(e), Some(v)) => v == e.as_bytes(),
+            (HeaderCondition::Prefix(p), Some(v)) => v.starts_with(p.as_bytes()),
+            (HeaderCondition::Regex(r), Some(v)) => r.is_match(v),
+        };
+        holds != self.invert
+    }
+}
+
 /// What a header must satisfy. A condition on the value never holds when the
 /// header is absent (before `invert`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,7 +160,7 @@ fn pattern(path: &str, source: &str) -> Result<Pattern, ConfigError> {
     })
 }
 
-fn header_match(path: &str, raw: RawHeaderMatch) -> Result<HeaderMatch, ConfigError> {
+pub(crate) fn header_match(path: &str, raw: RawHeaderMatch) -> Result<HeaderMatch, ConfigError> {
     let name = header_name(&format!("{path}.name"), &raw.name)?;
     let mut conditions = Vec::new();
     if let Some(p) = raw.present {

@@ -69,6 +69,7 @@
 
 mod access;
 mod binding;
+mod count;
 mod duration;
 mod error;
 mod keys;
@@ -95,6 +96,10 @@ pub use crate::limiter::Algorithm;
 pub use access::{
     Auth, ClusterModeConfig, Secret, SentinelConfig, DEFAULT_CLUSTER_REFRESH_MS, DEFAULT_SENTINEL_REFRESH_MS,
     MAX_CLUSTER_REFRESH_MS, MAX_SENTINEL_REFRESH_MS,
+};
+pub use count::{
+    CostSource, Count, JsonPath, Reserve, StatusRange, DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES_BOUNDS,
+    MAX_JSON_PATH_BYTES, MAX_JSON_PATH_SEGMENTS,
 };
 pub use error::ConfigError;
 pub use keys::{KeyPart, KeySource, OnMissing, Prefixes, MAX_KEY_PARTS, MAX_LITERAL_BYTES, MAX_PROPERTY_SEGMENTS};
@@ -170,6 +175,10 @@ pub struct Config {
     /// Keys remembered as denied per worker (0 disables; default
     /// [`DEFAULT_DENIAL_CACHE_KEYS`]).
     pub denial_cache_keys: usize,
+    /// The most bytes of a request or response body read for a reservation
+    /// or a cost ([`MAX_BODY_BYTES_BOUNDS`], default
+    /// [`DEFAULT_MAX_BODY_BYTES`]).
+    pub max_body_bytes: usize,
     /// Test-only switches; all off unless configured.
     pub testing: Testing,
 }
@@ -306,6 +315,9 @@ pub struct Rule {
     /// How the rule's buckets count (`sliding_log` unless configured).
     pub algorithm: Algorithm,
     /// Units one request consumes in every window (1..=every window's limit).
+    /// With `count`: the units a counted response costs when the response
+    /// does not say, and what a request without a reservation must find
+    /// room for.
     pub cost: NonZeroU64,
     /// Shadow rule: decides and consumes as if enforced, but never denies.
     pub shadow: bool,
@@ -313,6 +325,10 @@ pub struct Rule {
     /// the rule's keys, so that rules tagged by the same value share a
     /// Valkey Cluster slot; `None`: the tag is the rule name and every part.
     pub hash_tag: Option<usize>,
+    /// Counted on the response (`count`): only some responses, or a cost
+    /// the response reports, with an optional reservation on the request.
+    /// `None`: counted on the request, `cost` units.
+    pub count: Option<Count>,
     /// The policy name of each window, `"<name>/<period label>"` (as in the
     /// `RateLimit` headers), built once here instead of on every request.
     pub policy_names: Vec<String>,

@@ -23,6 +23,7 @@ pub(crate) struct RawConfig {
     pub(crate) response: Option<RawResponse>,
     pub(crate) shadow: Option<bool>,
     pub(crate) denial_cache_max_keys: Option<Option<u64>>,
+    pub(crate) max_body_bytes: Option<u64>,
     pub(crate) testing: Option<RawTesting>,
 }
 
@@ -75,6 +76,32 @@ pub(crate) struct RawRule {
     pub(crate) cost: Option<Number>,
     pub(crate) shadow: Option<bool>,
     pub(crate) hash_tag: Option<u64>,
+    pub(crate) count: Option<RawCount>,
+}
+
+/// `rules[i].count`.
+#[derive(Debug)]
+pub(crate) struct RawCount {
+    pub(crate) status: Option<Vec<Loose>>,
+    pub(crate) header: Option<RawHeaderMatch>,
+    pub(crate) reserve: Option<RawReserve>,
+    pub(crate) cost: Option<RawCost>,
+}
+
+/// `rules[i].count.reserve`.
+#[derive(Debug)]
+pub(crate) struct RawReserve {
+    pub(crate) units: Option<Number>,
+    pub(crate) header: Option<String>,
+    pub(crate) body: Option<String>,
+    pub(crate) default: Option<Number>,
+}
+
+/// `rules[i].count.cost`.
+#[derive(Debug)]
+pub(crate) struct RawCost {
+    pub(crate) header: Option<String>,
+    pub(crate) body: Option<String>,
 }
 
 /// `rules[i].match`.
@@ -178,6 +205,7 @@ impl RawConfig {
             response: f.obj("response").map(RawResponse::from_fields),
             shadow: f.bool("shadow"),
             denial_cache_max_keys: f.obj("denial_cache").map(|mut c| c.u64("max_keys")),
+            max_body_bytes: f.u64("max_body_bytes"),
             testing: f.obj("testing").map(|mut t| RawTesting { now_header: t.str("now_header") }),
         })
     }
@@ -236,6 +264,23 @@ impl RawRule {
         let limits = objects(f.arr("limits"))
             .map(|mut l| Some(RawLimit { limit: l.number("limit")?, period: l.duration("period")? }))
             .collect::<Option<_>>()?;
+        let count = match f.obj("count") {
+            None => None,
+            Some(mut c) => Some(RawCount {
+                status: c.loose_items("status"),
+                header: match c.obj("header") {
+                    None => None,
+                    Some(h) => Some(RawHeaderMatch::from_fields(h)?),
+                },
+                reserve: c.obj("reserve").map(|mut r| RawReserve {
+                    units: r.number("units"),
+                    header: r.str("header"),
+                    body: r.str("body"),
+                    default: r.number("default"),
+                }),
+                cost: c.obj("cost").map(|mut k| RawCost { header: k.str("header"), body: k.str("body") }),
+            }),
+        };
         Some(RawRule {
             name: f.str("name")?,
             matcher,
@@ -245,6 +290,7 @@ impl RawRule {
             cost: f.number("cost"),
             shadow: f.bool("shadow"),
             hash_tag: f.u64("hash_tag"),
+            count,
         })
     }
 }

@@ -24,6 +24,7 @@ pub(crate) enum Node {
     Bool(bool),
     /// `Kind::Number`, `Kind::U64` and `Kind::U32` (the last two in range).
     Num(Number),
+    /// `Kind::Duration` and `Kind::Any`: any JSON value, checked later.
     Duration(Loose),
     Obj(Fields),
     Arr(Vec<Node>),
@@ -111,6 +112,12 @@ impl Fields {
             Node::Arr(items) => Some(items),
             _ => None,
         }
+    }
+
+    /// A `Kind::Arr(&Kind::Any)` field.
+    pub(crate) fn loose_items(&mut self, name: &str) -> Option<Vec<Loose>> {
+        let items = self.arr(name)?;
+        Some(items.into_iter().filter_map(|n| if let Node::Duration(l) = n { Some(l) } else { None }).collect())
     }
 
     /// A `Kind::Arr(&Kind::Str)` field.
@@ -257,7 +264,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
         match self.kind {
             _ if self.optional => Ok(None),
-            Kind::Duration => Ok(Some(Node::Duration(Loose::Null))),
+            Kind::Duration | Kind::Any => Ok(Some(Node::Duration(Loose::Null))),
             _ => self.wrong_type(Found::Null),
         }
     }
@@ -265,7 +272,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Self::Value, E> {
         match self.kind {
             Kind::Bool => Ok(Some(Node::Bool(b))),
-            Kind::Duration => Ok(Some(Node::Duration(Loose::Bool(b)))),
+            Kind::Duration | Kind::Any => Ok(Some(Node::Duration(Loose::Bool(b)))),
             _ => self.wrong_type(Found::Bool(b)),
         }
     }
@@ -274,7 +281,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
         match self.kind {
             Kind::U32 if u32::try_from(n).is_err() => self.wrong_value(Found::Unsigned(n)),
             Kind::U64 | Kind::U32 | Kind::Number => Ok(Some(Node::Num(n.into()))),
-            Kind::Duration => Ok(Some(Node::Duration(Loose::Num(n.into())))),
+            Kind::Duration | Kind::Any => Ok(Some(Node::Duration(Loose::Num(n.into())))),
             _ => self.wrong_type(Found::Unsigned(n)),
         }
     }
@@ -284,7 +291,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
             (Kind::U64 | Kind::U32, Ok(n)) => self.visit_u64(n),
             (Kind::U64 | Kind::U32, Err(_)) => self.wrong_value(Found::Signed(n)),
             (Kind::Number, _) => Ok(Some(Node::Num(n.into()))),
-            (Kind::Duration, _) => Ok(Some(Node::Duration(Loose::Num(n.into())))),
+            (Kind::Duration | Kind::Any, _) => Ok(Some(Node::Duration(Loose::Num(n.into())))),
             _ => self.wrong_type(Found::Signed(n)),
         }
     }
@@ -292,8 +299,8 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<Self::Value, E> {
         match (self.kind, Number::from_f64(x)) {
             (Kind::Number, Some(n)) => Ok(Some(Node::Num(n))),
-            (Kind::Duration, Some(n)) => Ok(Some(Node::Duration(Loose::Num(n)))),
-            (Kind::Duration, None) => Ok(Some(Node::Duration(Loose::Null))),
+            (Kind::Duration | Kind::Any, Some(n)) => Ok(Some(Node::Duration(Loose::Num(n)))),
+            (Kind::Duration | Kind::Any, None) => Ok(Some(Node::Duration(Loose::Null))),
             _ => self.wrong_type(Found::Float(x)),
         }
     }
@@ -301,7 +308,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
         match self.kind {
             Kind::Str | Kind::StrOrObj(_) => Ok(Some(Node::Str(s.to_owned()))),
-            Kind::Duration => Ok(Some(Node::Duration(Loose::Str(s.to_owned())))),
+            Kind::Duration | Kind::Any => Ok(Some(Node::Duration(Loose::Str(s.to_owned())))),
             _ => self.wrong_type(Found::Str(s)),
         }
     }
@@ -309,7 +316,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let element = match self.kind {
             Kind::Arr(element) => *element,
-            Kind::Duration => {
+            Kind::Duration | Kind::Any => {
                 // Read through the same seed, so serde_json's recursion
                 // limit applies to nested values as everywhere else.
                 while seq.next_element_seed(self)?.is_some() {}
@@ -334,7 +341,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         match self.kind {
             Kind::Obj(shape) | Kind::StrOrObj(shape) => Ok(Some(Node::Obj(self.fields(shape, map)?))),
-            Kind::Duration => {
+            Kind::Duration | Kind::Any => {
                 while map.next_key::<IgnoredAny>()?.is_some() {
                     map.next_value_seed(self)?;
                 }

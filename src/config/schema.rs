@@ -103,6 +103,7 @@ fn kind_schema(kind: Kind, path: &str) -> Value {
         Kind::U32 => json!({ "type": "integer", "minimum": 0, "maximum": u32::MAX }),
         Kind::Number => json!({ "type": "number" }),
         Kind::Duration => json!({ "$ref": "#/$defs/duration" }),
+        Kind::Any => json!({}),
         Kind::Obj(shape) => object_schema(shape, path),
         Kind::Arr(item) => json!({ "type": "array", "items": kind_schema(*item, &format!("{path}[]")) }),
         Kind::StrOrObj(shape) => {

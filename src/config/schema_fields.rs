@@ -9,9 +9,10 @@ use serde_json::{json, Map, Value};
 
 use super::{
     Algorithm, Bounds, DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_LOCAL_KEYS, DEFAULT_MAX_BATCH,
-    DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_QUEUE, DENIAL_CACHE_KEYS_BOUNDS, LOCAL_KEYS_BOUNDS, MAX_ACCESS_NAME_BYTES,
-    MAX_BATCH_BOUNDS, MAX_CLUSTER_BYTES, MAX_HEADER_MATCHES, MAX_IN_FLIGHT_BOUNDS, MAX_KEY_PARTS, MAX_LIMIT,
-    MAX_LITERAL_BYTES, MAX_NAME_CHARS, MAX_PROPERTY_SEGMENTS, MAX_QUEUE_BOUNDS, MAX_TEXT_BYTES, MAX_WINDOWS,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_QUEUE, DENIAL_CACHE_KEYS_BOUNDS, LOCAL_KEYS_BOUNDS,
+    MAX_ACCESS_NAME_BYTES, MAX_BATCH_BOUNDS, MAX_BODY_BYTES_BOUNDS, MAX_CLUSTER_BYTES, MAX_HEADER_MATCHES,
+    MAX_IN_FLIGHT_BOUNDS, MAX_JSON_PATH_BYTES, MAX_KEY_PARTS, MAX_LIMIT, MAX_LITERAL_BYTES, MAX_NAME_CHARS,
+    MAX_PROPERTY_SEGMENTS, MAX_QUEUE_BOUNDS, MAX_TEXT_BYTES, MAX_WINDOWS,
 };
 
 /// A duration string.
@@ -20,6 +21,10 @@ pub(crate) const DURATION_PATTERN: &str = "^[0-9]+(ms|s|m|h|d)$";
 const NAME_PATTERN: &str = "^[A-Za-z0-9._:-]+$";
 /// No whitespace or control characters (cluster names, users, master names).
 const TOKEN_PATTERN: &str = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]+$";
+/// A status range of `count.status`.
+const STATUS_RANGE_PATTERN: &str = "^[1-5][0-9][0-9](-[1-5][0-9][0-9])?$";
+/// A JSON path: 1 to 16 fields (or array indices) separated by dots.
+const JSON_PATH_PATTERN: &str = "^[^.]+(\\.[^.]+){0,15}$";
 /// An HTTP field name, or a pseudo-header.
 const HEADER_PATTERN: &str = "^:?[A-Za-z0-9!#$%&'*+.^_`|~-]+$";
 
@@ -218,6 +223,48 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
         "rules[].hash_tag" => {
             json!({ "description": "The index of the key part whose value alone is the hash tag of the rule's keys: rules tagged by the same value share a Valkey Cluster slot, so one call decides them together. Left out, the tag is the rule name and every part.", "maximum": MAX_KEY_PARTS - 1 })
         }
+        "rules[].count" => {
+            json!({ "description": "Count what the response says: only some statuses or responses with a header, a cost the response reports, and an optional reservation on the request that the response settles. A request is still denied when the rule's windows are full." })
+        }
+        "rules[].count.status" => {
+            json!({ "description": "Only responses with one of these statuses count: a code, or a range \"first-last\". Left out: every status.", "minItems": 1 })
+        }
+        "rules[].count.status[]" => json!({ "anyOf": [
+            { "type": "integer", "minimum": 100, "maximum": 599 },
+            { "type": "string", "pattern": STATUS_RANGE_PATTERN }
+        ] }),
+        "rules[].count.header" => {
+            json!({ "description": "Only responses whose headers satisfy this condition count." })
+        }
+        "rules[].count.header{}" => exactly_one(&["present", "exact", "prefix", "regex"]),
+        "rules[].count.header.name" => header("The response header's name."),
+        "rules[].count.header.present" => json!({ "description": "true: the header exists; false: it does not." }),
+        "rules[].count.header.exact" => json!({ "description": "The value equals this." }),
+        "rules[].count.header.prefix" => json!({ "description": "The value starts with this." }),
+        "rules[].count.header.regex" => json!({ "description": "A regular expression the whole value must match." }),
+        "rules[].count.header.invert" => json!({ "description": "Negates the condition.", "default": false }),
+        "rules[].count.reserve" => {
+            json!({ "description": "Units recorded on the request, in every window, for the response to settle (refund or extra charge). Not with gcra." })
+        }
+        "rules[].count.reserve{}" => exactly_one(&["units", "header", "body"]),
+        "rules[].count.reserve.units" => {
+            json!({ "description": "A fixed reservation: 1 to the rule's smallest limit.", "type": "integer", "minimum": 1, "maximum": MAX_LIMIT })
+        }
+        "rules[].count.reserve.header" => header("A request header holding the reservation (an integer)."),
+        "rules[].count.reserve.body" => {
+            json!({ "description": "A JSON path into the request body holding the reservation (an integer), e.g. max_tokens.", "pattern": JSON_PATH_PATTERN, "maxLength": MAX_JSON_PATH_BYTES })
+        }
+        "rules[].count.reserve.default" => {
+            json!({ "description": "The reservation when the header or field is missing or not an integer. Default: the rule's smallest limit.", "type": "integer", "minimum": 1, "maximum": MAX_LIMIT })
+        }
+        "rules[].count.cost" => {
+            json!({ "description": "Where the response says what the request cost; left out, the rule's cost." })
+        }
+        "rules[].count.cost{}" => exactly_one(&["header", "body"]),
+        "rules[].count.cost.header" => header("A response header holding the cost (an integer)."),
+        "rules[].count.cost.body" => {
+            json!({ "description": "A JSON path into the response body (or the last data: event of a text/event-stream body carrying it) holding the cost, e.g. usage.total_tokens.", "pattern": JSON_PATH_PATTERN, "maxLength": MAX_JSON_PATH_BYTES })
+        }
         "response" => json!({ "description": "How denials are answered and which headers are added." }),
         "response.status" => {
             json!({ "description": "Status of a denial.", "minimum": 400, "maximum": 599, "default": 429 })
@@ -241,6 +288,11 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             "Keys remembered per worker; 0 disables the cache.",
             DEFAULT_DENIAL_CACHE_KEYS,
             DENIAL_CACHE_KEYS_BOUNDS,
+        ),
+        "max_body_bytes" => count(
+            "The most bytes of a request or response body read for a reservation or a cost; past it, the reservation's default (request) or the reservation (response) is used.",
+            DEFAULT_MAX_BODY_BYTES,
+            MAX_BODY_BYTES_BOUNDS,
         ),
         "testing" => json!({ "description": "Tests only: never set in production." }),
         "testing.now_header" => {

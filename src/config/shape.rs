@@ -22,6 +22,8 @@ pub(crate) enum Kind {
     Number,
     /// A duration: any JSON value, read later by `primitives::duration`.
     Duration,
+    /// Any JSON value, read later (a status code or a range of them).
+    Any,
     /// An object of this shape.
     Obj(&'static Shape),
     /// A string, or an object of this shape.
@@ -40,6 +42,7 @@ impl Kind {
             Kind::U32 => "u32",
             Kind::Number => "a JSON number",
             Kind::Duration => "a duration",
+            Kind::Any => "any value",
             Kind::Obj(_) => "an object",
             Kind::StrOrObj(_) => "a string or an object",
             Kind::Arr(_) => "an array",
@@ -89,6 +92,7 @@ pub(crate) const CONFIG: Shape = Shape {
         opt("response", Kind::Obj(&RESPONSE)),
         opt("shadow", Kind::Bool),
         opt("denial_cache", Kind::Obj(&DENIAL_CACHE)),
+        opt("max_body_bytes", Kind::U64),
         opt("testing", Kind::Obj(&TESTING)),
     ],
 };
@@ -130,8 +134,32 @@ pub(crate) const RULE: Shape = Shape {
         opt("cost", Kind::Number),
         opt("shadow", Kind::Bool),
         opt("hash_tag", Kind::U64),
+        opt("count", Kind::Obj(&COUNT)),
     ],
 };
+
+const ANY: Kind = Kind::Any;
+
+/// `rules[].count`: the rule counts what the response says.
+pub(crate) const COUNT: Shape = Shape {
+    fields: &[
+        opt("status", Kind::Arr(&ANY)),
+        opt("header", Kind::Obj(&HEADER_MATCH)),
+        opt("reserve", Kind::Obj(&RESERVE)),
+        opt("cost", Kind::Obj(&COST)),
+    ],
+};
+
+pub(crate) const RESERVE: Shape = Shape {
+    fields: &[
+        opt("units", Kind::Number),
+        opt("header", Kind::Str),
+        opt("body", Kind::Str),
+        opt("default", Kind::Number),
+    ],
+};
+
+pub(crate) const COST: Shape = Shape { fields: &[opt("header", Kind::Str), opt("body", Kind::Str)] };
 
 const STR: Kind = Kind::Str;
 const HEADER_MATCH_OBJ: Kind = Kind::Obj(&HEADER_MATCH);

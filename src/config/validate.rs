@@ -2,7 +2,7 @@
 //! types.
 //!
 //! Sections are checked in document order (`valkey`, `failure_mode`, each
-//! rule, `response`, `denial_cache`, `testing`); each reports its first
+//! rule, `response`, `denial_cache`, `max_body_bytes`, `testing`); each reports its first
 //! problem, and every section and rule is checked, so one pass finds one
 //! error per section and per rule. [`Config::from_json`] returns the first.
 
@@ -14,6 +14,7 @@ use serde_json::Number;
 
 use super::access::{auth, cluster_mode, sentinel};
 use super::binding::useless_window;
+use super::count::count;
 use super::error::ConfigError;
 use super::keys::key;
 use super::matching::matcher;
@@ -26,6 +27,7 @@ use super::{
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_QUEUE, DEFAULT_TIMEOUT_MS, DENIAL_CACHE_KEYS_BOUNDS, LOCAL_KEYS_BOUNDS,
     MAX_BATCH_BOUNDS, MAX_IN_FLIGHT_BOUNDS, MAX_LOG_COST, MAX_PERIOD_MS, MAX_QUEUE_BOUNDS, MAX_TIMEOUT_MS, MAX_WINDOWS,
 };
+use super::{DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES_BOUNDS};
 
 /// Spelling of [`MAX_TIMEOUT_MS`] in messages.
 pub(crate) const MAX_TIMEOUT_LABEL: &str = "60s";
@@ -53,6 +55,10 @@ pub(crate) fn config(
             DENIAL_CACHE_KEYS_BOUNDS,
         ),
     );
+    let max_body_bytes = keep(
+        errors,
+        bounded_count("max_body_bytes", raw.max_body_bytes, DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES_BOUNDS),
+    );
     let testing = keep(errors, testing(raw.testing));
     Some(Config {
         valkey: valkey?,
@@ -63,6 +69,7 @@ pub(crate) fn config(
         response: response?,
         shadow: raw.shadow.unwrap_or(false),
         denial_cache_keys: denial_cache_keys?,
+        max_body_bytes: max_body_bytes?,
         testing: testing?,
     })
 }
@@ -179,12 +186,20 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
     let key = key(i, raw.key)?;
     let limits = limits(i, raw.limits)?;
     let algorithm = algorithm(i, raw.algorithm)?;
+    let cost_given = raw.cost.is_some();
     let cost = cost(i, raw.cost.as_ref(), algorithm, &limits)?;
     windows_fit(i, algorithm, cost, &limits)?;
     let shadow = raw.shadow.unwrap_or(false);
     let hash_tag = hash_tag(i, raw.hash_tag, key.len())?;
+    let count = count(i, raw.count, algorithm, &limits)?;
+    if cost_given && count.as_ref().is_some_and(|c| c.cost.is_some()) {
+        return fail(
+            format!("rules[{i}].cost"),
+            format!("does not apply with rules[{i}].count.cost: the response says what a request costs"),
+        );
+    }
     let policy_names = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
-    Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, hash_tag, policy_names })
+    Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, hash_tag, count, policy_names })
 }
 
 /// `rules[i].hash_tag`: the index of one of the rule's `parts` key parts.

@@ -3,10 +3,10 @@
 //! another request than the one whose callback runs make it the effective
 //! context first and give the callback's own context back after.
 
+use super::hostcalls;
 use super::metrics::Metrics;
 use crate::response::{LocalReply, SHADOW_HEADER};
 use crate::worker::{Gauge, Host, Level, Stat};
-use proxy_wasm::hostcalls;
 use proxy_wasm::types::MapType;
 use std::time::Duration;
 
@@ -68,9 +68,27 @@ impl Host for EnvoyHost<'_> {
 
     fn reply(&mut self, id: u32, reply: &LocalReply) {
         self.on(id, || {
-            let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (&**k, v.as_str())).collect();
             if let Err(status) = hostcalls::send_http_response(reply.status, headers, Some(&reply.body)) {
                 log::warn!("tollgate: could not send local reply: {status:?}");
+            }
+        });
+    }
+
+    fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {
+        let current = self.current;
+        self.on(id, || {
+            for (name, value) in headers {
+                if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
+                    log::warn!("tollgate: could not add response header {name}: {status:?}");
+                }
+            }
+            // A response released in its own callback goes on by returning
+            // Continue.
+            if id != current {
+                if let Err(status) = hostcalls::resume_http_response() {
+                    log::warn!("tollgate: could not resume response: {status:?}");
+                }
             }
         });
     }

@@ -1,15 +1,15 @@
 //! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
 //! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
 //! Handles are defined once per worker VM at configuration time: their number
-//! is bounded: 4 per rule, 25 others, one per [`FailureKind`] (12) and one
-//! per [`Reset`] (6); plus `tollgate.config.errors`, defined only when a
-//! configuration is refused.
+//! is bounded: 4 per rule (9 for a rule with `count`), 27 others, one per
+//! [`FailureKind`] (12) and one per [`Reset`] (6); plus
+//! `tollgate.config.errors`, defined only when a configuration is refused.
 
+use super::hostcalls;
 use crate::config::Config;
 use crate::store::FailureKind;
 use crate::worker::respond::RuleOutcome;
-use crate::worker::{Gauge, Reset, Stat};
-use proxy_wasm::hostcalls;
+use crate::worker::{CountStat, Gauge, Reset, Stat};
 use proxy_wasm::types::MetricType;
 
 /// Handles of one rule's counters.
@@ -19,6 +19,8 @@ struct RuleMetrics {
     denied: Option<u32>,
     shadow_denied: Option<u32>,
     skipped: Option<u32>,
+    /// Only for a rule with `count`, in [`CountStat::ALL`] order.
+    count: [Option<u32>; CountStat::ALL.len()],
 }
 
 /// Every metric handle of the filter (a missing handle is simply not counted).
@@ -38,6 +40,8 @@ pub struct Metrics {
     store_requests: Option<u32>,
     cache_hits: Option<u32>,
     overloaded: Option<u32>,
+    body_too_large: Option<u32>,
+    hold_expired: Option<u32>,
     sentinel_lookups: Option<u32>,
     sentinel_failures: Option<u32>,
     sentinel_switches: Option<u32>,
@@ -87,6 +91,10 @@ impl Metrics {
                     denied: name("denied"),
                     shadow_denied: name("shadow_denied"),
                     skipped: name("skipped"),
+                    count: match r.count {
+                        Some(_) => CountStat::ALL.map(|s| name(s.name())),
+                        None => [None; CountStat::ALL.len()],
+                    },
                 }
             })
             .collect();
@@ -104,6 +112,8 @@ impl Metrics {
             store_requests: counter("tollgate.store.requests"),
             cache_hits: counter("tollgate.cache.hits"),
             overloaded: counter("tollgate.overloaded"),
+            body_too_large: counter("tollgate.body_too_large"),
+            hold_expired: counter("tollgate.settle.hold_expired"),
             sentinel_lookups: counter("tollgate.sentinel.lookups"),
             sentinel_failures: counter("tollgate.sentinel.failures"),
             sentinel_switches: counter("tollgate.sentinel.switches"),
@@ -139,6 +149,11 @@ impl Metrics {
             Stat::StoreRequests => self.store_requests,
             Stat::CacheHit => self.cache_hits,
             Stat::Overloaded => self.overloaded,
+            Stat::Count(i, s) => {
+                CountStat::ALL.iter().position(|x| *x == s).and_then(|j| rule(i).count.get(j).copied()).flatten()
+            }
+            Stat::BodyTooLarge => self.body_too_large,
+            Stat::HoldExpired => self.hold_expired,
             Stat::SentinelLookup => self.sentinel_lookups,
             Stat::SentinelFailure => self.sentinel_failures,
             Stat::SentinelSwitch => self.sentinel_switches,

@@ -3,13 +3,15 @@
 //! stats, and turns its callbacks into the worker's events), or the framing
 //! shim of the store tunnel ([`super::shim`], `root_id: tollgate.framing`).
 
+use super::cost;
 use super::host::EnvoyHost;
+use super::hostcalls;
 use super::http::Http;
 use super::metrics::{count_config_error, Metrics};
 use super::shim::{Shim, SHIM_ROOT_ID};
 use crate::config::Config;
+use crate::plan;
 use crate::worker::Worker;
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use std::cell::RefCell;
@@ -29,9 +31,36 @@ pub struct Limiter {
     pub worker: RefCell<Worker>,
     pub metrics: Metrics,
     pub wake_queue: Option<u32>,
+    /// The request headers the rules may read more than once per request
+    /// (see [`plan::header_reads`]): a request context keeps their values.
+    pub headers_kept: Vec<String>,
+    /// Whether a request no rule matches is left alone without waking the
+    /// worker: every rule has a `match` condition, and no header must be
+    /// removed from every request (shadow mode, `testing.now_header`).
+    pub prefilter: bool,
 }
 
 impl Limiter {
+    fn new(config: Config) -> Limiter {
+        let per_request_duty =
+            config.shadow || config.rules.iter().any(|r| r.shadow) || config.testing.now_header.is_some();
+        let prefilter = !per_request_duty && plan::can_match_none(&config);
+        let reads = plan::header_reads(&config, prefilter);
+        Limiter {
+            headers_kept: reads.into_iter().filter(|(_, times)| *times > 1).map(|(name, _)| name).collect(),
+            prefilter,
+            metrics: Metrics::define(&config),
+            wake_queue: wake_queue(),
+            worker: RefCell::new(Worker::new(config)),
+        }
+    }
+
+    /// Whether some rule matches `request` (true if the worker is busy: it
+    /// then decides, as for any request).
+    pub fn any_rule_matches(&self, request: &dyn plan::RequestView) -> bool {
+        self.worker.try_borrow().map_or(true, |w| plan::any_rule_matches(w.config(), request))
+    }
+
     /// Runs `f` on the worker with the host as seen from context `current`;
     /// None if the worker is busy (a re-entrant callback: never expected).
     pub fn with<T>(&self, current: u32, f: impl FnOnce(&mut Worker, &mut EnvoyHost<'_>) -> T) -> Option<T> {
@@ -77,14 +106,29 @@ fn wake_queue() -> Option<u32> {
 
 impl Context for Root {
     fn on_grpc_stream_message(&mut self, token: u32, size: usize) {
-        let Some(l) = self.limiter() else { return };
-        let bytes = hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, size).ok().flatten().unwrap_or_default();
-        l.with(self.id, |w, host| w.on_stream_message(host, token, &bytes, now_ms()));
+        cost::callback(|| {
+            let Some(l) = self.limiter() else { return };
+            let bytes =
+                hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, size).ok().flatten().unwrap_or_default();
+            l.with(self.id, |w, host| w.on_stream_message(host, token, &bytes, now_ms()));
+        })
     }
 
     fn on_grpc_stream_close(&mut self, token: u32, status: u32) {
-        let Some(l) = self.limiter() else { return };
-        l.with(self.id, |w, host| w.on_stream_close(host, token, status, now_ms()));
+        cost::callback(|| {
+            let Some(l) = self.limiter() else { return };
+            l.with(self.id, |w, host| w.on_stream_close(host, token, status, now_ms()));
+        })
+    }
+
+    // Not used; implemented to be counted (the module does not export them,
+    // see docs/performance.md).
+    fn on_grpc_stream_initial_metadata(&mut self, _token: u32, _headers: u32) {
+        cost::callback(|| ())
+    }
+
+    fn on_grpc_stream_trailing_metadata(&mut self, _token: u32, _trailers: u32) {
+        cost::callback(|| ())
     }
 }
 
@@ -105,9 +149,11 @@ impl RootContext for Root {
                     );
                 }
                 log::info!("tollgate: configured {} rule(s)", config.rules.len());
-                let metrics = Metrics::define(&config);
-                let limiter = Limiter { worker: RefCell::new(Worker::new(config)), metrics, wake_queue: wake_queue() };
-                self.role = Role::Limiter(Rc::new(limiter));
+                self.role = Role::Limiter(Rc::new(Limiter::new(config)));
+                // After the configuration's own host calls: only requests' are reported.
+                if cost::asked() {
+                    cost::enable();
+                }
                 true
             }
             Err(e) => {
@@ -119,22 +165,30 @@ impl RootContext for Root {
     }
 
     fn on_queue_ready(&mut self, queue_id: u32) {
-        let Some(l) = self.limiter() else { return };
-        while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue_id) {}
-        l.with(self.id, |w, host| w.on_wake(host, now_ms()));
+        cost::callback(|| {
+            let Some(l) = self.limiter() else { return };
+            while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue_id) {}
+            l.with(self.id, |w, host| w.on_wake(host, now_ms()));
+        })
     }
 
     fn on_tick(&mut self) {
-        let Some(l) = self.limiter() else { return };
-        l.with(self.id, |w, host| w.on_tick(host, now_ms()));
+        cost::callback(|| {
+            let Some(l) = self.limiter() else { return };
+            l.with(self.id, |w, host| w.on_tick(host, now_ms()));
+        })
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
-        match &self.role {
-            Role::Limiter(l) => Some(Box::new(Http::new(context_id, Some(l.clone())))),
-            Role::Shim => Some(Box::new(Shim::default())),
-            Role::Unconfigured => Some(Box::new(Http::new(context_id, None))),
-        }
+        cost::callback(|| {
+            cost::count_request();
+            let context: Box<dyn HttpContext> = match &self.role {
+                Role::Limiter(l) => Box::new(Http::new(context_id, Some(l.clone()))),
+                Role::Shim => Box::new(Shim::default()),
+                Role::Unconfigured => Box::new(Http::new(context_id, None)),
+            };
+            Some(context)
+        })
     }
 
     fn get_type(&self) -> Option<ContextType> {

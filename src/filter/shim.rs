@@ -3,8 +3,8 @@
 //! worker's stream sends, and frames every chunk of Valkey's reply, so the
 //! route's raw TCP tunnel carries only RESP. See [`crate::framing`].
 
+use super::hostcalls;
 use crate::framing::{frame, Unframer};
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType};
 

@@ -87,7 +87,12 @@ local function decide(KEYS, ARGV, once)
   local a = 2
   for i = 1, keys do
     local algorithm = algorithm_for(ARGV[a])
-    local cost = config_number(ARGV[a + 1])
+    local cost_s = ARGV[a + 1]
+    local cost = config_number(cost_s)
+    local check_only = false
+    if cost == nil and string.byte(cost_s, 1) == 63 then -- '?': check only
+      cost, check_only = config_number(string.sub(cost_s, 2)), true
+    end
     local n = config_number(ARGV[a + 2])
     if not algorithm then
       return redis.error_reply('ERR tollgate: unknown algorithm for key ' .. i)
@@ -101,7 +106,7 @@ local function decide(KEYS, ARGV, once)
       b = {}
       BUCKETS[i] = b
     end
-    b.key, b.algorithm, b.cost = KEYS[i], algorithm, cost
+    b.key, b.algorithm, b.cost, b.check_only = KEYS[i], algorithm, cost, check_only
     local bad = read_windows(b, n, ARGV, a)
     if bad then
       return redis.error_reply('ERR tollgate: bad window ' .. bad .. ' for key ' .. i)
@@ -119,11 +124,12 @@ local function decide(KEYS, ARGV, once)
     if not b.algorithm.check(b) then allowed = false end
   end
 
-  -- Phase 2: record the request in every key, only if every window had room.
+  -- Phase 2: record the request in every key, only if every window had room
+  -- (keys that only check record nothing).
   for i = 1, keys do
     local b = BUCKETS[i]
-    b.committed = allowed
-    if allowed then b.algorithm.commit(b) end
+    b.committed = allowed and not b.check_only
+    if b.committed then b.algorithm.commit(b) end
   end
 
   return report(keys, allowed)

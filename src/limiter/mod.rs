@@ -93,6 +93,10 @@ pub struct Check {
     pub cost: NonZeroU64,
     /// How the bucket counts.
     pub algorithm: Algorithm,
+    /// Only check that `cost` fits every window, and record nothing: a rule
+    /// that counts on the response still denies on the request when its
+    /// windows are full, and is charged afterwards (`adjust`).
+    pub check_only: bool,
 }
 
 /// A change to what one admitted request recorded in a bucket (`adjust`):
@@ -113,6 +117,18 @@ pub const ADJUST_MAX: u64 = 1 << 32;
 /// The largest count a window counter keeps (extra charges, `adjust`, can
 /// go past the limit): every sum stays exact in Lua's doubles.
 pub const STATE_MAX: u64 = 1 << 52;
+
+impl Check {
+    /// The units a decision that admits records in this check's bucket
+    /// (none for a check that only checks).
+    pub fn recorded(&self) -> u64 {
+        if self.check_only {
+            0
+        } else {
+            self.cost.get()
+        }
+    }
+}
 
 #[cfg(test)]
 impl Check {

@@ -32,6 +32,10 @@
 -- ARGV[2..] for each key, in KEYS order:
 --             algorithm (log | gcra | sw | fw), cost, n, then n pairs:
 --             limit, period_ms
+--           A cost written "?<cost>" only checks: the key must have room
+--           for cost in every window (or the request is denied), but
+--           nothing is recorded in it (a rule counted on the response,
+--           charged later by adjust()).
 --           Numbers are decimal integers as the proxy writes them (no sign,
 --           leading zero or exponent): limits and periods are used as sent
 --           in hash field names and TTLs.
@@ -172,6 +176,7 @@ end
 --                        true if every window fits. No writes, except
 --                        housekeeping that never changes a decision.
 --   commit(b)            phase 2: record b.cost in every window, set the TTL
+--                        (not called for a key that only checks)
 --   stats(b, w, allowed) phase 3: remaining, reset_ms of window w after the
 --                        decision
 -- Each algorithm file registers a function making its table in

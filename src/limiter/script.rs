@@ -128,8 +128,9 @@ pub enum Invocation {
 }
 
 /// Appends one `EVALSHA`/`EVAL`/`FCALL` command deciding all `checks`
-/// atomically. `now_ms` overrides the server clock (tests only; `None` =
-/// Valkey `TIME`).
+/// atomically (a [`Check::check_only`] sends its cost as `?<cost>`).
+/// `now_ms` overrides the server clock (tests only; `None` = Valkey
+/// `TIME`).
 pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: &[Check], now_ms: Option<u64>) {
     let mut owned: Vec<String> = Vec::with_capacity(2 + checks.len() * 8);
     owned.push(checks.len().to_string());
@@ -137,7 +138,7 @@ pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: 
     owned.push(now_ms.map(|n| n.to_string()).unwrap_or_default());
     for check in checks {
         owned.push(check.algorithm.id().to_string());
-        owned.push(check.cost.to_string());
+        owned.push(if check.check_only { format!("?{}", check.cost) } else { check.cost.to_string() });
         owned.push(check.windows.len().to_string());
         for w in &check.windows {
             owned.push(w.limit.to_string());
@@ -361,6 +362,7 @@ mod tests {
                 ],
                 cost: nz(1),
                 algorithm: Algorithm::SlidingLog,
+                check_only: false,
             },
             Check {
                 rule: 1,
@@ -368,6 +370,7 @@ mod tests {
                 windows: vec![Window { limit: nz(7), period_ms: nz(250) }],
                 cost: nz(2),
                 algorithm: Algorithm::Gcra,
+                check_only: true,
             },
         ];
         let mut out = Vec::new();
@@ -393,7 +396,7 @@ mod tests {
             "5",
             "3000",
             "gcra",
-            "2",
+            "?2",
             "1",
             "7",
             "250",
@@ -409,6 +412,7 @@ mod tests {
             windows: vec![Window { limit: nz(1), period_ms: nz(1) }],
             cost: nz(1),
             algorithm: Algorithm::FixedWindow,
+            check_only: false,
         }];
         let mut out = Vec::new();
         encode_call(&mut out, limiter(), Invocation::Eval, &checks, None);

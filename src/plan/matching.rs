@@ -6,7 +6,9 @@ use crate::config::{HeaderCondition, HeaderMatch, Match};
 
 /// Whether every condition of `m` holds for `request`.
 pub fn matches(m: &Match, request: &dyn RequestView) -> bool {
-    let path = request.path();
+    // The path is read only by a rule that has a path condition.
+    let path =
+        if m.path.is_some() || m.path_prefix.is_some() || m.path_regex.is_some() { request.path() } else { None };
     let bare = path.as_deref().map(path_only);
     if let Some(exact) = &m.path {
         if bare != Some(exact.as_bytes()) {

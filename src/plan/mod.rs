@@ -9,9 +9,10 @@ mod matching;
 
 pub use matching::matches;
 
-use crate::config::{Config, KeySource, OnMissing, Rule};
+use crate::config::{Config, KeySource, Match, OnMissing, Rule, MAX_KEY_PARTS};
 use crate::key::tagged_bucket_key;
 use crate::limiter::{Check, Window};
+use std::borrow::Cow;
 
 /// The request attributes rules can match and key on.
 pub trait RequestView {
@@ -43,6 +44,60 @@ pub struct Plan {
     pub skipped: Vec<usize>,
 }
 
+/// Whether some rule's `match` holds for `request`: when none does,
+/// [`plan`] has nothing to check and nothing to count.
+pub fn any_rule_matches(config: &Config, request: &dyn RequestView) -> bool {
+    config.rules.iter().any(|rule| matches(&rule.matcher, request))
+}
+
+/// Whether [`any_rule_matches`] can be false: every rule has a `match`
+/// condition (a rule without one matches every request).
+pub fn can_match_none(config: &Config) -> bool {
+    config.rules.iter().all(|rule| rule.matcher != Match::default())
+}
+
+/// The request headers planning may read, in the order the rules first
+/// need them, each with the most times one request may read it: once per
+/// rule condition or key part that reads it, conditions twice when
+/// `prefilter` (the filter runs [`any_rule_matches`] before [`plan`]).
+/// Computed at configuration time, so that a request context keeps the
+/// value of a header read more than once instead of asking Envoy again.
+pub fn header_reads(config: &Config, prefilter: bool) -> Vec<(String, usize)> {
+    let mut reads: Vec<(String, usize)> = Vec::new();
+    let mut add = |name: &str, times: usize| match reads.iter_mut().find(|(n, _)| n == name) {
+        Some((_, count)) => *count += times,
+        None => reads.push((name.to_owned(), times)),
+    };
+    let condition = if prefilter { 2 } else { 1 };
+    for rule in &config.rules {
+        let m = &rule.matcher;
+        if m.path.is_some() || m.path_prefix.is_some() || m.path_regex.is_some() {
+            add(":path", condition);
+        }
+        if !m.methods.is_empty() {
+            add(":method", condition);
+        }
+        if m.authority.is_some() {
+            add(":authority", condition);
+        }
+        for h in &m.headers {
+            add(&h.name, condition);
+        }
+        for part in &rule.key {
+            match &part.source {
+                KeySource::Header(name) => add(name, 1),
+                KeySource::Query(_) | KeySource::Path => add(":path", 1),
+                KeySource::Cookie(_) => add("cookie", 1),
+                KeySource::ForwardedFor { .. } => add("x-forwarded-for", 1),
+                KeySource::Method => add(":method", 1),
+                KeySource::Authority => add(":authority", 1),
+                KeySource::RemoteAddress(_) | KeySource::Literal(_) | KeySource::Property(_) => {}
+            }
+        }
+    }
+    reads
+}
+
 /// Plans the store call for `request`.
 pub fn plan(config: &Config, request: &dyn RequestView) -> Plan {
     let mut out = Plan::default();
@@ -59,25 +114,57 @@ pub fn plan(config: &Config, request: &dyn RequestView) -> Plan {
 }
 
 fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestView) -> Option<Check> {
-    let mut values: Vec<Vec<u8>> = Vec::with_capacity(rule.key.len());
-    for part in &rule.key {
-        let value = match (source_value(&part.source, request), &part.on_missing) {
+    // The parts live on the stack (a validated rule has at most
+    // MAX_KEY_PARTS), on the heap only for a rule built in code with more.
+    let count = rule.key.len();
+    let mut stack_values: [Cow<'_, [u8]>; MAX_KEY_PARTS] = Default::default();
+    let mut heap_values: Vec<Cow<'_, [u8]>> = Vec::new();
+    let values = match stack_values.get_mut(..count) {
+        Some(values) => values,
+        None => {
+            heap_values.resize(count, Cow::Borrowed(&[]));
+            heap_values.as_mut_slice()
+        }
+    };
+    for (part, value) in rule.key.iter().zip(values.iter_mut()) {
+        *value = match (part_value(&part.source, request), &part.on_missing) {
             (Some(v), _) => v,
-            (None, OnMissing::Default(d)) => d.as_bytes().to_vec(),
+            (None, OnMissing::Default(d)) => Cow::Borrowed(d.as_bytes()),
             (None, OnMissing::SkipRule) => return None,
         };
-        values.push(value);
     }
-    let parts: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let mut stack_parts: [&[u8]; MAX_KEY_PARTS] = [&[]; MAX_KEY_PARTS];
+    let heap_parts: Vec<&[u8]>;
+    let parts = match stack_parts.get_mut(..count) {
+        Some(parts) => {
+            for (part, value) in parts.iter_mut().zip(values.iter()) {
+                *part = value;
+            }
+            &*parts
+        }
+        None => {
+            heap_parts = values.iter().map(|v| &**v).collect();
+            heap_parts.as_slice()
+        }
+    };
     Some(Check {
         rule: index,
         // The suffix names the algorithm, so switching a rule's algorithm
         // never reads another algorithm's data.
-        key: tagged_bucket_key(&config.valkey.key_prefix, &rule.name, &parts, rule.hash_tag, rule.algorithm.id()),
+        key: tagged_bucket_key(&config.valkey.key_prefix, &rule.name, parts, rule.hash_tag, rule.algorithm.id()),
         windows: rule.limits.iter().map(|l| Window { limit: l.limit, period_ms: l.period.ms() }).collect(),
         cost: rule.cost,
         algorithm: rule.algorithm,
+        check_only: false,
     })
+}
+
+/// [`source_value`], borrowing a literal instead of copying it.
+fn part_value<'a>(source: &'a KeySource, request: &dyn RequestView) -> Option<Cow<'a, [u8]>> {
+    match source {
+        KeySource::Literal(value) => Some(Cow::Borrowed(value.as_bytes())),
+        other => source_value(other, request).map(Cow::Owned),
+    }
 }
 
 /// The value of one key source in `request`, if it has one.

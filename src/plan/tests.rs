@@ -172,3 +172,84 @@ fn algorithm_and_cost_reach_the_check_and_name_the_key() {
     assert_eq!(checks[1].key, "tollgate:{b}:log");
     assert_eq!((checks[1].algorithm, checks[1].cost.get()), (crate::limiter::Algorithm::SlidingLog, 1));
 }
+
+/// A request that records which headers were read.
+struct Reads {
+    inner: Req,
+    read: std::cell::RefCell<Vec<String>>,
+}
+
+impl RequestView for Reads {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.read.borrow_mut().push(name.to_owned());
+        self.inner.header(name)
+    }
+    fn property(&self, path: &[String]) -> Option<Vec<u8>> {
+        self.inner.property(path)
+    }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_rule_without_path_conditions_never_reads_the_path() {
+    let c = config(
+        r#"[ { "name": "u", "key": [ { "header": "x-user-id" } ], "limits": [ { "limit": 1, "period": 1 } ] } ]"#,
+    );
+    let r = Reads { inner: Req::new("GET", "/").with("x-user-id", "alice"), read: Default::default() };
+    assert_eq!(plan(&c, &r).checks.len(), 1);
+    assert_eq!(*r.read.borrow(), ["x-user-id"]);
+    let r = Reads { inner: Req::new("GET", "/a"), read: Default::default() };
+    assert!(!any_rule_matches(
+        &config(r#"[ { "name": "p", "match": { "path": "/b" }, "limits": [ { "limit": 1, "period": 1 } ] } ]"#),
+        &r
+    ));
+    assert_eq!(*r.read.borrow(), [":path"]);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn the_headers_rules_read_are_known_at_configuration_time() {
+    let c = config(
+        r#"[
+        { "name": "a", "match": { "path_prefix": "/a", "methods": ["GET"], "headers": [ { "name": "x-tier", "exact": "free" } ] },
+          "key": [ { "header": "x-user-id" }, { "query": "k" }, { "cookie": "s" } ], "limits": [ { "limit": 1, "period": 1 } ] },
+        { "name": "b", "match": { "authority": "API.example.com" },
+          "key": [ { "forwarded_for": { "trusted_hops": 1 } }, { "remote_address": {} }, "method", "path" ],
+          "limits": [ { "limit": 1, "period": 1 } ] }
+      ]"#,
+    );
+    let reads = |prefilter| {
+        let reads = header_reads(&c, prefilter);
+        reads.iter().map(|(name, n)| format!("{name} {n}")).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        reads(false),
+        [":path 3", ":method 2", "x-tier 1", "x-user-id 1", "cookie 1", ":authority 1", "x-forwarded-for 1"]
+    );
+    assert_eq!(
+        reads(true),
+        [":path 4", ":method 3", "x-tier 2", "x-user-id 1", "cookie 1", ":authority 2", "x-forwarded-for 1"]
+    );
+    assert!(can_match_none(&c));
+    assert!(!can_match_none(&seed()), "the seed's global rule matches every request");
+    let get = |path: &str| Req::default().with(":method", "GET").with(":path", path);
+    assert!(any_rule_matches(&c, &get("/a?x=1").with("x-tier", "free")));
+    assert!(!any_rule_matches(&c, &get("/a?x=1").with("x-tier", "paid")));
+    assert!(!any_rule_matches(&c, &get("/b")));
+    assert!(any_rule_matches(&c, &get("/b").with(":authority", "Api.Example.com")));
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn keys_of_every_size_keep_every_part() {
+    let mut c =
+        config(r#"[ { "name": "k", "key": [ { "literal": "a" } ], "limits": [ { "limit": 1, "period": 1 } ] } ]"#);
+    let r = Req::new("GET", "/p").with("x-user-id", "u");
+    assert_eq!(plan(&c, &r).checks[0].key, "tollgate:{k:a}:log");
+    // More parts than a configuration may have (built in code): all kept.
+    for i in 1..10 {
+        let source =
+            if i % 2 == 0 { KeySource::Literal(format!("l{i}")) } else { KeySource::Header("x-user-id".into()) };
+        c.rules[0].key.push(crate::config::KeyPart { source, on_missing: OnMissing::SkipRule });
+    }
+    assert_eq!(plan(&c, &r).checks[0].key, "tollgate:{k:a:u:l2:u:l4:u:l6:u:l8:u}:log");
+    c.rules[0].key.truncate(8);
+    assert_eq!(plan(&c, &r).checks[0].key, "tollgate:{k:a:u:l2:u:l4:u:l6:u}:log");
+}

@@ -17,5 +17,6 @@ pub fn check(algorithm: Algorithm, rule: usize, key: &str, windows: &[(u64, u64)
         windows: windows.iter().map(|&(limit, period)| Window { limit: nz(limit), period_ms: nz(period) }).collect(),
         cost: nz(cost),
         algorithm,
+        check_only: false,
     }
 }

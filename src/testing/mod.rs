@@ -5,7 +5,7 @@ mod check;
 mod plugin;
 
 pub use check::check;
-pub use plugin::{plugin, Plugin};
+pub use plugin::{plugin, rule, Plugin};
 
 use crate::config::Config;
 use crate::limiter::WindowOutcome;

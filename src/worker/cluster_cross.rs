@@ -16,7 +16,7 @@ use super::cluster_parts::set;
 use super::cross_slot::{groups, Group, Step};
 use super::fail::Held;
 use super::host::{Host, ResponseHeaders, Stat};
-use super::requests::{Pending, ShardId, PARKED};
+use super::requests::{Call, Pending, ShardId, PARKED};
 use super::respond::Denial;
 use super::{Flow, Settle, Worker};
 use crate::limiter::{Check, Decision};
@@ -104,7 +104,7 @@ impl Crossing {
             slot: g.map(|g| g.slot),
             redirects: 0,
             asking,
-            part: Some(part),
+            call: Call::Part(part),
         }
     }
 }
@@ -137,33 +137,23 @@ impl Worker {
         }
     }
 
-    /// Decides request `id`, whose `checks` hash to several slots, in its
-    /// own callback: one part per slot group, queued for its master.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn cross_start(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        checks: Vec<Check>,
-        now_override: Option<u64>,
-        arrival_ms: u64,
-        headers: ResponseHeaders,
-        now_ms: u64,
-    ) -> Flow {
+    /// Decides request `id` (`p`), whose checks hash to several slots, in
+    /// its own callback: one part per slot group, queued for its master.
+    pub(super) fn cross_start(&mut self, host: &mut dyn Host, id: u32, p: Pending, now_ms: u64) -> Flow {
         host.count(Stat::ClusterCrossShard, 1);
         if self.requests.queued() >= self.config.valkey.max_queue {
-            return match self.overloaded(host) {
-                Settle::Admit(_) => Flow::Continue,
+            return match self.overloaded(host, id) {
+                Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
                 Settle::Reply(reply) => {
                     host.reply(id, &reply);
                     Flow::Pause
                 }
             };
         }
-        let groups = groups(&checks);
+        let groups = groups(&p.checks);
         let n = groups.len();
         let mut c = Crossing {
-            checks,
+            checks: p.checks,
             groups,
             steps: vec![Step::Waiting; n],
             parts: vec![None; n],
@@ -175,10 +165,10 @@ impl Worker {
             shed: false,
             settle: None,
             answered: None,
-            now_override,
-            arrival_ms,
-            local_arrival_ms: now_ms,
-            headers,
+            now_override: p.now_override,
+            arrival_ms: p.arrival_ms,
+            local_arrival_ms: p.local_arrival_ms,
+            headers: p.headers,
         };
         for g in 0..n {
             let slot = c.groups.get(g).map_or(0, |g| g.slot);
@@ -208,7 +198,7 @@ impl Worker {
             for other in failures {
                 host.count(Stat::StoreError(other.kind()), 1);
             }
-            let request = Held { checks: &c.checks, at_ms: arrival_ms, headers: &c.headers };
+            let request = Held { id, checks: &c.checks, at_ms: c.arrival_ms, headers: &c.headers };
             return self.fail_now(host, id, first, &request, now_ms);
         }
         self.crossings.map.insert(id, c);

@@ -16,8 +16,7 @@
 use super::cluster_cross::Part;
 use super::cross_slot::{answer, fate, Fate, Step};
 use super::host::{Host, Level, Stat};
-use super::requests::Pending;
-use super::respond::respond;
+use super::requests::{Call, Pending};
 use super::{Settle, Throttle, Worker};
 use crate::limiter::{Check, Decision};
 use crate::store::{Failure, Outcome};
@@ -30,9 +29,16 @@ impl Worker {
             Outcome::NoScript => return self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
             Outcome::Failed(f) => return self.fail_held(host, id, &p, &f, now_ms),
         };
-        match p.part {
-            Some(Part::Decide { parent, group }) => {
+        match p.call {
+            Call::Part(Part::Decide { parent, group }) => {
                 self.learn(&p, &decision, now_ms);
+                let kept = self.crossings.map.get(&parent).is_some_and(|c| c.answered == Some(true));
+                if kept && decision.allowed && self.settlements.active {
+                    // Admitted already (`overload: allow`): its record stays.
+                    let indices = self.crossings.map.get(&parent).and_then(|c| c.groups.get(group));
+                    let indices = indices.map(|g| g.checks.clone()).unwrap_or_default();
+                    self.stored(host, parent, &indices, decision.now_ms);
+                }
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
                     set(&mut c.steps, group, Step::Decided(decision));
                     set(&mut c.parts, group, None);
@@ -40,21 +46,21 @@ impl Worker {
                 }
                 self.advance(host, parent, now_ms);
             }
-            Some(Part::Undo { parent, group, .. }) => {
+            Call::Part(Part::Undo { parent, group, .. }) => {
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
                     set(&mut c.undos, group, Some(decision));
                     c.undoing = c.undoing.saturating_sub(1);
                 }
                 self.advance(host, parent, now_ms);
             }
-            None => {}
+            Call::Decide | Call::Settle(_) => {}
         }
     }
 
     /// Part `p` failed with `failure` (no longer held).
     pub(super) fn part_failed(&mut self, host: &mut dyn Host, p: &Pending, failure: &Failure, now_ms: u64) {
-        match p.part {
-            Some(Part::Decide { parent, group }) => {
+        match p.call {
+            Call::Part(Part::Decide { parent, group }) => {
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
                     set(&mut c.steps, group, Step::Failed { may_have_run: failure.may_have_run() });
                     set(&mut c.failures, group, Some(failure.clone()));
@@ -62,36 +68,36 @@ impl Worker {
                 }
                 self.advance(host, parent, now_ms);
             }
-            Some(Part::Undo { parent, .. }) => {
+            Call::Part(Part::Undo { parent, .. }) => {
                 self.undo_failed(host, &p.checks, failure, now_ms);
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
                     c.undoing = c.undoing.saturating_sub(1);
                 }
                 self.advance(host, parent, now_ms);
             }
-            None => {}
+            Call::Decide | Call::Settle(_) => {}
         }
     }
 
     /// Part `p` was refused as overload before it was sent (the request
     /// moves on at the end of this tick, [`Worker::expire_crossings`]).
     pub(super) fn part_shed(&mut self, host: &mut dyn Host, p: &Pending) {
-        match p.part {
-            Some(Part::Decide { parent, group }) => {
+        match p.call {
+            Call::Part(Part::Decide { parent, group }) => {
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
                     set(&mut c.steps, group, Step::NotSent);
                     set(&mut c.parts, group, None);
                     c.shed = true;
                 }
             }
-            Some(Part::Undo { parent, .. }) => {
+            Call::Part(Part::Undo { parent, .. }) => {
                 let failure = Failure::Unavailable("the undo could not be sent in time (overload)".into());
                 self.undo_failed(host, &p.checks, &failure, p.local_arrival_ms);
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
                     c.undoing = c.undoing.saturating_sub(1);
                 }
             }
-            None => {}
+            Call::Decide | Call::Settle(_) => {}
         }
     }
 
@@ -163,16 +169,40 @@ impl Worker {
             chosen.and_then(|i| c.failures.get_mut(i)).and_then(Option::take).map(|f| (f, c.checks.clone()))
         };
         let settle = match settle {
-            None => self.overloaded(host),
+            None => self.overloaded(host, parent),
             Some((failure, checks)) => {
                 let Some(c) = self.crossings.map.get(&parent) else { return };
                 let (at_ms, headers) = (c.at_ms(now_ms), c.headers.clone());
-                let request = super::fail::Held { checks: &checks, at_ms, headers: &headers };
+                let request = super::fail::Held { id: parent, checks: &checks, at_ms, headers: &headers };
                 self.failure(host, &failure, &request, now_ms)
             }
         };
+        if matches!(settle, Settle::Admit(_)) {
+            self.keep_records(host, parent);
+        }
         if let Some(c) = self.crossings.map.get_mut(&parent) {
             c.settle = Some(settle);
+        }
+    }
+
+    /// Request `parent` is admitted with what its groups recorded kept:
+    /// noted for its settlement, if it owes one.
+    fn keep_records(&mut self, host: &mut dyn Host, parent: u32) {
+        if !self.settlements.active {
+            return;
+        }
+        let Some(c) = self.crossings.map.get(&parent) else { return };
+        let kept: Vec<(Vec<usize>, u64)> = c
+            .groups
+            .iter()
+            .zip(&c.steps)
+            .filter_map(|(g, s)| match s {
+                Step::Decided(d) if d.allowed => Some((g.checks.clone(), d.now_ms)),
+                _ => None,
+            })
+            .collect();
+        for (indices, at_ms) in kept {
+            self.stored(host, parent, &indices, at_ms);
         }
     }
 
@@ -183,10 +213,13 @@ impl Worker {
         let (settle, keep) = if fate(&c.steps) == Some(Fate::Deny) {
             (self.ruled(host, id), false)
         } else {
-            let settle = self.overloaded(host);
+            let settle = self.overloaded(host, id);
             let keep = matches!(settle, Settle::Admit(_));
             (Some(settle), keep)
         };
+        if keep {
+            self.keep_records(host, id);
+        }
         if let Some(c) = self.crossings.map.get_mut(&id) {
             c.answered = Some(keep);
         }
@@ -202,8 +235,12 @@ impl Worker {
         let (indices, decision): (Vec<usize>, Decision) = answer(&c.checks, &c.groups, &c.steps, &c.undos);
         let checks: Vec<Check> = indices.iter().filter_map(|&i| c.checks.get(i)).cloned().collect();
         let (arrival_ms, headers) = (c.arrival_ms, c.headers.clone());
-        let ruling = respond(&self.config, &checks, &decision, arrival_ms);
-        Some(self.rule(host, ruling, arrival_ms, &headers))
+        let settle = self.rule_decided(host, id, &checks, &decision, arrival_ms, &headers);
+        if decision.allowed {
+            // Each group recorded at its own time.
+            self.keep_records(host, id);
+        }
+        Some(settle)
     }
 
     /// Request `parent` is done: counts its groups' failures and answers it

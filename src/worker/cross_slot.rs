@@ -98,9 +98,11 @@ pub fn fate(steps: &[Step]) -> Option<Fate> {
     }
 }
 
-/// The adjustments that undo what `checks` recorded (their cost each).
+/// The adjustments that undo what `checks` recorded (their cost each; a
+/// check that only checks recorded nothing, and its adjustment changes
+/// nothing: it is there for its windows in the reply).
 pub fn undo(checks: &[Check]) -> Vec<Adjustment> {
-    checks.iter().map(|c| Adjustment { check: c.clone(), from: c.cost.get(), to: 0 }).collect()
+    checks.iter().map(|c| Adjustment { check: c.clone(), from: c.recorded(), to: 0 }).collect()
 }
 
 /// A group's decision as it reads once its record is given back, when the
@@ -111,7 +113,7 @@ pub fn given_back(decision: &Decision, checks: &[Check]) -> Decision {
         .windows
         .iter()
         .map(|w| {
-            let cost = checks.get(w.check).map_or(0, |c| c.cost.get());
+            let cost = checks.get(w.check).map_or(0, Check::recorded);
             WindowOutcome { remaining: w.remaining.saturating_add(cost).min(w.limit), ..*w }
         })
         .collect();

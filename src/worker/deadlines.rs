@@ -12,6 +12,10 @@ use crate::store::Failure;
 impl Worker {
     /// Deadlines, at every tick.
     pub(super) fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
+        if self.settlements.active {
+            // Before a stall fails their settlements: counted as expired.
+            self.expire_holds(host, now_ms);
+        }
         let (timeout_ms, max_wait_ms) = (self.timeout_ms, self.max_wait_ms);
         for shard in self.shards.ids() {
             let Some(s) = self.shards.get_mut(shard) else { continue };

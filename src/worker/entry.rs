@@ -92,6 +92,7 @@ impl Worker {
         match settle {
             Settle::Admit(shadow) => host.admit(id, shadow.as_deref()),
             Settle::Reply(reply) => host.reply(id, reply),
+            Settle::Resume(headers) => host.resume_response(id, headers),
         }
     }
 }

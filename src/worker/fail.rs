@@ -3,7 +3,7 @@
 //! (`overload`: reject, or allow when explicitly asked).
 
 use super::host::{Host, Level, ResponseHeaders, Stat};
-use super::requests::Pending;
+use super::requests::{Call, Pending};
 use super::respond::respond;
 use super::{Flow, Settle, Throttle, Worker};
 use crate::config::{FailureMode, Overload};
@@ -25,6 +25,7 @@ fn slots_suspect(kind: FailureKind) -> bool {
 /// What `failure_mode: local` needs of a request: its checks, the time on
 /// its clock (the injected one in tests), and where admitted headers go.
 pub(super) struct Held<'a> {
+    pub id: u32,
     pub checks: &'a [Check],
     pub at_ms: u64,
     pub headers: &'a ResponseHeaders,
@@ -32,9 +33,9 @@ pub(super) struct Held<'a> {
 
 impl<'a> Held<'a> {
     /// A held request at `now_ms` on the proxy's clock.
-    fn of(p: &'a Pending, now_ms: u64) -> Held<'a> {
+    fn of(id: u32, p: &'a Pending, now_ms: u64) -> Held<'a> {
         let at_ms = p.now_override.map_or(now_ms, |o| o.saturating_add(now_ms.saturating_sub(p.local_arrival_ms)));
-        Held { checks: &p.checks, at_ms, headers: &p.headers }
+        Held { id, checks: &p.checks, at_ms, headers: &p.headers }
     }
 }
 
@@ -63,6 +64,7 @@ impl Worker {
         match self.config.failure_mode {
             FailureMode::Allow => {
                 host.count(Stat::FailureMode { allowed: true }, 1);
+                self.admitted(host, request.id, None, false);
                 Settle::Admit(None)
             }
             FailureMode::Deny => {
@@ -72,6 +74,7 @@ impl Worker {
             FailureMode::Local => {
                 let decision = self.local.decide(request.checks, request.at_ms);
                 host.count(Stat::Local { allowed: decision.allowed }, 1);
+                self.admitted(host, request.id, Some(&decision), true);
                 // Local denials are not remembered: the cache holds the store's.
                 let mut ruling = respond(&self.config, request.checks, &decision, request.at_ms);
                 ruling.denials.clear();
@@ -84,7 +87,7 @@ impl Worker {
     /// local counts start from the store's answer.
     pub(super) fn learn(&mut self, p: &Pending, decision: &Decision, now_ms: u64) {
         if self.config.failure_mode == FailureMode::Local {
-            self.local.learn(&p.checks, decision, Held::of(p, now_ms).at_ms);
+            self.local.learn(&p.checks, decision, Held::of(0, p, now_ms).at_ms);
         }
     }
 
@@ -99,7 +102,7 @@ impl Worker {
     ) -> Flow {
         self.suspect(failure, now_ms);
         match self.failure(host, failure, request, now_ms) {
-            Settle::Admit(_) => Flow::Continue,
+            Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
             Settle::Reply(reply) => {
                 host.reply(id, &reply);
                 Flow::Pause
@@ -117,10 +120,16 @@ impl Worker {
     /// `failure_mode` for request `id`, already taken off the held ones.
     pub(super) fn fail_held(&mut self, host: &mut dyn Host, id: u32, p: &Pending, failure: &Failure, now_ms: u64) {
         self.suspect(failure, now_ms);
-        if p.part.is_some() {
-            return self.part_failed(host, p, failure, now_ms);
+        match p.call {
+            Call::Decide => {}
+            Call::Part(_) => return self.part_failed(host, p, failure, now_ms),
+            Call::Settle(_) => {
+                // A settlement: counted, never the response's failure.
+                host.count(Stat::StoreError(failure.kind()), 1);
+                return self.settle_failed(host, p);
+            }
         }
-        let settle = self.failure(host, failure, &Held::of(p, now_ms), now_ms);
+        let settle = self.failure(host, failure, &Held::of(id, p, now_ms), now_ms);
         self.settle(host, id, settle);
     }
 
@@ -140,11 +149,14 @@ impl Worker {
     }
 
     /// What `overload` makes of a request the worker cannot take (counted).
-    pub(super) fn overloaded(&mut self, host: &mut dyn Host) -> Settle {
+    pub(super) fn overloaded(&mut self, host: &mut dyn Host, id: u32) -> Settle {
         host.count(Stat::Overloaded, 1);
         match self.config.overload {
             Overload::Reject => Settle::Reply(overloaded()),
-            Overload::Allow => Settle::Admit(None),
+            Overload::Allow => {
+                self.admitted(host, id, None, false);
+                Settle::Admit(None)
+            }
         }
     }
 
@@ -152,10 +164,12 @@ impl Worker {
     /// the worker is overloaded.
     pub(super) fn shed(&mut self, host: &mut dyn Host, id: u32) {
         let Some(p) = self.requests.remove(id) else { return };
-        if p.part.is_some() {
-            return self.part_shed(host, &p);
+        match p.call {
+            Call::Decide => {}
+            Call::Part(_) => return self.part_shed(host, &p),
+            Call::Settle(_) => return self.settle_failed(host, &p),
         }
-        let settle = self.overloaded(host);
+        let settle = self.overloaded(host, id);
         self.settle(host, id, settle);
     }
 }

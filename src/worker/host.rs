@@ -22,6 +22,10 @@ pub enum Flow {
     Continue,
     /// Hold the request: it waits for the store, or was answered locally.
     Pause,
+    /// Hold the request and hand its body to `Worker::on_request_body` (a
+    /// reservation is read from it) when it is complete or as large as
+    /// `max_body_bytes`.
+    ReadBody,
 }
 
 /// Headers the upstream's response gets when the request is admitted. The
@@ -89,6 +93,13 @@ pub enum Stat {
     CacheHit,
     /// Requests refused because the worker's bounds were exceeded.
     Overloaded,
+    /// A rule counted on the response (`count`).
+    Count(usize, CountStat),
+    /// A request or response body past `max_body_bytes`: its number was
+    /// not read (the reservation's default, or the reservation, stands in).
+    BodyTooLarge,
+    /// A held response went on before its settlement's reply.
+    HoldExpired,
     SentinelLookup,
     SentinelFailure,
     SentinelSwitch,
@@ -111,6 +122,38 @@ pub enum Stat {
     ClusterShardFailure,
     StreamOpen,
     StreamReset(Reset),
+}
+
+/// The counters of a rule with `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CountStat {
+    /// Units recorded on admission (reservations).
+    Reserved,
+    /// Units the settled requests cost in the end.
+    Settled,
+    /// Units given back (reservation beyond the cost).
+    Refunded,
+    /// Settlements the store did not apply.
+    Failed,
+    /// Responses that did not say their cost (missing or not an integer,
+    /// or a body past `max_body_bytes`): the reservation stood in.
+    CostFallback,
+}
+
+impl CountStat {
+    pub const ALL: [CountStat; 5] =
+        [CountStat::Reserved, CountStat::Settled, CountStat::Refunded, CountStat::Failed, CountStat::CostFallback];
+
+    /// The stat name suffix: `tollgate.rule.<rule>.<name>`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CountStat::Reserved => "reserved",
+            CountStat::Settled => "settled",
+            CountStat::Refunded => "refunded",
+            CountStat::Failed => "settle_failed",
+            CountStat::CostFallback => "cost_fallback",
+        }
+    }
 }
 
 /// A gauge the worker sets.
@@ -149,6 +192,9 @@ pub trait Host {
     fn admit(&mut self, id: u32, shadow_denied: Option<&str>);
     /// Answers request `id` with a local reply.
     fn reply(&mut self, id: u32, reply: &LocalReply);
+    /// Lets the held response of request `id` go on, with `headers` added.
+    /// A request that is gone is ignored.
+    fn resume_response(&mut self, id: u32, headers: &[(String, String)]);
     /// Removes a header from the request being started (`on_request`).
     fn remove_request_header(&mut self, name: &str);
     fn count(&mut self, stat: Stat, by: u64);

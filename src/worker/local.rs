@@ -83,8 +83,8 @@ impl LocalLimiter {
     }
 
     /// Decides `checks` at `now_ms` by this worker's counts: admitted (and
-    /// counted in every window of every check) only if every window has
-    /// room for the check's cost.
+    /// counted in every window of every check, except checks that only
+    /// check) only if every window has room for the check's cost.
     pub fn decide(&mut self, checks: &[Check], now_ms: u64) -> Decision {
         let mut windows = Vec::new();
         let mut allowed = true;
@@ -109,7 +109,7 @@ impl LocalLimiter {
         for ((i, check), mut state) in checks.iter().enumerate().zip(states) {
             for (j, (w, spec)) in state.iter_mut().zip(&check.windows).enumerate() {
                 let fits = w.used.saturating_add(check.cost.get()) <= w.allowance;
-                if allowed {
+                if allowed && !check.check_only {
                     w.used = w.used.saturating_add(check.cost.get());
                 }
                 let wait = w.until_ms.saturating_sub(now_ms).max(1);
@@ -126,6 +126,25 @@ impl LocalLimiter {
             self.put(&check.key, state);
         }
         Decision { allowed, now_ms, windows }
+    }
+
+    /// A request's record in `check`'s bucket changes from `from` to `to`
+    /// units at `now_ms` (counting on the response): what this worker
+    /// counts in the current periods moves with it.
+    pub fn settle(&mut self, check: &Check, from: u64, to: u64, now_ms: u64) {
+        if from == to {
+            return;
+        }
+        let mut state = self.take(&check.key).unwrap_or_default();
+        state.resize(check.windows.len(), Window { allowance: 0, used: 0, until_ms: 0 });
+        for (w, spec) in state.iter_mut().zip(&check.windows) {
+            if now_ms >= w.until_ms {
+                let until_ms = now_ms.saturating_add(spec.period_ms.get());
+                *w = Window { allowance: self.share(spec.limit.get()), used: 0, until_ms };
+            }
+            w.used = w.used.saturating_add(to).saturating_sub(from);
+        }
+        self.put(&check.key, state);
     }
 
     fn take(&mut self, key: &str) -> Option<Vec<Window>> {

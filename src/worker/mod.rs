@@ -3,13 +3,15 @@
 //! passed in, in ms of the proxy's clock) and carries out what the worker
 //! asks of its [`Host`].
 //!
-//! A request is planned, denied from the cache or queued; queued requests
+//! A request is planned, denied from the cache or queued ([`arrival`]); queued requests
 //! are sent on the worker's long-lived stream to the store (one per master
 //! of a Valkey Cluster, [`shards`], routed by the slot of the request's
 //! keys, [`cluster_routing`]), one `FCALL` each (or `EVALSHA`,
 //! `valkey.invoke`), pipelined; replies come back in order and are paired
 //! with the requests in order ([`link`], [`answer`]); each reply is ruled on
-//! ([`respond`]) and the request admitted or answered. Deadlines (see
+//! ([`respond`]) and the request admitted or answered. A request whose keys
+//! hash to several cluster slots is decided in two steps, one call per slot
+//! ([`cross_slot`], [`cluster_cross`]). Deadlines (see
 //! docs/reliability.md):
 //!
 //! * `valkey.timeout`: the stream is stalled when commands are outstanding
@@ -21,12 +23,19 @@
 //!   never admitted unchecked.
 //! * the queue bound (`valkey.max_queue`): a request that finds it full is
 //!   refused at once (overload).
+//!
+//! Rules counted on the response (`count`) add a request body to read
+//! ([`reserve`]), a response to read ([`cost`]) and a settlement on the same
+//! stream, one per slot in cluster mode ([`settle`], [`settle_reply`]).
 
 mod answer;
+mod arrival;
+mod body;
 mod cluster;
 mod cluster_cross;
 mod cluster_parts;
 mod cluster_routing;
+mod cost;
 #[cfg(any(test, not(target_family = "wasm")))]
 pub mod cross_model;
 pub mod cross_slot;
@@ -39,8 +48,11 @@ mod local;
 #[cfg(any(test, not(target_family = "wasm")))]
 pub mod model_store;
 mod requests;
+mod reserve;
 pub mod respond;
 mod sentinels;
+pub mod settle;
+mod settle_reply;
 mod shards;
 mod store;
 
@@ -48,22 +60,22 @@ mod store;
 mod tests;
 
 pub use cluster_cross::CROSS_CACHE_MS;
-pub use host::{Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
+pub use cost::{ResponseFlow, ResponseView};
+pub use host::{CountStat, Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
 
 use crate::cache::DenialCache;
 use crate::config::{Config, Invoke};
 use crate::limiter::script::{limiter, Script};
-use crate::plan::{plan, RequestView};
-use crate::response::{LocalReply, SHADOW_HEADER};
+use crate::plan::RequestView;
+use crate::response::LocalReply;
 use crate::store::Preamble;
 use cluster::Cluster;
 use cluster_cross::Crossings;
-use cluster_routing::Route;
-use fail::Held;
 use local::LocalLimiter;
-use requests::{Pending, Requests, ShardId, PARKED};
-use respond::{deny_from_cache, remember, Action, Ruling};
+use requests::{Requests, ShardId};
+use respond::{remember, Action, Ruling};
 use sentinels::Sentinels;
+use settle::Settlements;
 use shards::Shards;
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -109,6 +121,8 @@ impl Throttle {
 enum Settle {
     Admit(Option<String>),
     Reply(LocalReply),
+    /// A held response goes on, with these headers.
+    Resume(Vec<(String, String)>),
 }
 
 /// One worker's state.
@@ -132,6 +146,8 @@ pub struct Worker {
     cache: DenialCache,
     /// Stands in for the store under `failure_mode: local`.
     local: LocalLimiter,
+    /// Rules counted on the response: what admitted requests owe.
+    settlements: Settlements,
     /// Settlements beyond this VM entry's budget, for the next entries.
     deferred: VecDeque<(u32, Settle)>,
     settled: usize,
@@ -177,6 +193,7 @@ impl Worker {
             cluster,
             cache: DenialCache::new(config.denial_cache_keys),
             local: LocalLimiter::new(&config.local_limiter),
+            settlements: Settlements::new(&config),
             deferred: VecDeque::new(),
             settled: 0,
             in_request: false,
@@ -212,83 +229,13 @@ impl Worker {
         flow
     }
 
-    fn start(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        request: &dyn RequestView,
-        now_ms: u64,
-        headers: ResponseHeaders,
-    ) -> Flow {
-        let mut now_override = None;
-        if let Some(name) = &self.config.testing.now_header {
-            now_override = request.header(name).and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse().ok());
-            // The test clock never reaches the upstream.
-            host.remove_request_header(name);
-        }
-        // A client must not be able to forge the shadow-mode report (only
-        // meaningful, and so only removed, where shadow mode is configured).
-        if self.any_shadow {
-            host.remove_request_header(SHADOW_HEADER);
-        }
-        let planned = plan(&self.config, request);
-        for rule in &planned.skipped {
-            host.count(Stat::RuleSkipped(*rule), 1);
-        }
-        if planned.checks.is_empty() {
-            return Flow::Continue;
-        }
-        self.serving = true;
-        let arrival_ms = now_override.unwrap_or(now_ms);
-        if let Some(ruling) = deny_from_cache(&self.config, &planned.checks, &mut self.cache, arrival_ms) {
-            host.count(Stat::CacheHit, 1);
-            return self.rule_now(host, id, ruling, &headers);
-        }
-        let request = Held { checks: &planned.checks, at_ms: arrival_ms, headers: &headers };
-        let (shard, slot) = match self.route(&planned.checks) {
-            (Route::Shard(shard), slot) => (shard, slot),
-            (Route::Parked, slot) => (PARKED, slot),
-            (Route::Unserved(slot), _) => {
-                let failure = self.unserved(slot, now_ms);
-                return self.fail_now(host, id, &failure, &request, now_ms);
-            }
-            (Route::CrossSlot, _) => {
-                return self.cross_start(host, id, planned.checks, now_override, arrival_ms, headers, now_ms)
-            }
-        };
-        let link = self.shards.get(shard).map(|s| &s.link);
-        if let Some(failure) = link.and_then(|l| l.down(now_ms)).cloned() {
-            return self.fail_now(host, id, &failure, &request, now_ms);
-        }
-        // The bound is on requests that must wait for room on the stream:
-        // as many as the stream can take go out as soon as it is ready.
-        let room = self.config.valkey.max_in_flight.saturating_sub(link.map_or(0, |l| l.in_flight().0));
-        if self.requests.queued() >= self.config.valkey.max_queue.saturating_add(room) {
-            return match self.overloaded(host) {
-                Settle::Admit(_) => Flow::Continue,
-                Settle::Reply(reply) => {
-                    host.reply(id, &reply);
-                    Flow::Pause
-                }
-            };
-        }
-        let pending = Pending {
-            checks: planned.checks,
-            now_override,
-            arrival_ms,
-            local_arrival_ms: now_ms,
-            noscripts: 0,
-            headers,
-            sent: false,
-            shard,
-            slot,
-            redirects: 0,
-            asking: false,
-            part: None,
-        };
-        self.requests.push(id, pending);
-        self.pump(host, false, now_ms);
-        Flow::Pause
+    /// Whether request `id` is held for its decision (a request decided on
+    /// the first `max_body_bytes` of its body: the rest waits with it).
+    pub fn waiting(&self, id: u32) -> bool {
+        self.requests.get(id).is_some()
+            || self.crossings.map.get(&id).is_some_and(|c| c.answered.is_none())
+            || self.settlements.awaiting_body.contains_key(&id)
+            || self.deferred.iter().any(|(d, _)| *d == id)
     }
 
     /// The request's context is gone (client reset, or done).
@@ -298,6 +245,10 @@ impl Worker {
             if let Some(s) = self.shards.get_mut(p.shard).filter(|_| p.sent) {
                 s.link.abandon(id);
             }
+        }
+        if self.settlements.active {
+            // A reservation whose response never came stands.
+            self.settlements.gone(id);
         }
     }
 
@@ -366,7 +317,7 @@ impl Worker {
     fn rule_now(&mut self, host: &mut dyn Host, id: u32, ruling: Ruling, headers: &ResponseHeaders) -> Flow {
         // Only cache denials are ruled on at once: nothing to remember.
         match self.rule(host, ruling, 0, headers) {
-            Settle::Admit(_) => Flow::Continue,
+            Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
             Settle::Reply(reply) => {
                 host.reply(id, &reply);
                 Flow::Pause

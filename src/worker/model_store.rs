@@ -150,15 +150,20 @@ impl ModelStore {
         Value::Array(vec![Value::Array(shard)])
     }
 
-    /// `numkeys, KEYS..., now, (algorithm, cost, n, (limit, period)...)...`
+    /// `numkeys, KEYS..., now, (algorithm, cost, n, (limit, period)...)...`;
+    /// a cost `?<units>` only checks.
     fn decide(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
         let mut args = args.iter().map(text);
         let (keys, now) = keys_and_clock(&mut args, now_ms)?;
         let mut checks = Vec::with_capacity(keys.len());
         for (rule, key) in keys.into_iter().enumerate() {
             let algorithm = algorithm(args.next())?;
-            let cost = nz(args.next())?;
-            checks.push(Check { rule, key, windows: windows(&mut args)?, cost, algorithm });
+            let cost = args.next()?;
+            let (cost, check_only) = match cost.strip_prefix('?') {
+                Some(units) => (nz(Some(units.to_string()))?, true),
+                None => (nz(Some(cost))?, false),
+            };
+            checks.push(Check { rule, key, windows: windows(&mut args)?, cost, algorithm, check_only });
         }
         Some(reply(&self.model.decide(&checks, now)))
     }
@@ -173,7 +178,8 @@ impl ModelStore {
             let algorithm = algorithm(args.next())?;
             let from: u64 = args.next()?.parse().ok()?;
             let to: u64 = args.next()?.parse().ok()?;
-            let check = Check { rule, key, windows: windows(&mut args)?, cost: NonZeroU64::MIN, algorithm };
+            let windows = windows(&mut args)?;
+            let check = Check { rule, key, windows, cost: NonZeroU64::MIN, algorithm, check_only: false };
             adjustments.push(Adjustment { check, from, to });
         }
         Some(reply(&self.model.adjust(&adjustments, at, now)))

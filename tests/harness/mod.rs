@@ -226,7 +226,7 @@ impl<'a> Differential<'a> {
         );
         for c in checks {
             self.check_entries(c);
-            if got.allowed {
+            if got.allowed && !c.check_only {
                 self.written.insert(c.key.clone(), (now, ttl_ms(c)));
             }
         }

@@ -32,6 +32,29 @@ pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> st
 
 /// [`http`] to another loopback address (`::1`).
 pub fn http_to(host: &str, port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    let body: Option<&[u8]> = (method == "POST" || method == "PUT").then_some(b"");
+    http_body_to(host, port, method, path, headers, body)
+}
+
+/// [`http`] with a request body (sent with its `content-length`).
+pub fn http_body(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
+    http_body_to("127.0.0.1", port, method, path, headers, Some(body))
+}
+
+fn http_body_to(
+    host: &str,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> std::io::Result<Response> {
     let mut stream = TcpStream::connect((host, port))?;
     stream.set_read_timeout(Some(Duration::from_secs(20)))?;
     let mut request = format!("{method} {path} HTTP/1.1\r\nconnection: close\r\n");
@@ -41,11 +64,13 @@ pub fn http_to(host: &str, port: u16, method: &str, path: &str, headers: &[(&str
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }
-    if method == "POST" || method == "PUT" {
-        request.push_str("content-length: 0\r\n");
+    if let Some(body) = body {
+        request.push_str(&format!("content-length: {}\r\n", body.len()));
     }
     request.push_str("\r\n");
-    stream.write_all(request.as_bytes())?;
+    let mut bytes = request.into_bytes();
+    bytes.extend_from_slice(body.unwrap_or_default());
+    stream.write_all(&bytes)?;
     // Read until the response is complete by its own framing (content-length
     // or the last chunk), like a real client: Envoy may keep the connection
     // open for its delayed-close grace period after a local reply.

@@ -15,12 +15,13 @@ pub mod netns;
 pub mod plugin;
 pub mod steady;
 pub mod tls;
+pub mod upstream;
 mod valkey;
 
 pub use envoy::{
     demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Extras, Ports,
 };
-pub use http::{admin_get, http, remaining, Response};
+pub use http::{admin_get, http, http_body, remaining, Response};
 pub use valkey::{try_command, Valkey};
 
 use std::net::TcpListener;

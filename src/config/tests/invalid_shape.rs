@@ -55,7 +55,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         error(r#"{ "valkey": { "cluster": "c" }, "rules": [], "version": 1 }"#),
-        "version: unknown field, expected one of valkey, failure_mode, local_limiter, overload, rules, response, shadow, denial_cache, testing"
+        "version: unknown field, expected one of valkey, failure_mode, local_limiter, overload, rules, response, shadow, denial_cache, max_body_bytes, testing"
     );
     assert_eq!(
         error(&valkey(r#"{ "cluster": "c", "port": 6379 }"#)),
@@ -63,7 +63,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         error(&rule(r#"{ "name": "r", "limit": [] }"#)),
-        "rules[0].limit: unknown field, expected one of name, match, key, limits, algorithm, cost, shadow, hash_tag"
+        "rules[0].limit: unknown field, expected one of name, match, key, limits, algorithm, cost, shadow, hash_tag, count"
     );
     assert_eq!(
         error(&matcher(r#"{ "paths": "/" }"#)),

@@ -61,9 +61,12 @@ fn full() -> J {
                              "remote_address": { "v4_prefix": 24, "v6_prefix": 64 },
                              "forwarded_for": { "trusted_hops": 1, "v4_prefix": 24, "v6_prefix": 64 },
                              "on_missing": { "default": "d" } }, { "header": "h", "on_missing": "skip_rule" } ],
-          "limits": [ { "limit": 20, "period": "60s" }, { "limit": 5, "period": 3 } ] } ],
+          "limits": [ { "limit": 20, "period": "60s" }, { "limit": 5, "period": 3 } ],
+          "count": { "status": [401, "500-599"], "header": { "name": "x-r", "exact": "f" },
+                     "reserve": { "units": 1, "header": "h", "body": "b", "default": 2 },
+                     "cost": { "header": "x-c", "body": "usage.n" } } } ],
       "response": { "status": 429, "headers": ["ratelimit"], "body": "text", "text": "t", "on_allowed": true },
-      "shadow": true, "denial_cache": { "max_keys": 5 }, "testing": { "now_header": "x-now" } }"#;
+      "shadow": true, "denial_cache": { "max_keys": 5 }, "max_body_bytes": 2048, "testing": { "now_header": "x-now" } }"#;
     from_value(&serde_json::from_str(doc).unwrap())
 }
 

@@ -82,6 +82,7 @@ struct RawConfig {
     response: Option<Obj<RawResponse>>,
     shadow: Option<bool>,
     denial_cache: Option<Obj<RawDenialCache>>,
+    max_body_bytes: Option<u64>,
     testing: Option<Obj<RawTesting>>,
 }
 
@@ -147,6 +148,35 @@ struct RawRule {
     cost: Option<Number>,
     shadow: Option<bool>,
     hash_tag: Option<u64>,
+    count: Option<Obj<RawCount>>,
+}
+
+/// `rules[i].count`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCount {
+    status: Option<Vec<Value>>,
+    header: Option<Obj<RawHeaderMatch>>,
+    reserve: Option<Obj<RawReserve>>,
+    cost: Option<Obj<RawCost>>,
+}
+
+/// `rules[i].count.reserve`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReserve {
+    units: Option<Number>,
+    header: Option<String>,
+    body: Option<String>,
+    default: Option<Number>,
+}
+
+/// `rules[i].count.cost`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCost {
+    header: Option<String>,
+    body: Option<String>,
 }
 
 /// `rules[i].match`.

@@ -73,11 +73,13 @@ fn example_parses_to_expected_values() {
             cost: nz(1),
             shadow: false,
             hash_tag: None,
+            count: None,
             policy_names: vec!["auth.createToken/60s".into(), "auth.createToken/3s".into()],
         }],
         response: ResponseConfig::default(),
         shadow: false,
         denial_cache_keys: 10_000,
+        max_body_bytes: 256 << 10,
         testing: Testing { now_header: Some("x-tollgate-test-now-ms".into()) },
     };
     // "60s" is spelled as written, not as from_millis would ("1m").

@@ -8,7 +8,9 @@
 //! 1. **check**: for every window of every check, `retry_ms` = how long until
 //!    the request's cost fits that window (0 = fits now). Nothing changes.
 //! 2. **commit**: only if every window of every check fits, record the cost in
-//!    every bucket. A denied request changes nothing anywhere.
+//!    every bucket, except those of checks that only check
+//!    ([`Check::check_only`]: a rule that counts on the response, charged
+//!    later by [`Model::adjust`]). A denied request changes nothing anywhere.
 //! 3. **stats**: per window, `remaining` and `reset_ms` after the decision.
 //!
 //! Each algorithm module states what a bucket stores and its three phases.
@@ -192,7 +194,7 @@ impl Model {
         let allowed = retries.iter().all(|&r| r == 0);
 
         if allowed {
-            for check in checks {
+            for check in checks.iter().filter(|c| !c.check_only) {
                 self.state_mut(check).bucket_mut().commit(&check.windows, check.cost.get(), now_ms);
             }
         }
@@ -234,6 +236,7 @@ pub(crate) mod test_util {
                 .collect(),
             cost: nz(cost),
             algorithm,
+            check_only: false,
         }
     }
 }
@@ -274,6 +277,30 @@ mod tests {
                 assert_eq!(d.denied_by().map(|w| w.check).collect::<Vec<_>>(), vec![1]);
                 assert_eq!(d.windows[0].remaining, 98, "{loose:?} consumed nothing on denial");
             }
+        }
+    }
+
+    /// A check that only checks denies when its windows lack room for its
+    /// cost and records nothing when admitted; the other checks of the
+    /// same decision record as usual.
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn checks_that_only_check_record_nothing() {
+        for algorithm in Algorithm::ALL {
+            let mut m = Model::new();
+            let mut login = check(algorithm, "login", &[(20, 60_000), (2, 3_000)], 1);
+            login.check_only = true;
+            let plain = check(algorithm, "plain", &[(10, 60_000)], 1);
+            for i in 0..5 {
+                let d = m.decide(&[login.clone(), plain.clone()], 10_000 + i);
+                assert!(d.allowed, "{algorithm:?}");
+                assert_eq!((d.windows[1].remaining, d.windows[2].remaining), (2, 9 - i), "{algorithm:?}");
+            }
+            let charge = Adjustment { check: login.clone(), from: 0, to: 2 };
+            m.adjust(&[charge], 10_004, 10_005);
+            let d = m.decide(&[login.clone(), plain.clone()], 10_006);
+            assert!(!d.allowed, "{algorithm:?}: the charged window is full");
+            assert_eq!(d.denied_by().map(|w| (w.check, w.window)).collect::<Vec<_>>(), vec![(0, 1)]);
+            assert_eq!(d.windows[2].remaining, 5, "{algorithm:?}: a denial records nothing");
         }
     }
 

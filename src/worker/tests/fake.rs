@@ -7,7 +7,7 @@ use crate::plan::RequestView;
 use crate::response::LocalReply;
 use crate::testing::Plugin;
 use crate::worker::model_store::ModelStore;
-use crate::worker::{Flow, Gauge, Host, Level, ResponseHeaders, Stat, Worker};
+use crate::worker::{Flow, Gauge, Host, Level, ResponseFlow, ResponseHeaders, ResponseView, Stat, Worker};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -26,6 +26,8 @@ pub struct FakeHost {
     pub cancelled: Vec<u32>,
     pub admitted: Vec<(u32, Option<String>)>,
     pub replies: Vec<(u32, LocalReply)>,
+    /// Held responses resumed, with the headers added.
+    pub resumed: Vec<(u32, Vec<(String, String)>)>,
     pub removed_headers: Vec<String>,
     pub counts: HashMap<Stat, u64>,
     pub in_flight: i64,
@@ -108,6 +110,11 @@ impl Host for FakeHost {
         self.replies.push((id, reply.clone()));
     }
 
+    fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {
+        self.settled_this_entry += 1;
+        self.resumed.push((id, headers.to_vec()));
+    }
+
     fn remove_request_header(&mut self, name: &str) {
         self.removed_headers.push(name.to_string());
     }
@@ -158,6 +165,22 @@ impl RequestView for Req {
 
     fn property(&self, _path: &[String]) -> Option<Vec<u8>> {
         None
+    }
+}
+
+/// A response seen through [`ResponseView`].
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+}
+
+impl ResponseView for Resp {
+    fn status(&self) -> Option<u16> {
+        Some(self.status)
+    }
+
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_bytes().to_vec())
     }
 }
 
@@ -295,6 +318,38 @@ impl Rig {
             }
         }
         panic!("the worker never settled: {:?} wakes {} tick {:?}", self.host.outbox, self.host.wakes, self.host.tick);
+    }
+
+    /// The response of request `id` arrives: `status` and `headers`.
+    pub fn response(&mut self, id: u32, status: u16, headers: &[(&str, &str)]) -> ResponseFlow {
+        let response = Resp { status, headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+        self.host.settled_this_entry = 0;
+        self.host.request_entry = Some(id);
+        let flow = self.worker.on_response(&mut self.host, id, &response, self.now);
+        self.host.request_entry = None;
+        flow
+    }
+
+    /// A chunk of request `id`'s response body; `end`: the last.
+    pub fn response_body(&mut self, id: u32, chunk: &[u8], end: bool) {
+        self.host.settled_this_entry = 0;
+        self.host.request_entry = Some(id);
+        self.worker.on_response_body(&mut self.host, id, chunk, end, self.now);
+        self.host.request_entry = None;
+    }
+
+    /// Request `id`'s body (all of it, or the first `max_body_bytes`).
+    pub fn request_body(&mut self, id: u32, body: &[u8], complete: bool) -> Flow {
+        self.host.settled_this_entry = 0;
+        self.host.request_entry = Some(id);
+        let flow = self.worker.on_request_body(&mut self.host, id, body, complete, self.now);
+        self.host.request_entry = None;
+        flow
+    }
+
+    /// The headers a held response was resumed with, if it was.
+    pub fn resumed(&self, id: u32) -> Option<&[(String, String)]> {
+        self.host.resumed.iter().find(|(r, _)| *r == id).map(|(_, h)| h.as_slice())
     }
 
     pub fn response_headers(&self, id: u32) -> Vec<(String, String)> {

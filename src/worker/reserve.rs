@@ -1,0 +1,74 @@
+//! The request side of counting on the response: what a request of a rule
+//! with `count` records on admission. Without a reservation it only checks
+//! that the rule's `cost` fits ([`Check::check_only`]); with one it records
+//! the reservation: fixed units, a request header's integer, or an integer
+//! field of the request's JSON body (the request then waits for its body,
+//! at most `max_body_bytes` of it). A reservation is at least 1 and at most
+//! the rule's smallest limit (so it can be admitted; the response settles
+//! the rest); one that cannot be read is the configured default.
+
+use super::body::{integer, json_field};
+use super::host::{Flow, Host, Stat};
+use super::Worker;
+use crate::config::{Config, Reserve};
+use crate::limiter::Check;
+use crate::plan::RequestView;
+use std::num::NonZeroU64;
+
+/// `value` as a reservation for `check`: at least 1, at most its smallest
+/// limit; `default` when there is none.
+fn reservation(value: Option<u64>, default: NonZeroU64, check: &Check) -> NonZeroU64 {
+    let smallest = check.windows.iter().map(|w| w.limit).min().unwrap_or(NonZeroU64::MIN);
+    value.map_or(default, |v| NonZeroU64::new(v).unwrap_or(NonZeroU64::MIN)).min(smallest)
+}
+
+/// Sets what each check of a counting rule records on admission (all but
+/// body reservations); true when a reservation needs the request's body.
+pub(super) fn prepare(config: &Config, checks: &mut [Check], request: &dyn RequestView) -> bool {
+    let mut body = false;
+    for check in checks {
+        let Some(count) = config.rules.get(check.rule).and_then(|r| r.count.as_ref()) else { continue };
+        match &count.reserve {
+            None => check.check_only = true,
+            Some(Reserve::Units(units)) => check.cost = *units,
+            Some(Reserve::Header { name, default }) => {
+                let value = request.header(name).and_then(|v| integer(&v));
+                check.cost = reservation(value, *default, check);
+            }
+            Some(Reserve::Body { .. }) => body = true,
+        }
+    }
+    body
+}
+
+/// Sets the body reservations from `body` (`None`: unreadable, e.g. past
+/// `max_body_bytes`).
+fn apply_body(config: &Config, checks: &mut [Check], body: Option<&[u8]>) {
+    for check in checks {
+        let reserve = config.rules.get(check.rule).and_then(|r| r.count.as_ref()).and_then(|c| c.reserve.as_ref());
+        if let Some(Reserve::Body { path, default }) = reserve {
+            let value = body.and_then(|b| json_field(b, path));
+            check.cost = reservation(value, *default, check);
+        }
+    }
+}
+
+impl Worker {
+    /// Request `id`'s body (its own callback): the first `max_body_bytes`
+    /// of it at most; `complete` when that is all of it. The request is then
+    /// decided as any other.
+    pub fn on_request_body(&mut self, host: &mut dyn Host, id: u32, body: &[u8], complete: bool, now_ms: u64) -> Flow {
+        let Some(mut p) = self.settlements.awaiting_body.remove(&id) else { return Flow::Continue };
+        self.begin(host, true);
+        let readable = complete && body.len() <= self.config.max_body_bytes;
+        if !readable {
+            host.count(Stat::BodyTooLarge, 1);
+        }
+        apply_body(&self.config, &mut p.checks, readable.then_some(body));
+        // Deadlines count from now: the request waited for its client.
+        p.local_arrival_ms = now_ms;
+        let flow = self.proceed(host, id, p, now_ms);
+        self.finish(host, false, now_ms);
+        flow
+    }
+}

@@ -1,0 +1,387 @@
+//! Counting on the response (`rules[].count`, see docs/configuration.md):
+//! what an admitted request owes its counting rules, how its response
+//! (status, headers, body) says what it cost, and the settlement that makes
+//! the store's record match: one `adjust` call for every window of every
+//! counting rule of the request, atomically (in cluster mode, one call per
+//! slot: see below).
+//!
+//! * On admission the worker remembers the request ([`Owed`]): its checks,
+//!   who decided it (the store, recording its reservations; the local
+//!   limiter; or nobody, `failure_mode`/`overload: allow`), and for each
+//!   check whether and when (on the store's clock) the store recorded it.
+//! * On the response headers, per counting check: the status and header
+//!   conditions give 0 or a cost; the cost is the rule's `cost`, a
+//!   response header, or (later) the body. What cannot be read costs the
+//!   reservation (or the rule's `cost` without one): `cost_fallback`.
+//! * The store gets what it recorded changed to the cost (`from` its
+//!   reservation, 0 if it recorded nothing). A store-decided response that
+//!   carries rate-limit headers and settles on its headers is **held** until
+//!   the replies, at most `valkey.timeout`; its `RateLimit` then shows the
+//!   settled state. Past that, or when the store fails, it goes on with the
+//!   admission's headers corrected by its own change (`settle.hold_expired`).
+//!   A cost read from the body settles when the body ends; the headers
+//!   already left with the admission's state. (The replies: [`super::settle_reply`].)
+//! * The settlement is queued like a decision, under an id of its own
+//!   ([`SETTLE_IDS`]), so it outlives the request's context; a failure is
+//!   counted (`settle_failed`), never the response's.
+//! * In cluster mode each slot of the changed checks gets its own call, on
+//!   its master, at the time that slot's decision recorded (a request
+//!   decided across slots was decided by one call per slot, see
+//!   [`super::cross_slot`]); each call is all or nothing for its slot.
+
+use super::body::BodyReader;
+use super::cluster_routing::Route;
+use super::cost::ResponseFlow;
+use super::host::{CountStat, Host, ResponseHeaders, Stat};
+use super::requests::{Call, Pending, PARKED};
+use super::Worker;
+use crate::config::{Config, Reserve};
+use crate::limiter::script::{encode_adjust, Invocation, Script};
+use crate::limiter::{Adjustment, Check, Decision};
+use crate::response::{allowed_headers, policy_names};
+use crate::store::cluster::key_slot;
+use crate::store::FailureKind;
+use std::collections::{HashMap, VecDeque};
+
+/// Settlements are held under ids from here to `0xBFFF_FFFF` (context ids
+/// count up from 1 and never reach it; the parts of requests decided across
+/// slots are above, `super::cluster_cross::PART_IDS`).
+pub const SETTLE_IDS: u32 = 0x8000_0000;
+
+/// Who admitted a request, and so what the store recorded for it.
+#[derive(Debug)]
+pub(super) enum Decided {
+    /// Not admitted (yet).
+    Not,
+    /// The store, recording every reservation (for a request decided across
+    /// slots: its slots' decisions merged).
+    Store(Decision),
+    /// The local limiter (`failure_mode: local`), recording them locally.
+    Local(Decision),
+    /// Nobody: let through unchecked.
+    Unchecked,
+}
+
+#[derive(Debug)]
+pub(super) enum Phase {
+    /// Waiting for the response.
+    Waiting,
+    /// Reading the body for the costs still unknown (`None`).
+    Body { reader: BodyReader, costs: Vec<Option<u64>> },
+    /// The response waits for the settlements' replies (at most
+    /// `valkey.timeout`, [`Settlements`]'s holds); `changes` per check;
+    /// `waiting`: calls not answered yet; `now`: the admission's decision
+    /// with the windows of the replies so far.
+    Held { changes: Vec<Option<(u64, u64)>>, waiting: usize, now: Decision },
+}
+
+/// An admitted request's debt to its counting rules.
+#[derive(Debug)]
+pub(super) struct Owed {
+    pub checks: Vec<Check>,
+    /// Per check: when the store recorded it, on its clock (`None`: the
+    /// store recorded nothing for it).
+    pub stored: Vec<Option<u64>>,
+    pub now_override: Option<u64>,
+    pub local_arrival_ms: u64,
+    pub headers: ResponseHeaders,
+    pub decided: Decided,
+    pub phase: Phase,
+}
+
+/// A settlement on the store stream (the call of its [`Pending`]).
+#[derive(Debug, Clone)]
+pub struct SettleCall {
+    /// The request's context, whose response may be held.
+    pub context: u32,
+    /// When the store decided the request, on its clock.
+    pub at_ms: u64,
+    /// `(from, to)` per check of the pending.
+    pub units: Vec<(u64, u64)>,
+    /// The local limiter already settled the request (it decided it).
+    pub local: bool,
+}
+
+/// One worker's settlements.
+#[derive(Debug, Default)]
+pub(super) struct Settlements {
+    /// Some rule counts on the response.
+    pub active: bool,
+    pub owed: HashMap<u32, Owed>,
+    /// Requests whose reservation waits for their body.
+    pub awaiting_body: HashMap<u32, Pending>,
+    /// Held responses by deadline (all holds last `valkey.timeout`, so
+    /// they expire in the order they began).
+    pub holds: VecDeque<(u64, u32)>,
+    next: u32,
+}
+
+impl Settlements {
+    pub fn new(config: &Config) -> Settlements {
+        Settlements { active: config.rules.iter().any(|r| r.count.is_some()), ..Settlements::default() }
+    }
+
+    /// A fresh id for a settlement on the stream.
+    fn next_id(&mut self) -> u32 {
+        self.next = self.next.wrapping_add(1);
+        SETTLE_IDS | (self.next & 0x3FFF_FFFF)
+    }
+
+    /// Forgets request `id`'s context (gone).
+    pub fn gone(&mut self, id: u32) {
+        self.owed.remove(&id);
+        self.awaiting_body.remove(&id);
+    }
+}
+
+/// Appends the `adjust` call of settlement `call` over `checks`.
+pub(super) fn encode_settlement(
+    out: &mut Vec<u8>,
+    script: &Script,
+    how: Invocation,
+    checks: &[Check],
+    call: &SettleCall,
+    now_ms: Option<u64>,
+) {
+    let adjustments: Vec<Adjustment> = checks
+        .iter()
+        .zip(&call.units)
+        .map(|(check, &(from, to))| Adjustment { check: check.clone(), from, to })
+        .collect();
+    encode_adjust(out, script, how, &adjustments, call.at_ms, now_ms);
+}
+
+/// Whether the store's denial of `key` may be remembered: not when the
+/// request's reservation varies (another request's smaller one may fit).
+pub(super) fn cacheable(config: &Config, checks: &[Check], key: &str) -> bool {
+    let check = checks.iter().find(|c| c.key == key);
+    let reserve = check.and_then(|c| config.rules.get(c.rule)).and_then(|r| r.count.as_ref()?.reserve.as_ref());
+    !matches!(reserve, Some(Reserve::Header { .. } | Reserve::Body { .. }))
+}
+
+/// Whether `check`'s rule counts on the response.
+pub(super) fn counts(config: &Config, check: &Check) -> bool {
+    config.rules.get(check.rule).is_some_and(|r| r.count.is_some())
+}
+
+impl Worker {
+    /// Request `id` (`p`) is about to be decided: remember what it will owe
+    /// if admitted.
+    pub(super) fn owe(&mut self, id: u32, p: &Pending) {
+        if !p.checks.iter().any(|c| counts(&self.config, c)) {
+            return;
+        }
+        let owed = Owed {
+            checks: p.checks.clone(),
+            stored: vec![None; p.checks.len()],
+            now_override: p.now_override,
+            local_arrival_ms: p.local_arrival_ms,
+            headers: p.headers.clone(),
+            decided: Decided::Not,
+            phase: Phase::Waiting,
+        };
+        self.settlements.owed.insert(id, owed);
+    }
+
+    /// Request `id` was admitted by the store (`decision.allowed`, which
+    /// recorded every check at its `now_ms`), the local limiter or nobody
+    /// (`None`, `local`: whether the local limiter).
+    pub(super) fn admitted(&mut self, host: &mut dyn Host, id: u32, decision: Option<&Decision>, local: bool) {
+        let Some(owed) = self.settlements.owed.get_mut(&id) else { return };
+        owed.decided = match (decision, local) {
+            (Some(d), false) if d.allowed => Decided::Store(d.clone()),
+            (Some(d), true) if d.allowed => Decided::Local(d.clone()),
+            (None, _) => Decided::Unchecked,
+            _ => {
+                // A denial (a shadow rule's lets it pass, recording nothing).
+                self.settlements.owed.remove(&id);
+                return;
+            }
+        };
+        match &owed.decided {
+            Decided::Store(d) => owed.stored.fill(Some(d.now_ms)),
+            Decided::Local(_) => {}
+            _ => return,
+        }
+        for c in owed.checks.iter().filter(|c| counts(&self.config, c)) {
+            host.count(Stat::Count(c.rule, CountStat::Reserved), c.recorded());
+        }
+    }
+
+    /// The store recorded checks `indices` of admitted request `id` at
+    /// `at_ms` (its clock): one slot of a request decided across slots (see
+    /// [`super::cross_slot`]), whose record is kept.
+    pub(super) fn stored(&mut self, host: &mut dyn Host, id: u32, indices: &[usize], at_ms: u64) {
+        let Some(owed) = self.settlements.owed.get_mut(&id) else { return };
+        for &i in indices {
+            let (Some(at), Some(check)) = (owed.stored.get_mut(i), owed.checks.get(i)) else { continue };
+            // Reserved once: by the store's admission or the local limiter's.
+            if at.is_none() && matches!(owed.decided, Decided::Unchecked) && counts(&self.config, check) {
+                host.count(Stat::Count(check.rule, CountStat::Reserved), check.recorded());
+            }
+            *at = Some(at_ms);
+        }
+    }
+
+    /// Settles `owed` with `costs` (per check; non-counting checks ignored).
+    /// `at_headers`: the response headers are still here (they may be held
+    /// or corrected).
+    pub(super) fn settle_owed(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        owed: Owed,
+        costs: Vec<u64>,
+        at_headers: bool,
+        now_ms: u64,
+    ) -> ResponseFlow {
+        // (from, to) in the store, per counting check.
+        let mut changes: Vec<Option<(u64, u64)>> = Vec::with_capacity(owed.checks.len());
+        for ((check, cost), stored) in owed.checks.iter().zip(&costs).zip(&owed.stored) {
+            if !counts(&self.config, check) {
+                changes.push(None);
+                continue;
+            }
+            let from = if stored.is_some() { check.recorded() } else { 0 };
+            if let Decided::Local(_) = owed.decided {
+                // The local limiter recorded the reservation: settled there
+                // now, whatever the store does.
+                let reserved = check.recorded();
+                self.local.settle(check, reserved, *cost, self.request_time(&owed, now_ms));
+                if reserved > *cost {
+                    host.count(Stat::Count(check.rule, CountStat::Refunded), reserved - cost);
+                }
+            }
+            if stored.is_some() && *cost < from {
+                // Room came back: what this worker remembers as denied may
+                // fit now (other workers' caches expire by themselves).
+                self.cache.forget(&check.key);
+            }
+            changes.push(Some((from, *cost)));
+        }
+        // The checks to change in the store, by call: one per slot (and
+        // time of record).
+        let mut calls: Vec<((u16, u64), Vec<usize>)> = Vec::new();
+        for (i, change) in changes.iter().enumerate() {
+            let (Some((from, to)), Some(check)) = (change, owed.checks.get(i)) else { continue };
+            if from == to {
+                continue;
+            }
+            let slot = if self.cluster.is_some() { key_slot(check.key.as_bytes()) } else { 0 };
+            let at_ms = owed.stored.get(i).copied().flatten().unwrap_or_else(|| self.request_time(&owed, now_ms));
+            match calls.iter_mut().find(|(k, _)| *k == (slot, at_ms)) {
+                Some((_, indices)) => indices.push(i),
+                None => calls.push(((slot, at_ms), vec![i])),
+            }
+        }
+        // Only the changes of checks settled on no call's reply count now:
+        // the rest when their call answers.
+        let unchanged: Vec<Option<(u64, u64)>> = changes.iter().map(|c| c.filter(|(from, to)| from == to)).collect();
+        self.completed(host, &owed.checks, &unchanged);
+        let total = calls.len();
+        let mut sent = 0;
+        for ((_, at_ms), indices) in calls {
+            let call = SettleCall {
+                context: id,
+                at_ms,
+                units: indices.iter().filter_map(|&i| changes.get(i).copied().flatten()).collect(),
+                local: matches!(owed.decided, Decided::Local(_)),
+            };
+            let checks: Vec<Check> = indices.iter().filter_map(|&i| owed.checks.get(i).cloned()).collect();
+            sent += usize::from(self.send_settlement(host, &owed, checks, call, now_ms));
+        }
+        let hold = at_headers && total > 0 && sent == total && !owed.headers.borrow().is_empty();
+        if let (true, Decided::Store(decision)) = (hold, &owed.decided) {
+            let until_ms = now_ms.saturating_add(self.timeout_ms);
+            self.settlements.holds.push_back((until_ms, id));
+            let now = decision.clone();
+            self.settlements.owed.insert(id, Owed { phase: Phase::Held { changes, waiting: sent, now }, ..owed });
+            return ResponseFlow::Hold;
+        }
+        if at_headers {
+            let headers = corrected(&self.config, &owed, &changes);
+            if let Ok(mut slot) = owed.headers.try_borrow_mut() {
+                *slot = headers;
+            }
+        }
+        ResponseFlow::Continue
+    }
+
+    /// Queues a settlement of `checks` (one slot) for its master's stream;
+    /// false if it failed at once (the store known down, no master).
+    fn send_settlement(
+        &mut self,
+        host: &mut dyn Host,
+        owed: &Owed,
+        checks: Vec<Check>,
+        call: SettleCall,
+        now_ms: u64,
+    ) -> bool {
+        let (route, slot) = self.route(&checks);
+        let (shard, down) = match route {
+            Route::Shard(shard) => (shard, self.shards.get(shard).and_then(|s| s.link.down(now_ms)).map(|f| f.kind())),
+            Route::Parked => (PARKED, None),
+            Route::Unserved(slot) => (PARKED, Some(self.unserved(slot, now_ms).kind())),
+            // (Never: a call's checks share a slot.)
+            Route::CrossSlot => (PARKED, Some(FailureKind::Unavailable)),
+        };
+        let pending = Pending {
+            checks,
+            now_override: owed.now_override.map(|o| o.saturating_add(now_ms.saturating_sub(owed.local_arrival_ms))),
+            arrival_ms: self.request_time(owed, now_ms),
+            local_arrival_ms: now_ms,
+            noscripts: 0,
+            headers: ResponseHeaders::default(),
+            sent: false,
+            shard,
+            slot,
+            redirects: 0,
+            asking: false,
+            call: Call::Settle(call),
+        };
+        if let Some(kind) = down {
+            host.count(Stat::StoreError(kind), 1);
+            self.settle_failed(host, &pending);
+            return false;
+        }
+        let settle_id = self.settlements.next_id();
+        self.requests.push(settle_id, pending);
+        true
+    }
+
+    /// The request's clock at `now_ms` (the injected one in tests).
+    pub(super) fn request_time(&self, owed: &Owed, now_ms: u64) -> u64 {
+        owed.now_override.map_or(now_ms, |o| o.saturating_add(now_ms.saturating_sub(owed.local_arrival_ms)))
+    }
+
+    /// Counts settlements that are complete in the store: `(from, to)` per
+    /// check (`None`: not settled here).
+    pub(super) fn completed(&self, host: &mut dyn Host, checks: &[Check], changes: &[Option<(u64, u64)>]) {
+        for (check, change) in checks.iter().zip(changes) {
+            let Some((from, to)) = change else { continue };
+            host.count(Stat::Count(check.rule, CountStat::Settled), *to);
+            if from > to {
+                host.count(Stat::Count(check.rule, CountStat::Refunded), from - to);
+            }
+        }
+    }
+}
+
+/// The admission's headers, each window's remaining corrected by the
+/// request's own change (`from` → `to`; a window empty until a charge now
+/// resets within its period): what the response says when the store's
+/// reply is not there.
+pub(super) fn corrected(config: &Config, owed: &Owed, changes: &[Option<(u64, u64)>]) -> Vec<(String, String)> {
+    let (Decided::Store(decision) | Decided::Local(decision)) = &owed.decided else { return Vec::new() };
+    let mut now = decision.clone();
+    for w in &mut now.windows {
+        if let Some(Some((from, to))) = changes.get(w.check) {
+            w.remaining = w.remaining.saturating_add(*from).saturating_sub(*to).min(w.limit);
+            if to > from && w.reset_ms == 0 {
+                w.reset_ms = w.period_ms;
+            }
+        }
+    }
+    let names = policy_names(config, &owed.checks, &now);
+    allowed_headers(config, &names, &now)
+}
