@@ -278,6 +278,9 @@ impl Worker {
         // the rest when their call answers.
         let unchanged: Vec<Option<(u64, u64)>> = changes.iter().map(|c| c.filter(|(from, to)| from == to)).collect();
         self.completed(host, &owed.checks, &unchanged);
+        if calls.is_empty() {
+            return ResponseFlow::Continue;
+        }
         let total = calls.len();
         let mut sent = 0;
         for ((_, at_ms), indices) in calls {
@@ -290,7 +293,7 @@ impl Worker {
             let checks: Vec<Check> = indices.iter().filter_map(|&i| owed.checks.get(i).cloned()).collect();
             sent += usize::from(self.send_settlement(host, &owed, checks, call, now_ms));
         }
-        let hold = at_headers && total > 0 && sent == total && !owed.headers.borrow().is_empty();
+        let hold = at_headers && sent == total && !owed.headers.borrow().is_empty();
         if let (true, Decided::Store(decision)) = (hold, &owed.decided) {
             let until_ms = now_ms.saturating_add(self.timeout_ms);
             self.settlements.holds.push_back((until_ms, id));
