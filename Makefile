@@ -65,7 +65,8 @@ run: build
 	@scripts/run.sh
 
 # The stack of envoy/docker-compose.yml in the foreground (needs Docker);
-# ARGS go to `docker compose` before `up`, e.g. ARGS="--profile sentinel".
+# ARGS go to `docker compose` before `up`, e.g. ARGS="--profile sentinel"
+# (or cluster).
 compose: build
 	@scripts/compose.sh $(ARGS)
 
@@ -76,8 +77,8 @@ compose-registry: image
 	@TOLLGATE_COMPOSE_REGISTRY=1 scripts/compose.sh --profile registry $(ARGS)
 
 # Regenerates envoy/compose/ from envoy/envoy-dynamic.yaml,
-# envoy/dynamic/listeners.yaml and envoy/envoy-sentinel.yaml (the edits are
-# listed in tests/packaging_compose.rs).
+# envoy/dynamic/listeners.yaml, envoy/envoy-sentinel.yaml and
+# envoy/envoy-cluster.yaml (the edits are listed in tests/packaging_compose.rs).
 compose-configs:
 	TOLLGATE_WRITE_COMPOSE_CONFIGS=1 cargo test --quiet --test packaging_compose compose_envoy_configs
 

@@ -15,6 +15,12 @@ Cases:
   flood                  2,048 connections, a new user per request, failure_mode
                          local: who decided (the store, the local limiter, an
                          explicit overload refusal, failure_mode)
+  cluster                Valkey Cluster (envoy/envoy-cluster.yaml): 10,000 users
+                         spread over the slots of 1 master, then of 3 masters;
+                         requests of two rules in different slots (two calls,
+                         admitted), and the same denied by one rule (two calls
+                         and an undo); Valkey CPU per call on each master
+                         (scripts/bench_cluster.py)
 
 With perf available, the allowed path at 64 connections is also profiled
 (software clock, by DSO: Envoy's C++, the V8-compiled module, the kernel).
@@ -403,10 +409,11 @@ def main():
     finally:
         valkey.terminate()
         valkey.wait()
-    write_report(results, profiles, flooded, costs)
+    clustered = bench_cluster.cluster_bench(workdir)
+    write_report(results, profiles, flooded, costs, clustered)
 
 
-def write_report(results, profiles, flooded, costs=None):
+def write_report(results, profiles, flooded, costs=None, clustered=None):
     base = {r["connections"]: r for r in results["no filter"]}
     local_deny = {r["connections"]: r for r in results["local_ratelimit deny"]}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -501,6 +508,8 @@ def write_report(results, profiles, flooded, costs=None):
         for name, c in costs.items():
             lines.append(f"| {name} | {c['host_calls']:.2f} | {c['callbacks'] + c['buffers']:.2f} | "
                          f"{c['callbacks']:.2f} | {c['buffers']:.2f} |")
+    if clustered:
+        lines += bench_cluster.cluster_report(clustered)
     for name, prof in profiles.items():
         lines += ["", f"## Profile: {name}, 64 connections", "",
                   "Envoy's CPU samples by where they ran (`perf record -e cpu-clock`, software clock):", "",
@@ -515,4 +524,12 @@ def write_report(results, profiles, flooded, costs=None):
 
 
 if __name__ == "__main__":
-    main()
+    # Imported here: it takes the helpers above from this file (as `bench`).
+    import bench_cluster
+
+    if sys.argv[1:] == ["--cluster-only"]:
+        # Prints the cluster rows without writing docs/benchmarks.md.
+        rows = bench_cluster.cluster_bench(Path(tempfile.mkdtemp(prefix="tollgate-bench-")))
+        print("\n".join(bench_cluster.cluster_report(rows)))
+    else:
+        main()

@@ -6,7 +6,10 @@
 # lists, and busybox as /bin/sh (with wget, sed and sha256sum for
 # envoy/compose/fetch-module.sh), imported from a tarball (`docker import`:
 # no builder, no base image, nothing pulled). Needs a running Docker engine.
-# Without docker-registry the registry stand-in is skipped, with a note.
+# Without docker-registry the registry stand-in is skipped, with a note. The
+# valkey stand-in also gets a valkey-cli (valkey-cli, or Debian's redis-cli
+# of `make redis7`: envoy/compose/cluster-init.sh of profile `cluster` runs
+# it); without one, a note.
 #
 # An image that already has the tag is kept: a stand-in built from the same
 # binary by the same script (label org.tollgate.stand-in = the sha256 of
@@ -19,6 +22,7 @@ ENVOY="${TOLLGATE_ENVOY:-$PWD/.tools/bin/envoy}"
 VALKEY="${TOLLGATE_VALKEY:-$PWD/.tools/bin/valkey-server}"
 REGISTRY="$(command -v docker-registry || true)"
 BUSYBOX="$(command -v busybox || true)"
+CLI="${TOLLGATE_VALKEY_CLI:-$(command -v valkey-cli || command -v redis-cli || true)}"
 [ -n "$BUSYBOX" ] || { echo "compose-images: no busybox (scripts/install-docker.sh installs it)" >&2; exit 1; }
 
 work=$(mktemp -d)
@@ -32,9 +36,21 @@ tag_of() {
   echo "$tag"
 }
 
-# stand_in TAG BINARY NAME...: an image running BINARY as /usr/local/bin/NAME.
+# copy_binary ROOT BINARY NAME: BINARY as ROOT/usr/local/bin/NAME, with the
+# dynamic loader and libraries at the paths it asks for.
+copy_binary() {
+  local lib
+  cp "$2" "$1/usr/local/bin/$3"
+  for lib in $(ldd "$2" | grep -o '/[^ ]*'); do
+    mkdir -p "$1$(dirname "$lib")"
+    cp -L "$lib" "$1$lib"
+  done
+}
+
+# stand_in TAG BINARY NAME...: an image running BINARY as /usr/local/bin/NAME
+# (with EXTRA, a second binary, as /usr/local/bin/EXTRA_NAME).
 stand_in() {
-  local tag=$1 binary version label current root lib
+  local tag=$1 binary version label current root lib extra=${EXTRA:-}
   binary=$(readlink -f "$2")
   shift 2
   [ -x "$binary" ] || { echo "compose-images: $binary missing (run make tools)" >&2; exit 1; }
@@ -47,7 +63,7 @@ stand_in() {
     *"/$version/"* | *"v=$version "* | *" $version+"* | *" $version") ;;
     *) echo "compose-images: $tag, but $binary says: $said" >&2; exit 1 ;;
   esac
-  label=$(cat "$binary" "$SELF" | sha256sum | cut -d' ' -f1)
+  label=$(cat "$binary" "$SELF" ${extra:+"$extra"} | sha256sum | cut -d' ' -f1)
   if current=$(docker image inspect -f '{{index .Config.Labels "org.tollgate.stand-in"}}' "$tag" 2>/dev/null); then
     if [ "$current" = "$label" ]; then
       echo "compose-images: $tag: stand-in up to date"
@@ -60,15 +76,13 @@ stand_in() {
   root="$work/$1"
   mkdir -p "$root/usr/local/bin" "$root/bin" "$root/tmp" "$root/data" "$root/etc"
   chmod 1777 "$root/tmp"
-  cp "$binary" "$root/usr/local/bin/$1"
+  copy_binary "$root" "$binary" "$1"
   for name in "${@:2}"; do ln -s "$1" "$root/usr/local/bin/$name"; done
+  if [ -n "$extra" ]; then
+    copy_binary "$root" "$extra" "$EXTRA_NAME"
+  fi
   cp "$BUSYBOX" "$root/bin/busybox"
   for applet in sh printf cat echo ls mkdir rm mv sleep wget sed tr grep cut wc sha256sum; do ln -s busybox "$root/bin/$applet"; done
-  # The dynamic loader and libraries, at the paths the binary asks for.
-  for lib in $(ldd "$binary" | grep -o '/[^ ]*'); do
-    mkdir -p "$root$(dirname "$lib")"
-    cp -L "$lib" "$root$lib"
-  done
   printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
   if [ "$1" = registry ]; then
     # The official image's config, at its path.
@@ -86,7 +100,12 @@ stand_in() {
 }
 
 stand_in "$(tag_of envoyproxy/envoy)" "$ENVOY" envoy
-stand_in "$(tag_of valkey/valkey)" "$VALKEY" valkey-server valkey-sentinel
+if [ -n "$CLI" ]; then
+  EXTRA=$(readlink -f "$CLI") EXTRA_NAME=valkey-cli stand_in "$(tag_of valkey/valkey)" "$VALKEY" valkey-server valkey-sentinel
+else
+  echo "compose-images: no valkey-cli or redis-cli (make redis7 installs redis-cli): the valkey stand-in has none, and profile cluster cannot form its cluster"
+  stand_in "$(tag_of valkey/valkey)" "$VALKEY" valkey-server valkey-sentinel
+fi
 if [ -n "$REGISTRY" ]; then
   stand_in "$(tag_of registry)" "$REGISTRY" registry
 else

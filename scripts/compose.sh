@@ -3,7 +3,7 @@
 # (Envoy on 127.0.0.1:10000, admin 127.0.0.1:9901, Valkey on the stack's own
 # network). Ctrl-C stops it and removes its containers, network and volumes.
 # Extra arguments go to `docker compose` before `up`, e.g.
-# `make compose ARGS="--profile sentinel"`.
+# `make compose ARGS="--profile sentinel"` or `ARGS="--profile cluster"`.
 #
 # With TOLLGATE_COMPOSE_REGISTRY=1 (`make compose-registry`, after `make
 # image`) it also runs profile `registry`: it starts the stack's registry,
@@ -36,7 +36,7 @@ missing=0
 for image in $(sed -n 's/^ *image: *//p' envoy/docker-compose.yml | sort -u); do
   docker image inspect "$image" >/dev/null 2>&1 || missing=1
 done
-if [ "$missing" -eq 1 ] && ! "${compose[@]}" --profile sentinel --profile registry pull; then
+if [ "$missing" -eq 1 ] && ! "${compose[@]}" --profile sentinel --profile registry --profile cluster pull; then
   echo "make compose: the images cannot be pulled; building local stand-ins" >&2
   scripts/compose-images.sh
 fi
@@ -52,7 +52,7 @@ Rule auth.createToken: POST /auth/token, keyed by x-user-id, 20 per 60s AND 5 pe
 Change the limits live: write a copy of envoy/compose/dynamic/listeners.yaml, then mv it over
 the file (docs/deploy.md, "Changing the configuration"). Ctrl-C stops the stack and removes it.
 MSG
-trap '"${compose[@]}" --profile sentinel --profile registry down --volumes --remove-orphans --timeout 1' EXIT
+trap '"${compose[@]}" --profile sentinel --profile registry --profile cluster down --volumes --remove-orphans --timeout 1' EXIT
 
 if [ "${TOLLGATE_COMPOSE_REGISTRY:-}" = 1 ]; then
   version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)

@@ -22,9 +22,9 @@ mod support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::docker::{container_ip, docker, stand_in_images, Engine, Project};
+use support::docker::{container_ip, docker, engine_and_images, Project};
 use support::load::{send_raw, Request};
 use support::{admin_get, http, repo_root, try_command, wait_until, Response};
 use tollgate::resp::Value;
@@ -37,15 +37,6 @@ const EPHEMERAL_PORTS: [(&str, &str); 4] = [
     ("TOLLGATE_SENTINEL_PORT", "0"),
     ("TOLLGATE_SENTINEL_ADMIN_PORT", "0"),
 ];
-
-fn engine_and_images() -> Option<Engine> {
-    static IMAGES: Once = Once::new();
-    let engine = Engine::get()?;
-    let wasm = repo_root().join("target/wasm32-wasip1/release/tollgate.wasm");
-    assert!(wasm.exists(), "{}: missing (make build)", wasm.display());
-    IMAGES.call_once(stand_in_images);
-    Some(engine)
-}
 
 fn command(port: u16, args: &[&str]) -> Option<Value> {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();

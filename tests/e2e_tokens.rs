@@ -117,6 +117,8 @@ fn concurrent_reservations_never_exceed_the_budget_and_settle_to_the_actual_cost
     );
     let used = s.used("acme");
     wait_until("settled", Duration::from_secs(10), || s.valkey.int(&["ZCARD", &key("acme")]) as u64 == used);
+    // Counted when the reply reaches the worker, just after Valkey applied it.
+    wait_until("the settlements counted", Duration::from_secs(10), || s.stat("rule.llm.tokens.settled") >= used);
     assert_eq!(s.stat("rule.llm.tokens.settled"), used);
     assert_eq!(s.stat("rule.llm.tokens.refunded"), 90 - used);
 

@@ -1,8 +1,9 @@
 //! `envoy/docker-compose.yml` and its Envoy configs, checked without a Docker
 //! engine (tests/compose.rs runs the stack for real):
 //! - `envoy/compose/envoy.yaml`, `envoy/compose/dynamic/listeners.yaml` and
-//!   `envoy/compose/envoy-sentinel.yaml` are `envoy/envoy-dynamic.yaml`,
-//!   `envoy/dynamic/listeners.yaml` and `envoy/envoy-sentinel.yaml` with
+//!   `envoy/compose/envoy-sentinel.yaml` and `envoy/compose/envoy-cluster.yaml`
+//!   are `envoy/envoy-dynamic.yaml`, `envoy/dynamic/listeners.yaml`,
+//!   `envoy/envoy-sentinel.yaml` and `envoy/envoy-cluster.yaml` with
 //!   exactly the listed edits, so a change to the originals shows up here and
 //!   is carried over by `make compose-configs`; the LDS listener passes
 //!   `envoy --mode validate` with the compose bootstrap;
@@ -10,7 +11,9 @@
 //! - only the Envoys (and the registry) publish ports, on the host's 127.0.0.1,
 //!   and each Envoy mounts the LDS directory and the module where its config's
 //!   relative paths point; the registry profile fetches the crate version's tag;
-//! - the Sentinel Envoy's cluster names the Sentinel services and their ports.
+//! - the Sentinel Envoy's cluster names the Sentinel services and their ports;
+//! - the cluster Envoy's seeds are the cluster profile's masters, on the ports
+//!   they listen on, and the init joins every node of the profile.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 mod support;
@@ -47,7 +50,7 @@ const LISTENER_EVERYWHERE: Edit = edit(
 /// (original, compose copy, edits). The demo Envoy's bootstrap and its LDS
 /// file keep their relative paths: compose mounts the LDS directory at
 /// /tollgate/envoy/dynamic. The Sentinel Envoy stays static.
-const CONFIGS: [(&str, &str, &[Edit]); 3] = [
+const CONFIGS: [(&str, &str, &[Edit]); 4] = [
     (
         "envoy/envoy-dynamic.yaml",
         "envoy/compose/envoy.yaml",
@@ -83,6 +86,30 @@ const CONFIGS: [(&str, &str, &[Edit]); 3] = [
                 Some("valkey_sentinels"),
                 "socket_address: { address: 127.0.0.1, port_value: 26381 }",
                 "socket_address: { address: sentinel-3, port_value: 26381 }",
+            ),
+        ],
+    ),
+    (
+        "envoy/envoy-cluster.yaml",
+        "envoy/compose/envoy-cluster.yaml",
+        &[
+            ADMIN_EVERYWHERE,
+            LISTENER_EVERYWHERE,
+            edit(Some("valkey_seeds"), "type: STATIC", "type: STRICT_DNS"),
+            edit(
+                Some("valkey_seeds"),
+                "socket_address: { address: 127.0.0.1, port_value: 7000 }",
+                "socket_address: { address: cluster-1, port_value: 7000 }",
+            ),
+            edit(
+                Some("valkey_seeds"),
+                "socket_address: { address: 127.0.0.1, port_value: 7001 }",
+                "socket_address: { address: cluster-2, port_value: 7001 }",
+            ),
+            edit(
+                Some("valkey_seeds"),
+                "socket_address: { address: 127.0.0.1, port_value: 7002 }",
+                "socket_address: { address: cluster-3, port_value: 7002 }",
             ),
         ],
     ),
@@ -255,7 +282,7 @@ fn only_the_envoys_and_the_registry_publish_ports_on_loopback_and_each_envoy_mou
         }
     }
     envoys.sort();
-    assert_eq!(envoys, ["envoy", "envoy-registry", "envoy-sentinel"]);
+    assert_eq!(envoys, ["envoy", "envoy-cluster", "envoy-registry", "envoy-sentinel"]);
 }
 
 #[test]
@@ -327,4 +354,34 @@ fn the_sentinel_envoy_names_the_sentinel_services_and_their_ports() {
     assert_eq!(found, 3, "three Sentinels");
     let replica = strings(&services["valkey-replica"]["command"]).join(" ");
     assert!(replica.contains("--replicaof valkey 6379"), "{replica}");
+}
+
+#[test]
+fn the_cluster_envoy_seeds_are_the_cluster_masters_and_the_init_joins_every_node() {
+    let services = compose()["services"].clone();
+    let text = std::fs::read_to_string(repo_root().join("envoy/compose/envoy-cluster.yaml")).unwrap();
+    let init = std::fs::read_to_string(repo_root().join("envoy/compose/cluster-init.sh")).unwrap();
+    let mut nodes = Vec::new();
+    for (name, service) in services.as_object().unwrap() {
+        let command = strings(&service["command"]);
+        if !command.iter().any(|a| a == "--cluster-enabled") {
+            continue;
+        }
+        assert_eq!(strings(&service["profiles"]), ["cluster"], "{name}");
+        let port = &command[command.iter().position(|a| a == "--port").unwrap() + 1];
+        assert!(init.contains(&format!("{name}:{port}")), "cluster-init.sh does not join {name}:{port}");
+        if !name.contains("replica") {
+            let seed = format!("socket_address: {{ address: {name}, port_value: {port} }}");
+            assert!(text.contains(&seed), "envoy-cluster.yaml lacks the seed {seed}");
+        }
+        nodes.push(name.clone());
+    }
+    assert_eq!(nodes.len(), 6, "3 masters and 3 replicas: {nodes:?}");
+    let init_service = &services["cluster-init"];
+    assert_eq!(mount_source("cluster-init", init_service, "/cluster-init.sh"), "./compose/cluster-init.sh");
+    let mut needs = strings(&init_service["depends_on"]);
+    needs.sort();
+    assert_eq!(needs, nodes, "cluster-init starts after every node");
+    let envoy_needs = &services["envoy-cluster"]["depends_on"]["cluster-init"]["condition"];
+    assert_eq!(envoy_needs, "service_completed_successfully", "Envoy starts on a formed cluster");
 }

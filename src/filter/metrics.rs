@@ -1,7 +1,7 @@
 //! Envoy stats of the filter. Envoy shows metrics defined by wasm plugins
 //! with the prefix `wasmcustom.` (see docs/configuration.md for the list).
 //! Handles are defined once per worker VM at configuration time: their number
-//! is bounded: 4 per rule (9 for a rule with `count`), 25 others, one per
+//! is bounded: 4 per rule (9 for a rule with `count`), 27 others, one per
 //! [`FailureKind`] (12) and one per [`Reset`] (6); plus
 //! `tollgate.config.errors`, defined only when a configuration is refused.
 
@@ -50,6 +50,8 @@ pub struct Metrics {
     cluster_moved: Option<u32>,
     cluster_ask: Option<u32>,
     cluster_cross_shard: Option<u32>,
+    cluster_undos: Option<u32>,
+    cluster_undo_failed: Option<u32>,
     cluster_shard_failures: Option<u32>,
     stream_opens: Option<u32>,
     /// `tollgate.stream.resets.<cause>`, in [`Reset::ALL`] order.
@@ -120,6 +122,8 @@ impl Metrics {
             cluster_moved: counter("tollgate.cluster.moved"),
             cluster_ask: counter("tollgate.cluster.ask"),
             cluster_cross_shard: counter("tollgate.cluster.cross_shard"),
+            cluster_undos: counter("tollgate.cluster.undos"),
+            cluster_undo_failed: counter("tollgate.cluster.undo_failed"),
             cluster_shard_failures: counter("tollgate.cluster.shard_failures"),
             stream_opens: counter("tollgate.stream.opens"),
             stream_resets: Reset::ALL.map(|r| counter(&format!("tollgate.stream.resets.{}", r.name()))),
@@ -158,6 +162,8 @@ impl Metrics {
             Stat::ClusterMoved => self.cluster_moved,
             Stat::ClusterAsk => self.cluster_ask,
             Stat::ClusterCrossShard => self.cluster_cross_shard,
+            Stat::ClusterUndo => self.cluster_undos,
+            Stat::ClusterUndoFailed => self.cluster_undo_failed,
             Stat::ClusterShardFailure => self.cluster_shard_failures,
             Stat::StreamOpen => self.stream_opens,
             Stat::StreamReset(r) => {

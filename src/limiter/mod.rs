@@ -118,6 +118,18 @@ pub const ADJUST_MAX: u64 = 1 << 32;
 /// go past the limit): every sum stays exact in Lua's doubles.
 pub const STATE_MAX: u64 = 1 << 52;
 
+impl Check {
+    /// The units a decision that admits records in this check's bucket
+    /// (none for a check that only checks).
+    pub fn recorded(&self) -> u64 {
+        if self.check_only {
+            0
+        } else {
+            self.cost.get()
+        }
+    }
+}
+
 #[cfg(test)]
 impl Check {
     /// A sliding-log check for unit tests: `windows` as `(limit, period_ms)`.

@@ -2,15 +2,16 @@
 //! request's reply ruled on, sent again (the code was missing, a cluster
 //! redirection) or failed; the replies to `AUTH` and `FUNCTION LOAD`.
 
-use super::host::{Host, Level, Reset, Stat};
+use super::host::{Host, Level, Reset, ResponseHeaders, Stat};
 use super::link::Slot;
-use super::requests::ShardId;
+use super::requests::{Call, ShardId};
 use super::respond::respond;
 use super::settle::cacheable;
 use super::shards::Carrier;
-use super::Worker;
+use super::{Settle, Worker};
 use crate::config::Invoke;
 use crate::limiter::script::{is_fcall_refused, is_loaded};
+use crate::limiter::{Check, Decision};
 use crate::resp::Value;
 use crate::store::cluster::parse_redirect;
 use crate::store::{interpret_reply, preamble_failure, printable, Failure, Outcome};
@@ -94,38 +95,60 @@ impl Worker {
         }
         if outcome == Outcome::NoScript && p.noscripts < MAX_NOSCRIPTS {
             p.noscripts += 1;
-            // (A settlement by `evalsha` goes as EVAL itself.)
-            let own_eval = p.settle.is_some() && self.invoke == Invoke::Evalsha;
+            // (An adjust by `evalsha` goes as EVAL itself.)
+            let own_eval = p.call.adjusts() && self.invoke == Invoke::Evalsha;
             if code.carrier.is_none() && !own_eval {
                 code.wanted = true;
             }
             return true;
         }
         let Some(p) = self.requests.remove(id) else { return false };
-        if p.settle.is_some() {
-            if let Outcome::Failed(failure) = &outcome {
-                host.count(Stat::StoreError(failure.kind()), 1);
+        match p.call {
+            Call::Decide => {}
+            Call::Part(_) => {
+                self.part_answered(host, id, p, outcome, now_ms);
+                return false;
             }
-            self.settled(host, &p, outcome);
-            return false;
+            Call::Settle(_) => {
+                if let Outcome::Failed(failure) = &outcome {
+                    host.count(Stat::StoreError(failure.kind()), 1);
+                }
+                self.settled(host, &p, outcome);
+                return false;
+            }
         }
         match outcome {
             Outcome::Decided(decision) => {
                 self.learn(&p, &decision, now_ms);
-                if self.settlements.active {
-                    self.admitted(host, id, Some(&decision), false);
-                }
-                let mut ruling = respond(&self.config, &p.checks, &decision, p.arrival_ms);
-                if self.settlements.active {
-                    ruling.denials.retain(|d| cacheable(&self.config, &p.checks, &d.key));
-                }
-                let settle = self.rule(host, ruling, p.arrival_ms, &p.headers);
+                let settle = self.rule_decided(host, id, &p.checks, &decision, p.arrival_ms, &p.headers);
                 self.settle(host, id, settle);
             }
             Outcome::NoScript => self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
             Outcome::Failed(failure) => self.fail_held(host, id, &p, &failure, now_ms),
         }
         false
+    }
+
+    /// What the store's `decision` over `checks` makes of request `id`:
+    /// counted, its denials remembered (not those of a reservation of its
+    /// own), and what it owes noted if admitted.
+    pub(super) fn rule_decided(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        checks: &[Check],
+        decision: &Decision,
+        arrival_ms: u64,
+        headers: &ResponseHeaders,
+    ) -> Settle {
+        if self.settlements.active {
+            self.admitted(host, id, Some(decision), false);
+        }
+        let mut ruling = respond(&self.config, checks, decision, arrival_ms);
+        if self.settlements.active {
+            ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
+        }
+        self.rule(host, ruling, arrival_ms, headers)
     }
 
     /// The reply to `FUNCTION LOAD`. A refusal for good (an ACL without

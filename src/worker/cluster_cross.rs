@@ -1,61 +1,272 @@
-//! A request whose checks hash to several slots of a Valkey Cluster: one
-//! call can only touch the keys of one slot (`CROSSSLOT` otherwise, even on
-//! one master), so no single call can decide it all or nothing.
+//! A request whose checks hash to several slots of a Valkey Cluster,
+//! decided in two steps ([`super::cross_slot`], docs/reliability.md):
+//! one part per slot group, each a call on its slot's master (queued,
+//! sent, redirected and failed as any request), sharing one outcome
+//! ([`Crossing`]); then an undo on each group that recorded, when the
+//! request is not admitted. Replies to the parts are handled in
+//! [`super::cluster_parts`].
 //!
-//! **Interim behaviour (part 1), never over-admitting:** such a request is
-//! refused with a `503` (`Retry-After: 1`, `rate limiter cannot decide
-//! across cluster slots`), whatever `failure_mode` says (`allow` and
-//! `local` would admit it past its limits), and counted in
-//! `cluster.cross_shard`; nothing is recorded in any bucket. A request whose
-//! every check is a shadow rule passes (shadow rules never deny). Rules
-//! tagged by a shared key part (`rules[].hash_tag`) avoid this.
-//!
-//! Part 2 replaces [`Worker::cross_shard`]: record in each slot if it fits,
-//! then undo where recorded when any slot denied.
+//! A request is answered once no part waits and every undo has replied:
+//! a client that was denied never meets its own record. Until then its
+//! records may deny concurrent requests (docs: the spurious-denial window).
+//! Past [`super::MAX_WAIT_MS`] it is answered at once (overload, or its
+//! denial with the undone windows given back) and its parts go on.
 
-use super::host::{Host, Level, ResponseHeaders, Stat};
-use super::respond::is_shadow;
-use super::{Flow, Throttle, Worker};
-use crate::limiter::Check;
-use crate::response::LocalReply;
+use super::cluster_parts::set;
+use super::cross_slot::{groups, Group, Step};
+use super::fail::Held;
+use super::host::{Host, ResponseHeaders, Stat};
+use super::requests::{Call, Pending, ShardId, PARKED};
+use super::respond::Denial;
+use super::{Flow, Settle, Worker};
+use crate::limiter::{Check, Decision};
+use crate::store::Failure;
+use std::collections::HashMap;
 
-/// The reply of a request refused because its checks span slots.
-pub fn cross_slot_reply() -> LocalReply {
-    LocalReply {
-        status: 503,
-        headers: vec![("retry-after".into(), "1".to_string()), ("content-type".into(), "text/plain".to_string())],
-        body: b"rate limiter cannot decide across cluster slots\n".to_vec(),
+/// The parts are held under ids with these bits set (context ids count up
+/// from 1 and never reach them).
+pub const PART_IDS: u32 = 0xC000_0000;
+
+/// How long a denial is remembered at most in cluster mode with several
+/// rules (whose buckets can span slots): it may be another request's record
+/// that an undo is about to take back (docs/performance.md).
+pub const CROSS_CACHE_MS: u64 = 100;
+
+/// What a part of a request decided across slots does (its `Pending`'s
+/// `part`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The first step of group `group` of request `parent`.
+    Decide { parent: u32, group: usize },
+    /// The undo of that group, which the store decided at `at_ms` (its clock).
+    Undo { parent: u32, group: usize, at_ms: u64 },
+}
+
+impl Part {
+    /// When the decision it undoes was made, for an undo.
+    pub fn undo_at(self) -> Option<u64> {
+        match self {
+            Part::Undo { at_ms, .. } => Some(at_ms),
+            Part::Decide { .. } => None,
+        }
     }
 }
 
+/// One request decided across slots.
+#[derive(Debug)]
+pub struct Crossing {
+    pub checks: Vec<Check>,
+    pub groups: Vec<Group>,
+    pub steps: Vec<Step>,
+    /// Per group: its first step's part while held.
+    pub parts: Vec<Option<u32>>,
+    /// Per group: why it failed, counted when the request is settled.
+    pub failures: Vec<Option<Failure>>,
+    /// Per group: where its call ran (shard, after `ASKING`).
+    pub ran: Vec<Option<(ShardId, bool)>>,
+    /// Per group: its undo was sent; its reply.
+    pub undo_sent: Vec<bool>,
+    pub undos: Vec<Option<Decision>>,
+    /// Undos awaiting their replies.
+    pub undoing: usize,
+    /// A group was refused as overload (not sent in time).
+    pub shed: bool,
+    /// What a request that could not be decided gets (`failure_mode`,
+    /// `overload`), carried out once its undos replied.
+    pub settle: Option<Settle>,
+    /// Answered before its parts were done (past its deadline, or gone):
+    /// whether it was admitted.
+    pub answered: Option<bool>,
+    pub now_override: Option<u64>,
+    pub arrival_ms: u64,
+    pub local_arrival_ms: u64,
+    pub headers: ResponseHeaders,
+}
+
+impl Crossing {
+    /// `now_ms` (proxy clock) on the request's clock, for `failure_mode`.
+    pub fn at_ms(&self, now_ms: u64) -> u64 {
+        self.now_override.map_or(now_ms, |o| o.saturating_add(now_ms.saturating_sub(self.local_arrival_ms)))
+    }
+
+    /// A part's `Pending`: the checks of group `group`, for `shard`.
+    fn pending(&self, group: usize, shard: ShardId, asking: bool, part: Part) -> Pending {
+        let g = self.groups.get(group);
+        Pending {
+            checks: g.map(|g| g.of(&self.checks)).unwrap_or_default(),
+            now_override: self.now_override,
+            arrival_ms: self.arrival_ms,
+            local_arrival_ms: self.local_arrival_ms,
+            noscripts: 0,
+            headers: self.headers.clone(),
+            sent: false,
+            shard,
+            slot: g.map(|g| g.slot),
+            redirects: 0,
+            asking,
+            call: Call::Part(part),
+        }
+    }
+}
+
+/// The worker's requests decided across slots, by context id.
+#[derive(Debug, Default)]
+pub struct Crossings {
+    pub map: HashMap<u32, Crossing>,
+    next: u32,
+}
+
 impl Worker {
-    /// Decides request `id`, whose `checks` hash to several slots, in its
-    /// own callback (see the module documentation).
-    pub(super) fn cross_shard(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        checks: &[Check],
-        _headers: &ResponseHeaders,
-        now_ms: u64,
-    ) -> Flow {
+    /// Caps how long `denials` are remembered (see [`CROSS_CACHE_MS`]).
+    pub(super) fn cap_denials(&self, denials: &mut [Denial], arrival_ms: u64) {
+        if self.cluster.is_some() && self.config.rules.len() > 1 {
+            for d in denials {
+                d.until_ms = d.until_ms.min(arrival_ms.saturating_add(CROSS_CACHE_MS));
+            }
+        }
+    }
+
+    /// A fresh part id, not held by any request.
+    fn part_id(&mut self) -> u32 {
+        loop {
+            self.crossings.next = self.crossings.next.wrapping_add(1);
+            let id = PART_IDS | (self.crossings.next & !PART_IDS);
+            if self.requests.get(id).is_none() {
+                return id;
+            }
+        }
+    }
+
+    /// Decides request `id` (`p`), whose checks hash to several slots, in
+    /// its own callback: one part per slot group, queued for its master.
+    pub(super) fn cross_start(&mut self, host: &mut dyn Host, id: u32, p: Pending, now_ms: u64) -> Flow {
         host.count(Stat::ClusterCrossShard, 1);
-        if self.cross_log.due(now_ms) {
-            let rules: Vec<&str> =
-                checks.iter().filter_map(|c| self.config.rules.get(c.rule)).map(|r| r.name.as_str()).collect();
-            host.log(
-                Level::Warn,
-                &format!(
-                    "tollgate: a request matched rules whose buckets are in different cluster slots ({}): refused with 503; give them a shared rules[].hash_tag (repeats are not logged for {}s)",
-                    rules.join(", "),
-                    Throttle::INTERVAL_MS / 1000
-                ),
-            );
+        if self.requests.queued() >= self.config.valkey.max_queue {
+            return match self.overloaded(host, id) {
+                Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
+                Settle::Reply(reply) => {
+                    host.reply(id, &reply);
+                    Flow::Pause
+                }
+            };
         }
-        if checks.iter().all(|c| is_shadow(&self.config, c)) {
-            return Flow::Continue;
+        let groups = groups(&p.checks);
+        let n = groups.len();
+        let mut c = Crossing {
+            checks: p.checks,
+            groups,
+            steps: vec![Step::Waiting; n],
+            parts: vec![None; n],
+            failures: vec![None; n],
+            ran: vec![None; n],
+            undo_sent: vec![false; n],
+            undos: vec![None; n],
+            undoing: 0,
+            shed: false,
+            settle: None,
+            answered: None,
+            now_override: p.now_override,
+            arrival_ms: p.arrival_ms,
+            local_arrival_ms: p.local_arrival_ms,
+            headers: p.headers,
+        };
+        for g in 0..n {
+            let slot = c.groups.get(g).map_or(0, |g| g.slot);
+            let shard = self.route_slot(slot, now_ms).and_then(|shard| {
+                match self.shards.get(shard).and_then(|s| s.link.down(now_ms)) {
+                    Some(failure) => Err(failure.clone()),
+                    None => Ok(shard),
+                }
+            });
+            match shard {
+                Ok(shard) => {
+                    let part = self.part_id();
+                    self.requests.push(part, c.pending(g, shard, false, Part::Decide { parent: id, group: g }));
+                    set(&mut c.parts, g, Some(part));
+                }
+                Err(failure) => {
+                    set(&mut c.steps, g, Step::Failed { may_have_run: false });
+                    set(&mut c.failures, g, Some(failure));
+                }
+            }
         }
-        host.reply(id, &cross_slot_reply());
+        if c.parts.iter().all(Option::is_none) {
+            // No group could be sent (nothing recorded): `failure_mode` now,
+            // in its own callback.
+            let mut failures = c.failures.iter().flatten();
+            let Some(first) = failures.next() else { return Flow::Continue };
+            for other in failures {
+                host.count(Stat::StoreError(other.kind()), 1);
+            }
+            let request = Held { id, checks: &c.checks, at_ms: c.arrival_ms, headers: &c.headers };
+            return self.fail_now(host, id, first, &request, now_ms);
+        }
+        self.crossings.map.insert(id, c);
+        self.pump(host, false, now_ms);
         Flow::Pause
+    }
+
+    /// The shard of `slot`'s master, [`PARKED`] without a map, or why none.
+    fn route_slot(&mut self, slot: u16, now_ms: u64) -> Result<ShardId, Failure> {
+        match self.cluster.as_ref().and_then(|c| c.map()).map(|m| m.owner(slot)) {
+            None => Ok(PARKED),
+            Some(Some(addr)) => Ok(self.shards.for_addr(addr)),
+            Some(None) => Err(self.unserved(slot, now_ms)),
+        }
+    }
+
+    /// Queues the undo of group `g` of request `parent` (it recorded): to
+    /// where its call ran, or by the slot map if that shard is gone.
+    pub(super) fn send_undo(&mut self, host: &mut dyn Host, parent: u32, g: usize, now_ms: u64) {
+        let Some(c) = self.crossings.map.get(&parent) else { return };
+        let (Some(Step::Decided(d)), Some(false)) = (c.steps.get(g), c.undo_sent.get(g).copied()) else { return };
+        let at_ms = d.now_ms;
+        let ran = c.ran.get(g).copied().flatten().filter(|(s, _)| self.shards.get(*s).is_some());
+        let slot = c.groups.get(g).map_or(0, |g| g.slot);
+        let (shard, asking) = match ran {
+            Some(ran) => ran,
+            None => (self.route_slot(slot, now_ms).unwrap_or(PARKED), false),
+        };
+        let id = self.part_id();
+        let Some(c) = self.crossings.map.get_mut(&parent) else { return };
+        // Its deadlines count from now, not from the request's arrival.
+        let pending =
+            Pending { local_arrival_ms: now_ms, ..c.pending(g, shard, asking, Part::Undo { parent, group: g, at_ms }) };
+        set(&mut c.undo_sent, g, true);
+        c.undoing += 1;
+        self.requests.push(id, pending);
+        host.count(Stat::ClusterUndo, 1);
+    }
+
+    /// Request `id`'s context is gone: it will not be admitted; its parts
+    /// not yet sent are dropped, and what recorded is undone (at the next
+    /// tick: there is no host here).
+    pub(super) fn cross_gone(&mut self, id: u32) {
+        let Some(c) = self.crossings.map.get_mut(&id) else { return };
+        c.answered.get_or_insert(false);
+        for (g, part) in c.parts.iter_mut().enumerate() {
+            if part.is_some_and(|p| self.requests.get(p).is_some_and(|p| !p.sent)) {
+                if let Some(p) = part.take() {
+                    self.requests.remove(p);
+                }
+                set(&mut c.steps, g, Step::NotSent);
+            }
+        }
+    }
+
+    /// Deadlines of requests decided across slots, at every tick: one
+    /// waiting past `max_wait` is answered now (its parts go on); one that
+    /// is gone has its undos sent.
+    pub(super) fn expire_crossings(&mut self, host: &mut dyn Host, now_ms: u64) {
+        let cutoff = now_ms.saturating_sub(self.max_wait_ms);
+        let ids: Vec<u32> = self.crossings.map.keys().copied().collect();
+        for id in ids {
+            let late =
+                self.crossings.map.get(&id).is_some_and(|c| c.answered.is_none() && c.local_arrival_ms <= cutoff);
+            if late {
+                self.answer_late(host, id);
+            }
+            self.advance(host, id, now_ms);
+        }
     }
 }

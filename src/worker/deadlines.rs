@@ -53,6 +53,9 @@ impl Worker {
             host.count(Stat::UnknownOutcome, 1);
             self.shed(host, id);
         }
+        if !self.crossings.map.is_empty() {
+            self.expire_crossings(host, now_ms);
+        }
         self.retire_idle(host);
     }
 

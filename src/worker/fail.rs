@@ -3,7 +3,7 @@
 //! (`overload`: reject, or allow when explicitly asked).
 
 use super::host::{Host, Level, ResponseHeaders, Stat};
-use super::requests::Pending;
+use super::requests::{Call, Pending};
 use super::respond::respond;
 use super::{Flow, Settle, Throttle, Worker};
 use crate::config::{FailureMode, Overload};
@@ -41,7 +41,13 @@ impl<'a> Held<'a> {
 
 impl Worker {
     /// Counts and logs a failure and gives what `failure_mode` makes of it.
-    fn failure(&mut self, host: &mut dyn Host, failure: &Failure, request: &Held<'_>, now_ms: u64) -> Settle {
+    pub(super) fn failure(
+        &mut self,
+        host: &mut dyn Host,
+        failure: &Failure,
+        request: &Held<'_>,
+        now_ms: u64,
+    ) -> Settle {
         if self.log.due(now_ms) {
             host.log(
                 Level::Warn,
@@ -113,14 +119,16 @@ impl Worker {
 
     /// `failure_mode` for request `id`, already taken off the held ones.
     pub(super) fn fail_held(&mut self, host: &mut dyn Host, id: u32, p: &Pending, failure: &Failure, now_ms: u64) {
-        if p.settle.is_some() {
-            // A settlement: counted, never the response's failure.
-            host.count(Stat::StoreError(failure.kind()), 1);
-            self.suspect(failure, now_ms);
-            self.settle_failed(host, p);
-            return;
-        }
         self.suspect(failure, now_ms);
+        match p.call {
+            Call::Decide => {}
+            Call::Part(_) => return self.part_failed(host, p, failure, now_ms),
+            Call::Settle(_) => {
+                // A settlement: counted, never the response's failure.
+                host.count(Stat::StoreError(failure.kind()), 1);
+                return self.settle_failed(host, p);
+            }
+        }
         let settle = self.failure(host, failure, &Held::of(id, p, now_ms), now_ms);
         self.settle(host, id, settle);
     }
@@ -156,9 +164,10 @@ impl Worker {
     /// the worker is overloaded.
     pub(super) fn shed(&mut self, host: &mut dyn Host, id: u32) {
         let Some(p) = self.requests.remove(id) else { return };
-        if p.settle.is_some() {
-            self.settle_failed(host, &p);
-            return;
+        match p.call {
+            Call::Decide => {}
+            Call::Part(_) => return self.part_shed(host, &p),
+            Call::Settle(_) => return self.settle_failed(host, &p),
         }
         let settle = self.overloaded(host, id);
         self.settle(host, id, settle);

@@ -111,8 +111,13 @@ pub enum Stat {
     ClusterMoved,
     /// A call answered `ASK` and sent once more after `ASKING`.
     ClusterAsk,
-    /// A request whose checks hash to several cluster slots.
+    /// A request whose checks hash to several cluster slots (decided in
+    /// two steps).
     ClusterCrossShard,
+    /// An undo sent for a slot group of a request that was not admitted.
+    ClusterUndo,
+    /// An undo that failed (or could not be sent): its record stays.
+    ClusterUndoFailed,
     /// A cluster master's stream failed (refused, closed, stalled).
     ClusterShardFailure,
     StreamOpen,

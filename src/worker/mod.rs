@@ -3,13 +3,15 @@
 //! passed in, in ms of the proxy's clock) and carries out what the worker
 //! asks of its [`Host`].
 //!
-//! A request is planned, denied from the cache or queued; queued requests
+//! A request is planned, denied from the cache or queued ([`arrival`]); queued requests
 //! are sent on the worker's long-lived stream to the store (one per master
 //! of a Valkey Cluster, [`shards`], routed by the slot of the request's
 //! keys, [`cluster_routing`]), one `FCALL` each (or `EVALSHA`,
 //! `valkey.invoke`), pipelined; replies come back in order and are paired
 //! with the requests in order ([`link`], [`answer`]); each reply is ruled on
-//! ([`respond`]) and the request admitted or answered. Deadlines (see
+//! ([`respond`]) and the request admitted or answered. A request whose keys
+//! hash to several cluster slots is decided in two steps, one call per slot
+//! ([`cross_slot`], [`cluster_cross`]). Deadlines (see
 //! docs/reliability.md):
 //!
 //! * `valkey.timeout`: the stream is stalled when commands are outstanding
@@ -24,14 +26,19 @@
 //!
 //! Rules counted on the response (`count`) add a request body to read
 //! ([`reserve`]), a response to read ([`cost`]) and a settlement on the same
-//! stream ([`settle`]).
+//! stream, one per slot in cluster mode ([`settle`], [`settle_reply`]).
 
 mod answer;
+mod arrival;
 mod body;
 mod cluster;
 mod cluster_cross;
+mod cluster_parts;
 mod cluster_routing;
 mod cost;
+#[cfg(any(test, not(target_family = "wasm")))]
+pub mod cross_model;
+pub mod cross_slot;
 mod deadlines;
 mod entry;
 mod fail;
@@ -45,27 +52,28 @@ mod reserve;
 pub mod respond;
 mod sentinels;
 pub mod settle;
+mod settle_reply;
 mod shards;
 mod store;
 
 #[cfg(test)]
 mod tests;
 
+pub use cluster_cross::CROSS_CACHE_MS;
 pub use cost::{ResponseFlow, ResponseView};
 pub use host::{CountStat, Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
 
 use crate::cache::DenialCache;
 use crate::config::{Config, Invoke};
 use crate::limiter::script::{limiter, Script};
-use crate::plan::{plan, RequestView};
-use crate::response::{LocalReply, SHADOW_HEADER};
+use crate::plan::RequestView;
+use crate::response::LocalReply;
 use crate::store::Preamble;
 use cluster::Cluster;
-use cluster_routing::Route;
-use fail::Held;
+use cluster_cross::Crossings;
 use local::LocalLimiter;
-use requests::{Pending, Requests, ShardId, PARKED};
-use respond::{deny_from_cache, remember, Action, Ruling};
+use requests::{Requests, ShardId};
+use respond::{remember, Action, Ruling};
 use sentinels::Sentinels;
 use settle::Settlements;
 use shards::Shards;
@@ -158,8 +166,10 @@ pub struct Worker {
     /// The gauges' values last reported, in [`Gauge::ALL`] order.
     reported: [i64; 2],
     log: Throttle,
-    /// Logs of requests refused across cluster slots.
-    cross_log: Throttle,
+    /// Requests decided across cluster slots, by context id.
+    crossings: Crossings,
+    /// Logs of undos across cluster slots that failed.
+    undo_log: Throttle,
 }
 
 impl Worker {
@@ -193,7 +203,8 @@ impl Worker {
             woken: false,
             reported: [0; 2],
             log: Throttle::default(),
-            cross_log: Throttle::default(),
+            crossings: Crossings::default(),
+            undo_log: Throttle::default(),
             config,
         }
     }
@@ -218,109 +229,18 @@ impl Worker {
         flow
     }
 
-    fn start(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        request: &dyn RequestView,
-        now_ms: u64,
-        headers: ResponseHeaders,
-    ) -> Flow {
-        let mut now_override = None;
-        if let Some(name) = &self.config.testing.now_header {
-            now_override = request.header(name).and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse().ok());
-            // The test clock never reaches the upstream.
-            host.remove_request_header(name);
-        }
-        // A client must not be able to forge the shadow-mode report (only
-        // meaningful, and so only removed, where shadow mode is configured).
-        if self.any_shadow {
-            host.remove_request_header(SHADOW_HEADER);
-        }
-        let planned = plan(&self.config, request);
-        for rule in &planned.skipped {
-            host.count(Stat::RuleSkipped(*rule), 1);
-        }
-        if planned.checks.is_empty() {
-            return Flow::Continue;
-        }
-        self.serving = true;
-        let arrival_ms = now_override.unwrap_or(now_ms);
-        if let Some(ruling) = deny_from_cache(&self.config, &planned.checks, &mut self.cache, arrival_ms) {
-            host.count(Stat::CacheHit, 1);
-            return self.rule_now(host, id, ruling, &headers);
-        }
-        let mut pending = Pending {
-            checks: planned.checks,
-            now_override,
-            arrival_ms,
-            local_arrival_ms: now_ms,
-            noscripts: 0,
-            headers,
-            sent: false,
-            shard: PARKED,
-            slot: None,
-            redirects: 0,
-            asking: false,
-            settle: None,
-        };
-        if self.settlements.active && reserve::prepare(&self.config, &mut pending.checks, request) {
-            self.settlements.awaiting_body.insert(id, pending);
-            return Flow::ReadBody;
-        }
-        self.proceed(host, id, pending, now_ms)
-    }
-
-    /// Routes a planned request, and decides it now (`failure_mode`,
-    /// overload) or queues it for its shard.
-    fn proceed(&mut self, host: &mut dyn Host, id: u32, mut pending: Pending, now_ms: u64) -> Flow {
-        if self.settlements.active {
-            self.owe(id, &pending);
-        }
-        let (route, slot) = self.route(&pending.checks);
-        let request = Held { id, checks: &pending.checks, at_ms: pending.arrival_ms, headers: &pending.headers };
-        let shard = match route {
-            Route::Shard(shard) => shard,
-            Route::Parked => PARKED,
-            Route::Unserved(slot) => {
-                let failure = self.unserved(slot, now_ms);
-                return self.fail_now(host, id, &failure, &request, now_ms);
-            }
-            Route::CrossSlot => return self.cross_shard(host, id, &pending.checks, &pending.headers, now_ms),
-        };
-        let link = self.shards.get(shard).map(|s| &s.link);
-        if let Some(failure) = link.and_then(|l| l.down(now_ms)).cloned() {
-            return self.fail_now(host, id, &failure, &request, now_ms);
-        }
-        // The bound is on requests that must wait for room on the stream:
-        // as many as the stream can take go out as soon as it is ready.
-        let room = self.config.valkey.max_in_flight.saturating_sub(link.map_or(0, |l| l.in_flight().0));
-        if self.requests.queued() >= self.config.valkey.max_queue.saturating_add(room) {
-            return match self.overloaded(host, id) {
-                Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
-                Settle::Reply(reply) => {
-                    host.reply(id, &reply);
-                    Flow::Pause
-                }
-            };
-        }
-        pending.shard = shard;
-        pending.slot = slot;
-        self.requests.push(id, pending);
-        self.pump(host, false, now_ms);
-        Flow::Pause
-    }
-
     /// Whether request `id` is held for its decision (a request decided on
     /// the first `max_body_bytes` of its body: the rest waits with it).
     pub fn waiting(&self, id: u32) -> bool {
         self.requests.get(id).is_some()
+            || self.crossings.map.get(&id).is_some_and(|c| c.answered.is_none())
             || self.settlements.awaiting_body.contains_key(&id)
             || self.deferred.iter().any(|(d, _)| *d == id)
     }
 
     /// The request's context is gone (client reset, or done).
     pub fn on_gone(&mut self, id: u32) {
+        self.cross_gone(id);
         if let Some(p) = self.requests.remove(id) {
             if let Some(s) = self.shards.get_mut(p.shard).filter(|_| p.sent) {
                 s.link.abandon(id);
@@ -376,10 +296,11 @@ impl Worker {
     }
 
     /// Counts a ruling's rules, remembers its denials, and gives its action.
-    fn rule(&mut self, host: &mut dyn Host, ruling: Ruling, arrival_ms: u64, headers: &ResponseHeaders) -> Settle {
+    fn rule(&mut self, host: &mut dyn Host, mut ruling: Ruling, arrival_ms: u64, headers: &ResponseHeaders) -> Settle {
         for (rule, outcome) in &ruling.rules {
             host.count(Stat::Rule(*rule, *outcome), 1);
         }
+        self.cap_denials(&mut ruling.denials, arrival_ms);
         remember(&mut self.cache, ruling.denials, arrival_ms);
         match ruling.action {
             Action::Admit { shadow_denied, headers: extra } => {

@@ -1,10 +1,13 @@
-//! The requests a worker holds (and the settlements of responses): each
-//! waits in the queue of its shard (the store stream it goes to, see
-//! [`super::shards`]) until it is sent, then until its reply. In cluster mode a request waits in the [`PARKED`] queue
-//! until the worker knows the slot map. Bounded by the worker (the queues by
-//! `valkey.max_queue`, the sent ones by each stream's bounds).
+//! The calls a worker holds (requests' decisions, the parts of requests
+//! decided across cluster slots, the settlements of responses): each waits
+//! in the queue of its shard (the store stream it goes to, see
+//! [`super::shards`]) until it is sent, then until its reply. In cluster
+//! mode a call waits in the [`PARKED`] queue until the worker knows the slot
+//! map. Bounded by the worker (the queues by `valkey.max_queue`, the sent
+//! ones by each stream's bounds).
 
 use crate::limiter::Check;
+use crate::worker::cluster_cross::Part;
 use crate::worker::host::ResponseHeaders;
 use crate::worker::settle::SettleCall;
 use std::collections::{HashMap, VecDeque};
@@ -40,8 +43,37 @@ pub struct Pending {
     pub redirects: u8,
     /// Its call goes after `ASKING` (it follows an `ASK`).
     pub asking: bool,
-    /// A settlement (`adjust` of `checks`), not a decision.
-    pub settle: Option<SettleCall>,
+    /// What the call is.
+    pub call: Call,
+}
+
+/// What a held call is.
+#[derive(Debug, Clone)]
+pub enum Call {
+    /// A request's decision (held under its context id).
+    Decide,
+    /// A step of one slot group of a request decided across cluster slots.
+    Part(Part),
+    /// A settlement (`adjust` of `checks`) of a response.
+    Settle(SettleCall),
+}
+
+impl Call {
+    /// An `adjust` (an undo, a settlement): its script has a SHA of its
+    /// own, so after a `NOSCRIPT` it goes as `EVAL` itself.
+    pub fn adjusts(&self) -> bool {
+        match self {
+            Call::Decide => false,
+            Call::Part(part) => part.undo_at().is_some(),
+            Call::Settle(_) => true,
+        }
+    }
+
+    /// Not a request of its own: no request deadline applies (the request
+    /// it serves has its own, or a held response has).
+    pub fn serves_another(&self) -> bool {
+        !matches!(self, Call::Decide)
+    }
 }
 
 /// The worker's requests, by context id, and the queues of unsent ones.

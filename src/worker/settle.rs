@@ -2,11 +2,13 @@
 //! what an admitted request owes its counting rules, how its response
 //! (status, headers, body) says what it cost, and the settlement that makes
 //! the store's record match: one `adjust` call for every window of every
-//! counting rule of the request, atomically.
+//! counting rule of the request, atomically (in cluster mode, one call per
+//! slot: see below).
 //!
 //! * On admission the worker remembers the request ([`Owed`]): its checks,
-//!   who decided it (the store, recording its reservations at its `now_ms`;
-//!   the local limiter; or nobody, `failure_mode`/`overload: allow`).
+//!   who decided it (the store, recording its reservations; the local
+//!   limiter; or nobody, `failure_mode`/`overload: allow`), and for each
+//!   check whether and when (on the store's clock) the store recorded it.
 //! * On the response headers, per counting check: the status and header
 //!   conditions give 0 or a cost; the cost is the rule's `cost`, a
 //!   response header, or (later) the body. What cannot be read costs the
@@ -14,38 +16,45 @@
 //! * The store gets what it recorded changed to the cost (`from` its
 //!   reservation, 0 if it recorded nothing). A store-decided response that
 //!   carries rate-limit headers and settles on its headers is **held** until
-//!   the reply, at most `valkey.timeout`; its `RateLimit` then shows the
+//!   the replies, at most `valkey.timeout`; its `RateLimit` then shows the
 //!   settled state. Past that, or when the store fails, it goes on with the
 //!   admission's headers corrected by its own change (`settle.hold_expired`).
 //!   A cost read from the body settles when the body ends; the headers
-//!   already left with the admission's state.
+//!   already left with the admission's state. (The replies: [`super::settle_reply`].)
 //! * The settlement is queued like a decision, under an id of its own
 //!   ([`SETTLE_IDS`]), so it outlives the request's context; a failure is
 //!   counted (`settle_failed`), never the response's.
+//! * In cluster mode each slot of the changed checks gets its own call, on
+//!   its master, at the time that slot's decision recorded (a request
+//!   decided across slots was decided by one call per slot, see
+//!   [`super::cross_slot`]); each call is all or nothing for its slot.
 
 use super::body::BodyReader;
 use super::cluster_routing::Route;
 use super::cost::ResponseFlow;
 use super::host::{CountStat, Host, ResponseHeaders, Stat};
-use super::requests::{Pending, PARKED};
-use super::{Settle, Worker};
-use crate::config::{Config, FailureMode, Reserve};
+use super::requests::{Call, Pending, PARKED};
+use super::Worker;
+use crate::config::{Config, Reserve};
 use crate::limiter::script::{encode_adjust, Invocation, Script};
 use crate::limiter::{Adjustment, Check, Decision};
 use crate::response::{allowed_headers, policy_names};
-use crate::store::{FailureKind, Outcome};
+use crate::store::cluster::key_slot;
+use crate::store::FailureKind;
 use std::collections::{HashMap, VecDeque};
 
-/// Settlements are held under ids with this bit set (context ids count up
-/// from 1 and never reach it).
-pub const SETTLE_IDS: u32 = 1 << 31;
+/// Settlements are held under ids from here to `0xBFFF_FFFF` (context ids
+/// count up from 1 and never reach it; the parts of requests decided across
+/// slots are above, `super::cluster_cross::PART_IDS`).
+pub const SETTLE_IDS: u32 = 0x8000_0000;
 
 /// Who admitted a request, and so what the store recorded for it.
 #[derive(Debug)]
 pub(super) enum Decided {
     /// Not admitted (yet).
     Not,
-    /// The store, at its `now_ms`, recording every reservation.
+    /// The store, recording every reservation (for a request decided across
+    /// slots: its slots' decisions merged).
     Store(Decision),
     /// The local limiter (`failure_mode: local`), recording them locally.
     Local(Decision),
@@ -59,15 +68,20 @@ pub(super) enum Phase {
     Waiting,
     /// Reading the body for the costs still unknown (`None`).
     Body { reader: BodyReader, costs: Vec<Option<u64>> },
-    /// The response waits for the settlement's reply (at most
-    /// `valkey.timeout`, [`Settlements`]'s holds); `changes` per check.
-    Held { changes: Vec<Option<(u64, u64)>> },
+    /// The response waits for the settlements' replies (at most
+    /// `valkey.timeout`, [`Settlements`]'s holds); `changes` per check;
+    /// `waiting`: calls not answered yet; `now`: the admission's decision
+    /// with the windows of the replies so far.
+    Held { changes: Vec<Option<(u64, u64)>>, waiting: usize, now: Decision },
 }
 
 /// An admitted request's debt to its counting rules.
 #[derive(Debug)]
 pub(super) struct Owed {
     pub checks: Vec<Check>,
+    /// Per check: when the store recorded it, on its clock (`None`: the
+    /// store recorded nothing for it).
+    pub stored: Vec<Option<u64>>,
     pub now_override: Option<u64>,
     pub local_arrival_ms: u64,
     pub headers: ResponseHeaders,
@@ -75,7 +89,7 @@ pub(super) struct Owed {
     pub phase: Phase,
 }
 
-/// A settlement on the store stream (the `settle` of its [`Pending`]).
+/// A settlement on the store stream (the call of its [`Pending`]).
 #[derive(Debug, Clone)]
 pub struct SettleCall {
     /// The request's context, whose response may be held.
@@ -98,7 +112,7 @@ pub(super) struct Settlements {
     pub awaiting_body: HashMap<u32, Pending>,
     /// Held responses by deadline (all holds last `valkey.timeout`, so
     /// they expire in the order they began).
-    holds: VecDeque<(u64, u32)>,
+    pub holds: VecDeque<(u64, u32)>,
     next: u32,
 }
 
@@ -110,7 +124,7 @@ impl Settlements {
     /// A fresh id for a settlement on the stream.
     fn next_id(&mut self) -> u32 {
         self.next = self.next.wrapping_add(1);
-        SETTLE_IDS | (self.next & !SETTLE_IDS)
+        SETTLE_IDS | (self.next & 0x3FFF_FFFF)
     }
 
     /// Forgets request `id`'s context (gone).
@@ -150,15 +164,6 @@ pub(super) fn counts(config: &Config, check: &Check) -> bool {
     config.rules.get(check.rule).is_some_and(|r| r.count.is_some())
 }
 
-/// What the store (or the local limiter) recorded for `check` on admission.
-fn recorded(check: &Check) -> u64 {
-    if check.check_only {
-        0
-    } else {
-        check.cost.get()
-    }
-}
-
 impl Worker {
     /// Request `id` (`p`) is about to be decided: remember what it will owe
     /// if admitted.
@@ -168,6 +173,7 @@ impl Worker {
         }
         let owed = Owed {
             checks: p.checks.clone(),
+            stored: vec![None; p.checks.len()],
             now_override: p.now_override,
             local_arrival_ms: p.local_arrival_ms,
             headers: p.headers.clone(),
@@ -177,8 +183,9 @@ impl Worker {
         self.settlements.owed.insert(id, owed);
     }
 
-    /// Request `id` was admitted by the store (`decision.allowed`), the
-    /// local limiter or nobody (`None`, `local`: whether the local limiter).
+    /// Request `id` was admitted by the store (`decision.allowed`, which
+    /// recorded every check at its `now_ms`), the local limiter or nobody
+    /// (`None`, `local`: whether the local limiter).
     pub(super) fn admitted(&mut self, host: &mut dyn Host, id: u32, decision: Option<&Decision>, local: bool) {
         let Some(owed) = self.settlements.owed.get_mut(&id) else { return };
         owed.decided = match (decision, local) {
@@ -191,11 +198,28 @@ impl Worker {
                 return;
             }
         };
-        if matches!(owed.decided, Decided::Unchecked) {
-            return;
+        match &owed.decided {
+            Decided::Store(d) => owed.stored.fill(Some(d.now_ms)),
+            Decided::Local(_) => {}
+            _ => return,
         }
         for c in owed.checks.iter().filter(|c| counts(&self.config, c)) {
-            host.count(Stat::Count(c.rule, CountStat::Reserved), recorded(c));
+            host.count(Stat::Count(c.rule, CountStat::Reserved), c.recorded());
+        }
+    }
+
+    /// The store recorded checks `indices` of admitted request `id` at
+    /// `at_ms` (its clock): one slot of a request decided across slots (see
+    /// [`super::cross_slot`]), whose record is kept.
+    pub(super) fn stored(&mut self, host: &mut dyn Host, id: u32, indices: &[usize], at_ms: u64) {
+        let Some(owed) = self.settlements.owed.get_mut(&id) else { return };
+        for &i in indices {
+            let (Some(at), Some(check)) = (owed.stored.get_mut(i), owed.checks.get(i)) else { continue };
+            // Reserved once: by the store's admission or the local limiter's.
+            if at.is_none() && matches!(owed.decided, Decided::Unchecked) && counts(&self.config, check) {
+                host.count(Stat::Count(check.rule, CountStat::Reserved), check.recorded());
+            }
+            *at = Some(at_ms);
         }
     }
 
@@ -211,87 +235,70 @@ impl Worker {
         at_headers: bool,
         now_ms: u64,
     ) -> ResponseFlow {
-        let store_recorded = matches!(owed.decided, Decided::Store(_));
         // (from, to) in the store, per counting check.
         let mut changes: Vec<Option<(u64, u64)>> = Vec::with_capacity(owed.checks.len());
-        for (check, cost) in owed.checks.iter().zip(&costs) {
+        for ((check, cost), stored) in owed.checks.iter().zip(&costs).zip(&owed.stored) {
             if !counts(&self.config, check) {
                 changes.push(None);
                 continue;
             }
-            let from = if store_recorded { recorded(check) } else { 0 };
+            let from = if stored.is_some() { check.recorded() } else { 0 };
             if let Decided::Local(_) = owed.decided {
                 // The local limiter recorded the reservation: settled there
                 // now, whatever the store does.
-                let reserved = recorded(check);
+                let reserved = check.recorded();
                 self.local.settle(check, reserved, *cost, self.request_time(&owed, now_ms));
                 if reserved > *cost {
                     host.count(Stat::Count(check.rule, CountStat::Refunded), reserved - cost);
                 }
             }
-            if store_recorded && *cost < from {
+            if stored.is_some() && *cost < from {
                 // Room came back: what this worker remembers as denied may
                 // fit now (other workers' caches expire by themselves).
                 self.cache.forget(&check.key);
             }
             changes.push(Some((from, *cost)));
         }
-        let to_store: Vec<usize> =
-            changes.iter().enumerate().filter_map(|(i, c)| c.filter(|(from, to)| from != to).map(|_| i)).collect();
-        if to_store.is_empty() {
-            self.completed(host, &owed.checks, &changes);
-            return ResponseFlow::Continue;
+        // The checks to change in the store, by call: one per slot (and
+        // time of record).
+        let mut calls: Vec<((u16, u64), Vec<usize>)> = Vec::new();
+        for (i, change) in changes.iter().enumerate() {
+            let (Some((from, to)), Some(check)) = (change, owed.checks.get(i)) else { continue };
+            if from == to {
+                continue;
+            }
+            let slot = if self.cluster.is_some() { key_slot(check.key.as_bytes()) } else { 0 };
+            let at_ms = owed.stored.get(i).copied().flatten().unwrap_or_else(|| self.request_time(&owed, now_ms));
+            match calls.iter_mut().find(|(k, _)| *k == (slot, at_ms)) {
+                Some((_, indices)) => indices.push(i),
+                None => calls.push(((slot, at_ms), vec![i])),
+            }
         }
-        let at_ms = match &owed.decided {
-            Decided::Store(d) => d.now_ms,
-            _ => self.request_time(&owed, now_ms),
-        };
-        let call = SettleCall {
-            context: id,
-            at_ms,
-            units: to_store.iter().filter_map(|&i| changes.get(i).copied().flatten()).collect(),
-            local: matches!(owed.decided, Decided::Local(_)),
-        };
-        let checks: Vec<Check> = to_store.iter().filter_map(|&i| owed.checks.get(i).cloned()).collect();
-        // The store stream of the request's slot (an admitted request's
-        // checks share one).
-        let (route, slot) = self.route(&checks);
-        let (shard, down) = match route {
-            Route::Shard(shard) => (shard, self.shards.get(shard).and_then(|s| s.link.down(now_ms)).map(|f| f.kind())),
-            Route::Parked => (PARKED, None),
-            Route::Unserved(slot) => (PARKED, Some(self.unserved(slot, now_ms).kind())),
-            Route::CrossSlot => (PARKED, Some(FailureKind::Unavailable)),
-        };
-        let pending = Pending {
-            checks,
-            now_override: owed.now_override.map(|o| o.saturating_add(now_ms.saturating_sub(owed.local_arrival_ms))),
-            arrival_ms: self.request_time(&owed, now_ms),
-            local_arrival_ms: now_ms,
-            noscripts: 0,
-            headers: ResponseHeaders::default(),
-            sent: false,
-            shard,
-            slot,
-            redirects: 0,
-            asking: false,
-            settle: Some(call),
-        };
-        let settle_id = self.settlements.next_id();
-        if let Some(kind) = down {
-            host.count(Stat::StoreError(kind), 1);
-            self.settle_failed(host, &pending);
-        } else {
-            self.requests.push(settle_id, pending);
-        }
-        // Only the changes of checks settled on this call's reply count
-        // now: the rest when it answers.
+        // Only the changes of checks settled on no call's reply count now:
+        // the rest when their call answers.
         let unchanged: Vec<Option<(u64, u64)>> = changes.iter().map(|c| c.filter(|(from, to)| from == to)).collect();
         self.completed(host, &owed.checks, &unchanged);
-        let hold = at_headers && store_recorded && down.is_none() && !owed.headers.borrow().is_empty();
-        if hold {
+        if calls.is_empty() {
+            return ResponseFlow::Continue;
+        }
+        let total = calls.len();
+        let mut sent = 0;
+        for ((_, at_ms), indices) in calls {
+            let call = SettleCall {
+                context: id,
+                at_ms,
+                units: indices.iter().filter_map(|&i| changes.get(i).copied().flatten()).collect(),
+                local: matches!(owed.decided, Decided::Local(_)),
+            };
+            let checks: Vec<Check> = indices.iter().filter_map(|&i| owed.checks.get(i).cloned()).collect();
+            sent += usize::from(self.send_settlement(host, &owed, checks, call, now_ms));
+        }
+        let hold = at_headers && sent == total && !owed.headers.borrow().is_empty();
+        if let (true, Decided::Store(decision)) = (hold, &owed.decided) {
             let until_ms = now_ms.saturating_add(self.timeout_ms);
             self.settlements.holds.push_back((until_ms, id));
-            self.settlements.owed.insert(id, Owed { phase: Phase::Held { changes }, ..owed });
+            let now = decision.clone();
+            self.settlements.owed.insert(id, Owed { phase: Phase::Held { changes, waiting: sent, now }, ..owed });
             return ResponseFlow::Hold;
         }
         if at_headers {
@@ -303,14 +310,56 @@ impl Worker {
         ResponseFlow::Continue
     }
 
+    /// Queues a settlement of `checks` (one slot) for its master's stream;
+    /// false if it failed at once (the store known down, no master).
+    fn send_settlement(
+        &mut self,
+        host: &mut dyn Host,
+        owed: &Owed,
+        checks: Vec<Check>,
+        call: SettleCall,
+        now_ms: u64,
+    ) -> bool {
+        let (route, slot) = self.route(&checks);
+        let (shard, down) = match route {
+            Route::Shard(shard) => (shard, self.shards.get(shard).and_then(|s| s.link.down(now_ms)).map(|f| f.kind())),
+            Route::Parked => (PARKED, None),
+            Route::Unserved(slot) => (PARKED, Some(self.unserved(slot, now_ms).kind())),
+            // (Never: a call's checks share a slot.)
+            Route::CrossSlot => (PARKED, Some(FailureKind::Unavailable)),
+        };
+        let pending = Pending {
+            checks,
+            now_override: owed.now_override.map(|o| o.saturating_add(now_ms.saturating_sub(owed.local_arrival_ms))),
+            arrival_ms: self.request_time(owed, now_ms),
+            local_arrival_ms: now_ms,
+            noscripts: 0,
+            headers: ResponseHeaders::default(),
+            sent: false,
+            shard,
+            slot,
+            redirects: 0,
+            asking: false,
+            call: Call::Settle(call),
+        };
+        if let Some(kind) = down {
+            host.count(Stat::StoreError(kind), 1);
+            self.settle_failed(host, &pending);
+            return false;
+        }
+        let settle_id = self.settlements.next_id();
+        self.requests.push(settle_id, pending);
+        true
+    }
+
     /// The request's clock at `now_ms` (the injected one in tests).
-    fn request_time(&self, owed: &Owed, now_ms: u64) -> u64 {
+    pub(super) fn request_time(&self, owed: &Owed, now_ms: u64) -> u64 {
         owed.now_override.map_or(now_ms, |o| o.saturating_add(now_ms.saturating_sub(owed.local_arrival_ms)))
     }
 
     /// Counts settlements that are complete in the store: `(from, to)` per
     /// check (`None`: not settled here).
-    fn completed(&self, host: &mut dyn Host, checks: &[Check], changes: &[Option<(u64, u64)>]) {
+    pub(super) fn completed(&self, host: &mut dyn Host, checks: &[Check], changes: &[Option<(u64, u64)>]) {
         for (check, change) in checks.iter().zip(changes) {
             let Some((from, to)) = change else { continue };
             host.count(Stat::Count(check.rule, CountStat::Settled), *to);
@@ -319,94 +368,13 @@ impl Worker {
             }
         }
     }
-
-    /// A settlement the store did not apply: counted; under `failure_mode:
-    /// local` the local limiter records what it would have charged.
-    pub(super) fn settle_failed(&mut self, host: &mut dyn Host, p: &Pending) {
-        let Some(call) = &p.settle else { return };
-        for (check, (from, to)) in p.checks.iter().zip(&call.units) {
-            host.count(Stat::Count(check.rule, CountStat::Failed), 1);
-            if self.config.failure_mode == FailureMode::Local && !call.local && to > from {
-                self.local.settle(check, *from, *to, p.arrival_ms);
-            }
-        }
-        self.release(host, call.context, None);
-    }
-
-    /// The store answered settlement `p` (taken off the stream).
-    pub(super) fn settled(&mut self, host: &mut dyn Host, p: &Pending, outcome: Outcome) {
-        let Some(call) = &p.settle else { return };
-        let Outcome::Decided(reply) = outcome else {
-            self.settle_failed(host, p);
-            return;
-        };
-        let changes: Vec<Option<(u64, u64)>> = call.units.iter().copied().map(Some).collect();
-        self.completed(host, &p.checks, &changes);
-        if self.config.failure_mode == FailureMode::Local {
-            self.local.learn(&p.checks, &reply, p.arrival_ms);
-        }
-        self.release(host, call.context, Some((&p.checks, &reply)));
-    }
-
-    /// Resumes the held response of `context`, if it still waits: with the
-    /// settlement's reply (the buckets' state now), else with the
-    /// admission's headers corrected by its own change.
-    fn release(&mut self, host: &mut dyn Host, context: u32, reply: Option<(&[Check], &Decision)>) {
-        let held = matches!(self.settlements.owed.get(&context), Some(Owed { phase: Phase::Held { .. }, .. }));
-        if !held {
-            return;
-        }
-        let Some(owed) = self.settlements.owed.remove(&context) else { return };
-        let Phase::Held { changes, .. } = &owed.phase else { return };
-        let headers = match (&owed.decided, reply) {
-            (Decided::Store(decision), Some((checks, reply))) => {
-                let mut now = decision.clone();
-                for w in &mut now.windows {
-                    let key = owed.checks.get(w.check).map(|c| c.key.as_str());
-                    let settled = checks.iter().position(|c| Some(c.key.as_str()) == key);
-                    let fresh =
-                        settled.and_then(|j| reply.windows.iter().find(|r| r.check == j && r.window == w.window));
-                    if let Some(fresh) = fresh {
-                        w.remaining = fresh.remaining;
-                        w.reset_ms = fresh.reset_ms;
-                    }
-                }
-                let names = policy_names(&self.config, &owed.checks, &now);
-                allowed_headers(&self.config, &names, &now)
-            }
-            _ => corrected(&self.config, &owed, changes),
-        };
-        self.settle(host, context, Settle::Resume(headers));
-    }
-
-    /// Held responses whose time is up go on (every tick).
-    pub(super) fn expire_holds(&mut self, host: &mut dyn Host, now_ms: u64) {
-        while let Some(&(until_ms, context)) = self.settlements.holds.front() {
-            if now_ms < until_ms {
-                return;
-            }
-            self.settlements.holds.pop_front();
-            // (Released already, or gone: nothing to do.)
-            if matches!(self.settlements.owed.get(&context), Some(Owed { phase: Phase::Held { .. }, .. })) {
-                host.count(Stat::HoldExpired, 1);
-                self.release(host, context, None);
-            }
-        }
-    }
-
-    /// Whether request `id`'s response is held (or its resumption waits
-    /// for the next VM entry).
-    pub fn holding(&self, id: u32) -> bool {
-        matches!(self.settlements.owed.get(&id), Some(Owed { phase: Phase::Held { .. }, .. }))
-            || self.deferred.iter().any(|(d, s)| *d == id && matches!(s, Settle::Resume(_)))
-    }
 }
 
 /// The admission's headers, each window's remaining corrected by the
 /// request's own change (`from` → `to`; a window empty until a charge now
 /// resets within its period): what the response says when the store's
 /// reply is not there.
-fn corrected(config: &Config, owed: &Owed, changes: &[Option<(u64, u64)>]) -> Vec<(String, String)> {
+pub(super) fn corrected(config: &Config, owed: &Owed, changes: &[Option<(u64, u64)>]) -> Vec<(String, String)> {
     let (Decided::Store(decision) | Decided::Local(decision)) = &owed.decided else { return Vec::new() };
     let mut now = decision.clone();
     for w in &mut now.windows {

@@ -4,13 +4,15 @@
 //! for the requests on it. Replies are paired with requests in
 //! [`super::answer`].
 
+use super::cluster_cross::Part;
+use super::cross_slot::undo;
 use super::host::{Host, Reset, Stat};
 use super::link::Slot;
-use super::requests::{ShardId, PARKED};
+use super::requests::{Call, ShardId, PARKED};
 use super::shards::Carrier;
 use super::{Worker, MAX_IN_FLIGHT_BYTES};
 use crate::config::Invoke;
-use crate::limiter::script::{encode_call, encode_load, Invocation};
+use crate::limiter::script::{encode_adjust, encode_call, encode_load, Invocation};
 use crate::store::cluster::asking_command;
 use crate::store::sentinel::Change;
 use crate::store::Failure;
@@ -138,18 +140,27 @@ impl Worker {
             }
             let asking = message.len() - start;
             // Under `evalsha`, after a NOSCRIPT one call carries the script
-            // (EVAL caches it); every call after it finds it by its SHA.
-            // A settlement's script has a SHA of its own: after a NOSCRIPT
-            // it goes as EVAL itself, and never carries the decisions'.
-            let carries = p.settle.is_none() && s.code.wanted && s.code.carrier.is_none() && load == 0;
+            // (EVAL caches it); every call after it finds it by its SHA. An
+            // adjust (an undo, a settlement) has a SHA of its own: after a
+            // NOSCRIPT it goes as EVAL itself, and never carries the
+            // decisions'.
+            let adjusts = p.call.adjusts();
+            let carries = !adjusts && s.code.wanted && s.code.carrier.is_none() && load == 0;
             let how = match self.invoke {
                 Invoke::Fcall => Invocation::FCall,
-                Invoke::Evalsha if carries || (p.settle.is_some() && p.noscripts > 0) => Invocation::Eval,
+                Invoke::Evalsha if carries || (adjusts && p.noscripts > 0) => Invocation::Eval,
                 Invoke::Evalsha => Invocation::EvalSha,
             };
-            match &p.settle {
-                None => encode_call(&mut message, self.script, how, &p.checks, p.now_override),
-                Some(call) => encode_settlement(&mut message, self.script, how, &p.checks, call, p.now_override),
+            match &p.call {
+                Call::Decide | Call::Part(Part::Decide { .. }) => {
+                    encode_call(&mut message, self.script, how, &p.checks, p.now_override);
+                }
+                Call::Part(Part::Undo { at_ms, .. }) => {
+                    encode_adjust(&mut message, self.script, how, &undo(&p.checks), *at_ms, p.now_override);
+                }
+                Call::Settle(call) => {
+                    encode_settlement(&mut message, self.script, how, &p.checks, call, p.now_override)
+                }
             }
             let len = message.len() - start - asking;
             let (outstanding, bytes) = s.link.in_flight();
@@ -292,14 +303,17 @@ impl Worker {
         }
     }
 
-    /// Requests on any stream that arrived at or before `cutoff_ms`
-    /// (settlements wait for their replies: a held response has its own
+    /// Requests on any stream that arrived at or before `cutoff_ms` (the
+    /// parts of a request decided across slots and settlements wait for
+    /// their replies: the request, or the held response, has its own
     /// deadline).
     pub(super) fn sent_before(&self, cutoff_ms: u64) -> Vec<u32> {
         self.shards
             .iter()
             .flat_map(|s| s.link.requests())
-            .filter(|id| self.requests.get(*id).is_some_and(|p| p.local_arrival_ms <= cutoff_ms && p.settle.is_none()))
+            .filter(|id| {
+                self.requests.get(*id).is_some_and(|p| p.local_arrival_ms <= cutoff_ms && !p.call.serves_another())
+            })
             .collect()
     }
 }

@@ -1,4 +1,5 @@
-//! A Docker engine and Compose projects for tests/compose.rs.
+//! A Docker engine and Compose projects for tests/compose.rs and
+//! tests/compose_cluster.rs.
 //!
 //! [`Engine::get`] uses the running engine, or starts `dockerd` (as root) when
 //! none answers. Test processes share the engine through two file locks in
@@ -166,6 +167,17 @@ pub fn stand_in_images() {
     assert!(out.status.success(), "compose-images.sh: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// The engine (see [`Engine::get`]) with the images, built once per test
+/// process; the module must be built.
+pub fn engine_and_images() -> Option<Engine> {
+    static IMAGES: std::sync::Once = std::sync::Once::new();
+    let engine = Engine::get()?;
+    let wasm = repo_root().join("target/wasm32-wasip1/release/tollgate.wasm");
+    assert!(wasm.exists(), "{}: missing (make build)", wasm.display());
+    IMAGES.call_once(stand_in_images);
+    Some(engine)
+}
+
 pub fn compose_bin() -> PathBuf {
     let bin = std::env::var_os("TOLLGATE_COMPOSE")
         .map_or_else(|| repo_root().join(".tools/bin/docker-compose"), PathBuf::from);
@@ -214,7 +226,7 @@ impl Project {
         for file in &self.overrides {
             cmd.arg("-f").arg(file);
         }
-        cmd.args(["--profile", "sentinel", "--profile", "registry"]).args(args);
+        cmd.args(["--profile", "sentinel", "--profile", "registry", "--profile", "cluster"]).args(args);
         for var in ["COMPOSE_FILE", "COMPOSE_PROFILES", "COMPOSE_PROJECT_NAME"] {
             cmd.env_remove(var);
         }

@@ -5,7 +5,7 @@ use super::fake::Rig;
 use super::fake_cluster::FakeCluster;
 use crate::store::cluster::key_slot;
 use crate::testing::{plugin, Plugin};
-use crate::worker::{Flow, Stat, IDLE_TICK};
+use crate::worker::{Stat, IDLE_TICK};
 
 pub const SEEDS: &str = "tollgate_valkey_seeds";
 
@@ -154,33 +154,7 @@ fn ask_is_followed_once_after_asking_without_changing_the_map() {
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn checks_on_several_slots_are_refused_never_admitted_unless_they_share_a_hash_tag() {
-    // failure_mode allow: the refusal does not depend on it.
-    let two = cluster_base().failure_mode("allow").rule("a", Some("x-user-id"), &[(5, "1h")]).rule(
-        "b",
-        Some("x-user-id"),
-        &[(5, "1h")],
-    );
-    let mut rig = cluster_rig(two, 3);
-    let (id, _) = rig.request("alice");
-    rig.settle();
-    let reply = rig.host.reply(id).expect("refused");
-    assert_eq!((reply.status, reply.body.as_slice()), (503, &b"rate limiter cannot decide across cluster slots\n"[..]));
-    assert_eq!(rig.host.count(Stat::ClusterCrossShard), 1);
-    assert_eq!((0..6).map(|n| executed(&rig, n)).sum::<usize>(), 0, "nothing recorded anywhere");
-    assert!(rig.host.logs.iter().any(|(_, l)| l.contains("different cluster slots (a, b)")));
-
-    // Shadow rules never deny: such a request passes.
-    let shadow = cluster_plugin().shadow(true).rule("a", Some("x-user-id"), &[(5, "1h")]).rule(
-        "b",
-        Some("x-user-id"),
-        &[(5, "1h")],
-    );
-    let mut rig = cluster_rig(shadow, 3);
-    let (_, flow) = rig.request("alice");
-    assert_eq!(flow, Flow::Continue);
-    assert_eq!(rig.host.count(Stat::ClusterCrossShard), 1);
-
+fn checks_sharing_a_hash_tag_are_decided_in_one_call() {
     // Tagged by the user, both buckets share a slot: one call decides both.
     let tagged = cluster_plugin()
         .rule_json(r#"{ "name": "a", "key": [ { "header": "x-user-id" } ], "hash_tag": 0, "limits": [ { "limit": 3, "period": "1h" } ] }"#)

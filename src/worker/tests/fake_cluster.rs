@@ -21,8 +21,10 @@ pub struct Node {
     pub replica_of: Option<usize>,
     /// Whether its function library is loaded.
     pub loaded: bool,
-    /// Calls it ran.
+    /// Calls it ran (decisions and adjustments).
     pub executed: usize,
+    /// Of those, `adjust` calls (undos).
+    pub adjusted: usize,
     /// Killed: its streams are refused.
     pub down: bool,
     /// What it answers every call instead of running it (`CLUSTERDOWN ...`).
@@ -71,6 +73,7 @@ impl FakeCluster {
                 replica_of: None,
                 loaded: true,
                 executed: 0,
+                adjusted: 0,
                 down: false,
                 forced: None,
             });
@@ -81,6 +84,7 @@ impl FakeCluster {
                 replica_of: Some(i),
                 loaded: true,
                 executed: 0,
+                adjusted: 0,
                 down: false,
                 forced: None,
             });
@@ -198,6 +202,11 @@ impl FakeCluster {
         let reply = self.data.run(args, now_ms);
         if !reply.is_error() {
             self.nodes[node].executed += 1;
+            let target = text(&args[1]);
+            let script = limiter();
+            if [&script.adjust_function, &script.adjust_sha, script.adjust_body].iter().any(|t| **t == target) {
+                self.nodes[node].adjusted += 1;
+            }
             for key in keys {
                 self.location.insert(key, node);
             }

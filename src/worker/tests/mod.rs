@@ -4,7 +4,10 @@
 
 mod chaos;
 mod cluster;
+mod cluster_cross;
+mod cluster_cross_failures;
 mod cluster_failures;
+mod cluster_settle;
 mod fake;
 mod fake_cluster;
 mod lifecycle;
