@@ -1,0 +1,119 @@
+"""docs/benchmarks.md from the figures of `scripts/bench.py` (its tables, the
+targets, the flood, the host calls, the cluster section, the profiles, then
+docs/benchmarks-notes.md as written by hand)."""
+
+import os
+import platform
+
+import bench_cluster
+from bench import DURATION, FLOOD_CONNECTIONS, ROOT, WASM
+
+
+def write_report(results, profiles, flooded, costs=None, clustered=None):
+    base = {r["connections"]: r for r in results["no filter"]}
+    local_deny = {r["connections"]: r for r in results["local_ratelimit deny"]}
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    lines = [
+        "# Benchmarks",
+        "",
+        "Produced by `make bench` (`scripts/bench.py`) in one run; do not edit by hand.",
+        "",
+        f"- Machine: {os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}.",
+        f"- Envoy 1.40.0 with one worker (`--concurrency 1`), Valkey 9 on loopback, `wrk -t1`, {DURATION} per run.",
+        "- Envoy and wrk share the machine's two cores, so absolute numbers are low; the ratios to",
+        "  \"no filter\", measured in the same run, are what to compare.",
+        f"- Module size: {WASM.stat().st_size} bytes.",
+        "- The demo listener's route answers directly, so the upstream costs nothing.",
+        "- Valkey's `total_commands_processed` counts the commands the limiter's code runs, so \"cmds /",
+        "  decision\" is its own work, not round trips; \"Valkey conns / 1,000 decisions\" is what the",
+        "  store stream costs in connections (one per worker, opened once).",
+        "",
+        "| case | conns | req/s | p50 ms | p99 ms | × no filter | decisions / message | Valkey conns / 1,000 decisions | Valkey cmds / decision |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, rows in results.items():
+        for r in rows:
+            ratio = r["rps"] / base[r["connections"]]["rps"]
+            store = name.startswith("tollgate") and name != "tollgate no match"
+            per_call = f"{r['per_call']:.1f}" if r["per_call"] else "— (no store call)"
+            valkey_cols = ("—", "—", "—") if not store else (
+                per_call, f"{1000 * r['conn_per_decision']:.3f}", f"{r['cmd_per_decision']:.3f}")
+            lines.append(f"| {name} | {r['connections']} | {r['rps']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | "
+                         f"{ratio:.2f} | {valkey_cols[0]} | {valkey_cols[1]} | {valkey_cols[2]} |")
+    allowed64 = min(r["rps"] for n, rows in results.items() if n.startswith("tollgate allowed")
+                    for r in rows if r["connections"] == 64)
+    denied = {r["connections"]: r for r in results["tollgate denied"]}
+    conns64 = max(r["conn_per_decision"] for n, rows in results.items()
+                  if n.startswith("tollgate") and n != "tollgate no match" for r in rows if r["connections"] == 64)
+    p99_16 = max(r["p99"] for n, rows in results.items() if n.startswith("tollgate allowed")
+                 for r in rows if r["connections"] == 16)
+    nomatch64 = next(r["rps"] for r in results["tollgate no match"] if r["connections"] == 64)
+    checks = [
+        ("allowed path ≥ 0.50 × no filter at 64 connections (slowest algorithm)",
+         f"{allowed64 / base[64]['rps']:.2f} × no filter", allowed64 / base[64]["rps"] >= 0.5),
+        ("denied path ≥ 0.70 × local_ratelimit (denying) at 64 connections",
+         f"{denied[64]['rps'] / local_deny[64]['rps']:.2f} × local_ratelimit",
+         denied[64]["rps"] / local_deny[64]["rps"] >= 0.7),
+        ("≤ 1 Valkey connection per 1,000 decisions at 64 connections (worst case)",
+         f"{1000 * conns64:.3f} per 1,000 decisions", conns64 <= 0.001),
+        ("p99 at 16 connections ≤ no-filter p99 + 1 ms (allowed path, worst algorithm)",
+         f"no-filter p99 + {p99_16 - base[16]['p99']:.2f} ms", p99_16 <= base[16]["p99"] + 1.0),
+        ("no rule matching ≥ 0.85 × no filter at 64 connections",
+         f"{nomatch64 / base[64]['rps']:.2f} × no filter", nomatch64 / base[64]["rps"] >= 0.85),
+    ]
+    lines += ["", "## Where the time goes, per request", "",
+              "CPU time of each process over the run (`/proc/<pid>/stat`), divided by the requests wrk",
+              "completed (Envoy) or the decisions sent to Valkey (Valkey); \"Valkey µs\" is what Valkey booked",
+              "to the limiter's calls in `INFO commandstats` (`FCALL`, with the commands its code ran), and",
+              "\"per core\" is 1,000,000 / that: the decisions one Valkey core can serve. Size a deployment",
+              "as sidecars × requests per second × Envoy µs per request (proxy CPU), and as total decisions",
+              "per second ÷ decisions per core (Valkey cores, or Cluster masters).", "",
+              "| case | conns | Envoy CPU µs / request | over no filter | Valkey µs / decision | Valkey CPU µs / decision | decisions / Valkey core |",
+              "|---|---|---|---|---|---|---|"]
+    for name, rows in results.items():
+        for r in rows:
+            extra = r["envoy_us"] - base[r["connections"]]["envoy_us"]
+            valkey = r["valkey_us"] > 0
+            lines.append(f"| {name} | {r['connections']} | {r['envoy_us']:.1f} | {extra:+.1f} | "
+                         + (f"{r['valkey_us']:.1f} | {r['valkey_cpu_us']:.1f} | {1e6 / r['valkey_us']:,.0f} |"
+                            if valkey else "— | — | — |"))
+    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for text, value, ok in checks:
+        met = "—" if ok is None else ("yes" if ok else "no")
+        lines.append(f"| {text} | {value} | {met} |")
+    f = flooded
+    # Shares of what the filter answered (wrk stops with some still on the way).
+    answered = f["store"] + f["local"] + f["overloaded"] + f["failure_mode"]
+    share = lambda n: f"{n} ({100 * n / max(answered, 1):.2f} %)"
+    lines += ["", f"## Flood: {FLOOD_CONNECTIONS} connections, a new user per request", "",
+              f"`wrk -t2 -c{FLOOD_CONNECTIONS}`, {DURATION}, one worker, `failure_mode: local`, a healthy Valkey:",
+              "who decided each request (from tollgate's counters).", "",
+              "| requests (wrk) | req/s | by the store | by the local limiter | refused as overload | by failure_mode "
+              "| wrk timeouts |",
+              "|---|---|---|---|---|---|---|",
+              f"| {f['requests']} | {f['rps']:.0f} | {share(f['store'])} | {share(f['local'])} | "
+              f"{share(f['overloaded'])} | {share(f['failure_mode'])} | {f['timeouts']} |"]
+    if costs:
+        lines += ["", "## Host calls per request", "",
+                  "From a second Envoy per case whose VM counts them (`TOLLGATE_COUNT_HOST_CALLS=1`, 16 connections,",
+                  "2 s; never the Envoy timed above). Host calls: the module calling Envoy. VM entries: Envoy",
+                  "calling the module, as callbacks (context creation, headers, body, deletion, stream messages,",
+                  "ticks) and as buffers (a value Envoy returns is allocated in the module's memory). See",
+                  "docs/performance.md.", "",
+                  "| case | host calls | VM entries | callbacks | buffers |", "|---|---|---|---|---|"]
+        for name, c in costs.items():
+            lines.append(f"| {name} | {c['host_calls']:.2f} | {c['callbacks'] + c['buffers']:.2f} | "
+                         f"{c['callbacks']:.2f} | {c['buffers']:.2f} |")
+    if clustered:
+        lines += bench_cluster.cluster_report(clustered)
+    for name, prof in profiles.items():
+        lines += ["", f"## Profile: {name}, 64 connections", "",
+                  "Envoy's CPU samples by where they ran (`perf record -e cpu-clock`, software clock):", "",
+                  "| share | where |", "|---|---|"]
+        lines += [f"| {p:.1f}% | {d.replace('[JIT]', 'V8-compiled code (the module) [JIT]')} |" for p, d in prof]
+    out = ROOT / "docs/benchmarks.md"
+    notes = ROOT / "docs/benchmarks-notes.md"
+    if notes.exists():
+        lines += ["", notes.read_text().rstrip()]
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
