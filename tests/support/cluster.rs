@@ -159,9 +159,15 @@ impl ValkeyCluster {
     /// Envoy (`envoy/envoy-cluster.yaml`, `concurrency` workers) with
     /// `plugin_config`, its seeds being every node of this cluster.
     pub fn envoy(&self, plugin_config: &str, concurrency: u32) -> Envoy {
+        self.envoy_edited(plugin_config, concurrency, &|text| text)
+    }
+
+    /// [`ValkeyCluster::envoy`] with the rendered configuration also changed
+    /// by `edit` (e.g. the demo upstream's port).
+    pub fn envoy_edited(&self, plugin_config: &str, concurrency: u32, edit: &dyn Fn(String) -> String) -> Envoy {
         let options = EnvoyOptions { plugin_config: plugin_config.to_string(), valkey_port: 0, concurrency };
         let ports: Vec<u16> = self.nodes().map(|n| n.port).collect();
-        Envoy::try_start_bootstrap_edited(&options, Bootstrap::Cluster, &move |text| seeds(&text, &ports))
+        Envoy::try_start_bootstrap_edited(&options, Bootstrap::Cluster, &move |text| edit(seeds(&text, &ports)))
             .unwrap_or_else(|log| panic!("envoy did not start:\n{log}"))
     }
 }
