@@ -6,7 +6,8 @@ import os
 import platform
 
 import bench_cluster
-from bench import DURATION, FLOOD_CONNECTIONS, ROOT, WASM
+from bench import DURATION, ROOT, WASM
+from bench_flood import FLOOD_CONNECTIONS
 
 
 def write_report(results, profiles, flooded, costs=None, clustered=None):
