@@ -10,7 +10,7 @@ import subprocess
 import time
 import json
 
-from bench import (DIRECT, DURATION, ENVOY, ROOT, VALKEY, WASM, WRK_USERS, admin_stat, cpu_seconds, free_port, resp,
+from bench_common import (DIRECT, DURATION, ENVOY, ROOT, VALKEY, WASM, WRK_USERS, admin_stat, cpu_seconds, free_port, resp,
                    wait_port, wrk)
 
 CLUSTER_CONNECTIONS = 64

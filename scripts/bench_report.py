@@ -6,7 +6,7 @@ import os
 import platform
 
 import bench_cluster
-from bench import DURATION, ROOT, WASM
+from bench_common import DURATION, ROOT, WASM
 from bench_flood import FLOOD_CONNECTIONS
 
 

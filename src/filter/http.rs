@@ -15,7 +15,7 @@
 
 use super::cost;
 use super::hostcalls;
-use super::root::{now_ms, Limiter};
+use super::limiter::{now_ms, Limiter};
 use crate::plan::RequestView;
 use crate::worker::{Flow, ResponseFlow, ResponseHeaders, ResponseView};
 use proxy_wasm::traits::{Context, HttpContext};

@@ -9,6 +9,7 @@ mod cost;
 mod host;
 mod hostcalls;
 mod http;
+mod limiter;
 mod metrics;
 mod root;
 mod shim;

@@ -16,7 +16,7 @@ use super::cluster_parts::set;
 use super::cross_slot::{groups, Group, Step};
 use super::fail::Held;
 use super::host::{Host, ResponseHeaders, Stat};
-use super::requests::{Call, Pending, ShardId, PARKED};
+use super::requests::{Call, Part, Pending, ShardId, PARKED};
 use super::respond::Denial;
 use super::{Flow, Settle, Worker};
 use crate::limiter::{Check, Decision};
@@ -31,26 +31,6 @@ pub const PART_IDS: u32 = 0xC000_0000;
 /// rules (whose buckets can span slots): it may be another request's record
 /// that an undo is about to take back (docs/performance.md).
 pub const CROSS_CACHE_MS: u64 = 100;
-
-/// What a part of a request decided across slots does (its `Pending`'s
-/// `part`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
-    /// The first step of group `group` of request `parent`.
-    Decide { parent: u32, group: usize },
-    /// The undo of that group, which the store decided at `at_ms` (its clock).
-    Undo { parent: u32, group: usize, at_ms: u64 },
-}
-
-impl Part {
-    /// When the decision it undoes was made, for an undo.
-    pub fn undo_at(self) -> Option<u64> {
-        match self {
-            Part::Undo { at_ms, .. } => Some(at_ms),
-            Part::Decide { .. } => None,
-        }
-    }
-}
 
 /// One request decided across slots.
 #[derive(Debug)]

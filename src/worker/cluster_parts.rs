@@ -13,9 +13,9 @@
 //! consequence; it is never sent twice (a second undo could take back
 //! another request's record).
 
-use super::cluster_cross::Part;
 use super::cross_slot::{answer, fate, Fate, Step};
 use super::host::{Host, Level, Stat};
+use super::requests::Part;
 use super::requests::{Call, Pending};
 use super::{Settle, Throttle, Worker};
 use crate::limiter::{Check, Decision};

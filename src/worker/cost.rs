@@ -6,32 +6,11 @@
 //! The settlement itself: [`super::settle`].
 
 use super::body::{integer, BodyReader};
-use super::host::{CountStat, Host, Stat};
+use super::host::{CountStat, Host, ResponseFlow, ResponseView, Stat};
 use super::settle::{Decided, Phase};
 use super::Worker;
 use crate::config::CostSource;
 use crate::limiter::Check;
-
-/// The response of a request, as the worker reads it.
-pub trait ResponseView {
-    /// `:status`.
-    fn status(&self) -> Option<u16>;
-    /// A response header by lowercase name.
-    fn header(&self, name: &str) -> Option<Vec<u8>>;
-}
-
-/// What the response's own callback does next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResponseFlow {
-    /// Add the request's headers (`ResponseHeaders`) and go on.
-    Continue,
-    /// Hold the response (and buffer its body): the worker resumes it with
-    /// its headers ([`Host::resume_response`]).
-    Hold,
-    /// Add the request's headers, go on, and hand every body chunk to
-    /// [`Worker::on_response_body`].
-    ReadBody,
-}
 
 impl Worker {
     /// The response headers of request `id` arrived (its own callback).

@@ -210,3 +210,24 @@ pub trait Host {
     fn wake(&mut self) -> bool;
     fn log(&mut self, level: Level, message: &str);
 }
+
+/// The response of a request, as the worker reads it.
+pub trait ResponseView {
+    /// `:status`.
+    fn status(&self) -> Option<u16>;
+    /// A response header by lowercase name.
+    fn header(&self, name: &str) -> Option<Vec<u8>>;
+}
+
+/// What the response's own callback does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseFlow {
+    /// Add the request's headers (`ResponseHeaders`) and go on.
+    Continue,
+    /// Hold the response (and buffer its body): the worker resumes it with
+    /// its headers ([`Host::resume_response`]).
+    Hold,
+    /// Add the request's headers, go on, and hand every body chunk to
+    /// [`Worker::on_response_body`].
+    ReadBody,
+}

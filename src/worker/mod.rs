@@ -60,8 +60,7 @@ mod store;
 mod tests;
 
 pub use cluster_cross::CROSS_CACHE_MS;
-pub use cost::{ResponseFlow, ResponseView};
-pub use host::{CountStat, Flow, Gauge, Host, Level, Reset, ResponseHeaders, Stat};
+pub use host::{CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, Stat};
 
 use crate::cache::DenialCache;
 use crate::config::{Config, Invoke};

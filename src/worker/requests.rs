@@ -7,9 +7,7 @@
 //! ones by each stream's bounds).
 
 use crate::limiter::Check;
-use crate::worker::cluster_cross::Part;
 use crate::worker::host::ResponseHeaders;
-use crate::worker::settle::SettleCall;
 use std::collections::{HashMap, VecDeque};
 
 /// A shard of the worker (one store stream), by a number never reused.
@@ -211,4 +209,37 @@ impl Requests {
         let queue = self.queues.remove(&shard).unwrap_or_default();
         queue.into_iter().filter(|id| self.waits_in(*id, shard)).collect()
     }
+}
+
+/// What a part of a request decided across slots does (its `Pending`'s
+/// `part`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The first step of group `group` of request `parent`.
+    Decide { parent: u32, group: usize },
+    /// The undo of that group, which the store decided at `at_ms` (its clock).
+    Undo { parent: u32, group: usize, at_ms: u64 },
+}
+
+impl Part {
+    /// When the decision it undoes was made, for an undo.
+    pub fn undo_at(self) -> Option<u64> {
+        match self {
+            Part::Undo { at_ms, .. } => Some(at_ms),
+            Part::Decide { .. } => None,
+        }
+    }
+}
+
+/// A settlement on the store stream (the call of its [`Pending`]).
+#[derive(Debug, Clone)]
+pub struct SettleCall {
+    /// The request's context, whose response may be held.
+    pub context: u32,
+    /// When the store decided the request, on its clock.
+    pub at_ms: u64,
+    /// `(from, to)` per check of the pending.
+    pub units: Vec<(u64, u64)>,
+    /// The local limiter already settled the request (it decided it).
+    pub local: bool,
 }

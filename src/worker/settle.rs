@@ -31,9 +31,8 @@
 
 use super::body::BodyReader;
 use super::cluster_routing::Route;
-use super::cost::ResponseFlow;
-use super::host::{CountStat, Host, ResponseHeaders, Stat};
-use super::requests::{Call, Pending, PARKED};
+use super::host::{CountStat, Host, ResponseFlow, ResponseHeaders, Stat};
+use super::requests::{Call, Pending, SettleCall, PARKED};
 use super::Worker;
 use crate::config::{Config, Reserve};
 use crate::limiter::script::{encode_adjust, Invocation, Script};
@@ -87,19 +86,6 @@ pub(super) struct Owed {
     pub headers: ResponseHeaders,
     pub decided: Decided,
     pub phase: Phase,
-}
-
-/// A settlement on the store stream (the call of its [`Pending`]).
-#[derive(Debug, Clone)]
-pub struct SettleCall {
-    /// The request's context, whose response may be held.
-    pub context: u32,
-    /// When the store decided the request, on its clock.
-    pub at_ms: u64,
-    /// `(from, to)` per check of the pending.
-    pub units: Vec<(u64, u64)>,
-    /// The local limiter already settled the request (it decided it).
-    pub local: bool,
 }
 
 /// One worker's settlements.

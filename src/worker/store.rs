@@ -4,10 +4,10 @@
 //! for the requests on it. Replies are paired with requests in
 //! [`super::answer`].
 
-use super::cluster_cross::Part;
 use super::cross_slot::undo;
 use super::host::{Host, Reset, Stat};
 use super::link::Slot;
+use super::requests::Part;
 use super::requests::{Call, ShardId, PARKED};
 use super::shards::Carrier;
 use super::{Worker, MAX_IN_FLIGHT_BYTES};

@@ -1,0 +1,74 @@
+//! What the limiter's contexts of one worker VM share: the worker, its
+//! stats, its wake-up queue and what configuration time decided about
+//! requests; and the proxy's clock.
+
+use super::host::EnvoyHost;
+use super::hostcalls;
+use super::metrics::Metrics;
+use crate::config::Config;
+use crate::plan;
+use crate::worker::Worker;
+use std::cell::RefCell;
+use std::time::UNIX_EPOCH;
+
+/// The proxy's clock in ms since the epoch.
+pub fn now_ms() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// What the limiter's contexts share.
+pub struct Limiter {
+    pub worker: RefCell<Worker>,
+    pub metrics: Metrics,
+    pub wake_queue: Option<u32>,
+    /// The request headers the rules may read more than once per request
+    /// (see [`plan::header_reads`]): a request context keeps their values.
+    pub headers_kept: Vec<String>,
+    /// Whether a request no rule matches is left alone without waking the
+    /// worker: every rule has a `match` condition, and no header must be
+    /// removed from every request (shadow mode, `testing.now_header`).
+    pub prefilter: bool,
+}
+
+impl Limiter {
+    pub fn new(config: Config) -> Limiter {
+        let per_request_duty =
+            config.shadow || config.rules.iter().any(|r| r.shadow) || config.testing.now_header.is_some();
+        let prefilter = !per_request_duty && plan::can_match_none(&config);
+        let reads = plan::header_reads(&config, prefilter);
+        Limiter {
+            headers_kept: reads.into_iter().filter(|(_, times)| *times > 1).map(|(name, _)| name).collect(),
+            prefilter,
+            metrics: Metrics::define(&config),
+            wake_queue: wake_queue(),
+            worker: RefCell::new(Worker::new(config)),
+        }
+    }
+
+    /// Whether some rule matches `request` (true if the worker is busy: it
+    /// then decides, as for any request).
+    pub fn any_rule_matches(&self, request: &dyn plan::RequestView) -> bool {
+        self.worker.try_borrow().map_or(true, |w| plan::any_rule_matches(w.config(), request))
+    }
+
+    /// Runs `f` on the worker with the host as seen from context `current`;
+    /// None if the worker is busy (a re-entrant callback: never expected).
+    pub fn with<T>(&self, current: u32, f: impl FnOnce(&mut Worker, &mut EnvoyHost<'_>) -> T) -> Option<T> {
+        let Ok(mut worker) = self.worker.try_borrow_mut() else {
+            log::warn!("tollgate: re-entrant callback ignored");
+            return None;
+        };
+        let mut host = EnvoyHost { current, metrics: &self.metrics, wake_queue: self.wake_queue };
+        Some(f(&mut worker, &mut host))
+    }
+}
+
+/// Registers this worker's wake-up queue under a name no other worker uses.
+fn wake_queue() -> Option<u32> {
+    use std::hash::{BuildHasher, Hasher};
+    let unique = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    hostcalls::register_shared_queue(&format!("tollgate.wake.{unique:016x}")).ok()
+}
