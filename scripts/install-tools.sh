@@ -10,9 +10,9 @@
 #
 # Redis 7 (tests/tls_redis7.rs) is not installed here: `make redis7`
 # (scripts/install-redis.sh) does that for `make integration`, as root.
-# Version checks capture a tool's output first, then match it: a
-# `cmd | grep -q` pipeline under pipefail fails at random when grep exits
-# before cmd has written everything (cmd dies of SIGPIPE).
+# Version checks capture a tool's output first, then match it: piping the
+# tool into a quiet grep under pipefail fails at random when grep exits
+# before the tool has written everything (the tool dies of SIGPIPE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
@@ -53,8 +53,8 @@ fi
 
 scripts/install-wasm-opt.sh
 
-# Captured, then matched: `envoy --version | grep -q` under pipefail fails
-# whenever grep exits before envoy has written (SIGPIPE).
+# Captured, then matched (a pipe into a quiet grep would fail whenever grep
+# exits before envoy has written: SIGPIPE under pipefail).
 envoy_version=$("$TOOLS/bin/envoy" --version)
 [[ $envoy_version == *"/$ENVOY_VERSION/"* ]] || { echo "unexpected envoy version: $envoy_version" >&2; exit 1; }
 valkey_version=$("$TOOLS/bin/valkey-server" --version)

@@ -1,6 +1,8 @@
 //! Builders shared by the unit tests: plugin configurations and limiter
 //! checks (the same files the integration tests include) and store answers.
 
+#![cfg(test)]
+
 mod check;
 mod plugin;
 
