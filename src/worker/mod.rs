@@ -54,6 +54,7 @@ mod sentinels;
 pub mod settle;
 mod settle_reply;
 mod shards;
+pub mod stats;
 mod store;
 
 #[cfg(test)]

@@ -1,0 +1,92 @@
+//! The names of the stats a worker counts (`wasmcustom.` + these in Envoy,
+//! listed in docs/configuration.md), derived from the configuration once:
+//! the filter defines one Envoy metric per name and counts a [`Stat`] into
+//! the metric named for it. Bounded: 4 per rule (9 for a rule with
+//! `count`), 23 others, one per [`FailureKind`] and one per [`Reset`]; plus
+//! the total of store errors, two gauges and the store-time histogram.
+
+use super::host::{CountStat, Gauge, Reset, Stat};
+use super::respond::RuleOutcome;
+use crate::config::Config;
+use crate::store::FailureKind;
+
+/// Every store error counts here too, beside its kind's counter.
+pub const STORE_ERRORS: &str = "tollgate.store.errors";
+/// The histogram of store round trips, in ms.
+pub const STORE_TIME: &str = "tollgate.store.rq_time";
+
+/// The gauges, by name.
+pub const GAUGES: [(Gauge, &str); 2] =
+    [(Gauge::InFlight, "tollgate.stream.in_flight"), (Gauge::Held, "tollgate.requests.held")];
+
+/// The counters other than rules', errors' and resets', by name.
+const OTHERS: [(Stat, &str); 23] = [
+    (Stat::UnknownOutcome, "store.unknown_outcome"),
+    (Stat::FailureMode { allowed: true }, "failure_mode.allowed"),
+    (Stat::FailureMode { allowed: false }, "failure_mode.denied"),
+    (Stat::Local { allowed: true }, "local.allowed"),
+    (Stat::Local { allowed: false }, "local.denied"),
+    (Stat::StoreMessages, "store.calls"),
+    (Stat::StoreRequests, "store.requests"),
+    (Stat::CacheHit, "cache.hits"),
+    (Stat::Overloaded, "overloaded"),
+    (Stat::BodyTooLarge, "body_too_large"),
+    (Stat::HoldExpired, "settle.hold_expired"),
+    (Stat::SentinelLookup, "sentinel.lookups"),
+    (Stat::SentinelFailure, "sentinel.failures"),
+    (Stat::SentinelSwitch, "sentinel.switches"),
+    (Stat::ClusterRefresh, "cluster.refreshes"),
+    (Stat::ClusterRefreshFailure, "cluster.refresh_failures"),
+    (Stat::ClusterMoved, "cluster.moved"),
+    (Stat::ClusterAsk, "cluster.ask"),
+    (Stat::ClusterCrossShard, "cluster.cross_shard"),
+    (Stat::ClusterUndo, "cluster.undos"),
+    (Stat::ClusterUndoFailed, "cluster.undo_failed"),
+    (Stat::ClusterShardFailure, "cluster.shard_failures"),
+    (Stat::StreamOpen, "stream.opens"),
+];
+
+/// Every counter a worker with `config` can count, with its name. A
+/// [`Stat::StoreError`] names its kind's counter ([`STORE_ERRORS`] counts
+/// them all).
+pub fn counters(config: &Config) -> Vec<(Stat, String)> {
+    let mut out = Vec::new();
+    for (i, rule) in config.rules.iter().enumerate() {
+        let name = |what: &str| format!("tollgate.rule.{}.{what}", rule.name);
+        out.push((Stat::Rule(i, RuleOutcome::Allowed), name("allowed")));
+        out.push((Stat::Rule(i, RuleOutcome::Denied), name("denied")));
+        out.push((Stat::Rule(i, RuleOutcome::ShadowDenied), name("shadow_denied")));
+        out.push((Stat::RuleSkipped(i), name("skipped")));
+        if rule.count.is_some() {
+            out.extend(CountStat::ALL.map(|s| (Stat::Count(i, s), name(s.name()))));
+        }
+    }
+    out.extend(FailureKind::ALL.map(|k| (Stat::StoreError(k), format!("{STORE_ERRORS}.{}", k.name()))));
+    out.extend(OTHERS.map(|(stat, name)| (stat, format!("tollgate.{name}"))));
+    out.extend(Reset::ALL.map(|r| (Stat::StreamReset(r), format!("tollgate.stream.resets.{}", r.name()))));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{plugin, rule};
+    use std::collections::HashSet;
+
+    #[test]
+    fn every_counter_has_one_name_and_the_bound_holds() {
+        let config = plugin()
+            .with(rule("plain").header("x-user-id").limit(5, "1s"))
+            .with(rule("counted").header("x-user-id").limit(5, "1s").field(r#""count": { "status": [401] }"#))
+            .build();
+        let all = counters(&config);
+        let names: HashSet<_> = all.iter().map(|(_, n)| n.as_str()).collect();
+        let stats: HashSet<_> = all.iter().map(|(s, _)| *s).collect();
+        assert_eq!(names.len(), all.len(), "names are unique");
+        assert_eq!(stats.len(), all.len(), "each stat is named once");
+        assert!(!names.contains(STORE_ERRORS) && !names.contains(STORE_TIME));
+        assert_eq!(all.len(), 4 + 9 + FailureKind::ALL.len() + OTHERS.len() + Reset::ALL.len());
+        assert!(names.contains("tollgate.rule.counted.settled") && !names.contains("tollgate.rule.plain.settled"));
+        assert!(names.contains("tollgate.store.errors.timeout") && names.contains("tollgate.stream.resets.stalled"));
+    }
+}
