@@ -169,10 +169,14 @@ fn bad_arguments_are_error_replies() {
         let mut body = Vec::new();
         encode_call(&mut body, limiter(), path.invocations()[1], std::slice::from_ref(&c), Some(1));
         // Replace the algorithm id with an unknown one.
-        let text = String::from_utf8(body).unwrap().replace("$4\r\ngcra\r\n", "$4\r\nxxxx\r\n");
-        let reply = harness::raw_call(valkey.port, text.as_bytes());
+        let text = String::from_utf8(body).unwrap();
+        let reply = harness::raw_call(valkey.port, text.replace("$4\r\ngcra\r\n", "$4\r\nxxxx\r\n").as_bytes());
         let message = String::from_utf8_lossy(reply.as_error().unwrap()).into_owned();
         assert!(message.contains("tollgate: unknown algorithm for key 1"), "{path:?}: {message}");
+        // Replace the window's period with one that is not a number.
+        let reply = harness::raw_call(valkey.port, text.replace("$4\r\n1000\r\n", "$4\r\nxbad\r\n").as_bytes());
+        let message = String::from_utf8_lossy(reply.as_error().unwrap()).into_owned();
+        assert!(message.contains("tollgate: bad window 1 for key 1"), "{path:?}: {message}");
         // A well-formed call still works afterwards.
         assert!(store_decide_via(&valkey, path, std::slice::from_ref(&c), Some(1)).allowed, "{path:?}");
         valkey.cmd(&["FLUSHALL"]);

@@ -53,18 +53,12 @@ local function adjust(KEYS, ARGV, once)
     if not from or not to or not n or n < 1 or n % 1 ~= 0 then
       return redis.error_reply('ERR tollgate: bad units or window count for key ' .. i)
     end
-    a = a + 4
-    local b = BUCKETS[i]
+    local b, next_or_error = read_bucket(i, KEYS[i], algorithm, n, ARGV, a + 4)
     if not b then
-      b = {}
-      BUCKETS[i] = b
+      return next_or_error
     end
-    b.key, b.algorithm, b.from, b.to = KEYS[i], algorithm, from, to
-    local bad = read_windows(b, n, ARGV, a)
-    if bad then
-      return redis.error_reply('ERR tollgate: bad window ' .. bad .. ' for key ' .. i)
-    end
-    a = a + 2 * n
+    b.from, b.to = from, to
+    a = next_or_error
   end
   if a ~= #ARGV + 1 then
     return redis.error_reply('ERR tollgate: argument count does not match KEYS')

@@ -45,6 +45,23 @@ local function read_windows(b, n, ARGV, a)
   return nil
 end
 
+-- Bucket i (its table reused from call to call) for key `key` by
+-- `algorithm`, with its n windows read from ARGV[a..]: the bucket and the
+-- index past its windows, or nil and the error reply.
+local function read_bucket(i, key, algorithm, n, ARGV, a)
+  local b = BUCKETS[i]
+  if not b then
+    b = {}
+    BUCKETS[i] = b
+  end
+  b.key, b.algorithm = key, algorithm
+  local bad = read_windows(b, n, ARGV, a)
+  if bad then
+    return nil, redis.error_reply('ERR tollgate: bad window ' .. bad .. ' for key ' .. i)
+  end
+  return b, a + 2 * n
+end
+
 -- Phase 3: statistics per window of every key, after the decision (a
 -- bucket's `committed`: whether phase 2 recorded its cost): the reply
 -- { allowed, now, then remaining, reset, retry per window }. (The
@@ -100,18 +117,12 @@ local function decide(KEYS, ARGV, once)
     if not cost or not n or cost < 1 or n < 1 or cost % 1 ~= 0 then
       return redis.error_reply('ERR tollgate: bad cost or window count for key ' .. i)
     end
-    a = a + 3
-    local b = BUCKETS[i]
+    local b, next_or_error = read_bucket(i, KEYS[i], algorithm, n, ARGV, a + 3)
     if not b then
-      b = {}
-      BUCKETS[i] = b
+      return next_or_error
     end
-    b.key, b.algorithm, b.cost, b.check_only = KEYS[i], algorithm, cost, check_only
-    local bad = read_windows(b, n, ARGV, a)
-    if bad then
-      return redis.error_reply('ERR tollgate: bad window ' .. bad .. ' for key ' .. i)
-    end
-    a = a + 2 * n
+    b.cost, b.check_only = cost, check_only
+    a = next_or_error
   end
   if a ~= #ARGV + 1 then
     return redis.error_reply('ERR tollgate: argument count does not match KEYS')
