@@ -9,10 +9,9 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::load::{send_raw, Request};
+use support::load::Request;
+use support::paced::Paced;
 use support::{try_command, wait_until, Bootstrap, Envoy, EnvoyOptions, Valkey};
 use tollgate::resp::Value;
 
@@ -136,15 +135,6 @@ fn stat(envoy: &Envoy, name: &str) -> u64 {
     envoy.stat(&format!("wasmcustom.tollgate.{name}")).unwrap_or(0)
 }
 
-/// One request of the load: when it ended, its status, and whether the
-/// store decided it (it carries `RateLimit`).
-#[derive(Debug, Clone, Copy)]
-struct Outcome {
-    at: Instant,
-    status: u16,
-    decided: bool,
-}
-
 #[test]
 fn unknown_master_name_fails_by_failure_mode_and_counts_lookup_failures() {
     let (_master, _replica, sentinels) = topology();
@@ -179,38 +169,10 @@ fn limiting_resumes_on_the_promoted_replica_after_the_master_is_killed() {
     // millisecond (while the store is down, requests fail in microseconds:
     // unpaced, the load would be over before the promotion) and at most
     // 15,000 requests each.
-    let stop = Arc::new(AtomicBool::new(false));
-    let admitted = Arc::new(AtomicUsize::new(0));
-    let outcomes = Arc::new(Mutex::new(Vec::<Outcome>::new()));
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let (stop, admitted, outcomes, port) = (stop.clone(), admitted.clone(), outcomes.clone(), envoy.port);
-            std::thread::spawn(move || {
-                let request = Request::new("GET", "/", &[("x-user-id", "hot")]);
-                let started = Instant::now();
-                for i in 0..15_000u32 {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    // Pacing, not waiting for a condition: the next slot.
-                    if let Some(ahead) =
-                        (started + Duration::from_millis(u64::from(i))).checked_duration_since(Instant::now())
-                    {
-                        std::thread::sleep(ahead);
-                    }
-                    let r = send_raw(port, &request, Duration::from_secs(5)).expect("every request is answered");
-                    let decided = r.header("ratelimit").is_some();
-                    if r.status == 200 && decided {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    outcomes.lock().unwrap().push(Outcome { at: Instant::now(), status: r.status, decided });
-                }
-            })
-        })
-        .collect();
+    let load = Paced::start(envoy.port, 4, 15_000, Request::new("GET", "/", &[("x-user-id", "hot")]));
 
-    wait_until("half the limit admitted", Duration::from_secs(20), || admitted.load(Ordering::Relaxed) >= LIMIT / 2);
-    let admitted_before_kill = admitted.load(Ordering::Relaxed);
+    wait_until("half the limit admitted", Duration::from_secs(20), || load.admitted() >= LIMIT / 2);
+    let admitted_before_kill = load.admitted();
     let killed_at = Instant::now();
     master.stop(); // SIGKILL
     wait_until("a Sentinel to report the replica as master", Duration::from_secs(20), || {
@@ -218,15 +180,8 @@ fn limiting_resumes_on_the_promoted_replica_after_the_master_is_killed() {
     });
     let promoted_at = Instant::now();
     // Keep the load on until the limit binds again on the new master.
-    wait_until("denials on the new master", Duration::from_secs(20), || {
-        outcomes.lock().unwrap().iter().filter(|o| o.at > promoted_at && o.status == 429).count() >= 50
-    });
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
-
-    let outcomes = outcomes.lock().unwrap().clone();
+    wait_until("denials on the new master", Duration::from_secs(20), || load.count_after(promoted_at, 429) >= 50);
+    let outcomes = load.stop();
     let resumed_at = outcomes
         .iter()
         .filter(|o| o.at > promoted_at && o.decided)

@@ -11,6 +11,7 @@ pub mod flood;
 mod http;
 pub mod load;
 pub mod netns;
+pub mod paced;
 #[path = "../../src/testing/plugin.rs"]
 pub mod plugin;
 pub mod steady;
