@@ -99,7 +99,7 @@ impl Drop for Http {
 }
 
 /// Headers kept per request, at most: one slot per name of
-/// [`Limiter::headers_kept`] (names beyond are read each time).
+/// [`plan::Reads::headers_kept`](crate::plan::Reads) (names beyond are read each time).
 const KEPT: usize = 8;
 
 /// Envoy's request headers and attributes seen through the pure core's
@@ -159,8 +159,8 @@ impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
         cost::callback(|| {
             let Some(l) = &self.limiter else { return Action::Continue };
-            let request = EnvoyRequest::new(&l.headers_kept);
-            if l.prefilter && !l.any_rule_matches(&request) {
+            let request = EnvoyRequest::new(&l.reads.headers_kept);
+            if l.reads.prefilter && !l.any_rule_matches(&request) {
                 return Action::Continue;
             }
             let id = self.id;

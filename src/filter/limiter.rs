@@ -24,24 +24,14 @@ pub struct Limiter {
     pub worker: RefCell<Worker>,
     pub metrics: Metrics,
     pub wake_queue: Option<u32>,
-    /// The request headers the rules may read more than once per request
-    /// (see [`plan::header_reads`]): a request context keeps their values.
-    pub headers_kept: Vec<String>,
-    /// Whether a request no rule matches is left alone without waking the
-    /// worker: every rule has a `match` condition, and no header must be
-    /// removed from every request (shadow mode, `testing.now_header`).
-    pub prefilter: bool,
+    /// What every request's callbacks read ([`plan::Reads`]).
+    pub reads: plan::Reads,
 }
 
 impl Limiter {
     pub fn new(config: Config) -> Limiter {
-        let per_request_duty =
-            config.shadow || config.rules.iter().any(|r| r.shadow) || config.testing.now_header.is_some();
-        let prefilter = !per_request_duty && plan::can_match_none(&config);
-        let reads = plan::header_reads(&config, prefilter);
         Limiter {
-            headers_kept: reads.into_iter().filter(|(_, times)| *times > 1).map(|(name, _)| name).collect(),
-            prefilter,
+            reads: plan::Reads::of(&config),
             metrics: Metrics::define(&config),
             wake_queue: wake_queue(),
             worker: RefCell::new(Worker::new(config)),

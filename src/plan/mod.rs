@@ -50,6 +50,29 @@ pub fn any_rule_matches(config: &Config, request: &dyn RequestView) -> bool {
     config.rules.iter().any(|rule| matches(&rule.matcher, request))
 }
 
+/// What the filter reads of every request, decided at configuration time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reads {
+    /// Whether a request no rule matches is left alone without waking the
+    /// worker: every rule has a `match` condition, and no header must be
+    /// removed from every request (shadow mode, `testing.now_header`).
+    pub prefilter: bool,
+    /// The request headers the rules may read more than once per request
+    /// ([`header_reads`]): a request context keeps their values.
+    pub headers_kept: Vec<String>,
+}
+
+impl Reads {
+    pub fn of(config: &Config) -> Reads {
+        let per_request_duty =
+            config.shadow || config.rules.iter().any(|r| r.shadow) || config.testing.now_header.is_some();
+        let prefilter = !per_request_duty && can_match_none(config);
+        let headers_kept =
+            header_reads(config, prefilter).into_iter().filter(|(_, times)| *times > 1).map(|(name, _)| name).collect();
+        Reads { prefilter, headers_kept }
+    }
+}
+
 /// Whether [`any_rule_matches`] can be false: every rule has a `match`
 /// condition (a rule without one matches every request).
 pub fn can_match_none(config: &Config) -> bool {

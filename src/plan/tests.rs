@@ -230,6 +230,15 @@ fn the_headers_rules_read_are_known_at_configuration_time() {
     );
     assert!(can_match_none(&c));
     assert!(!can_match_none(&seed()), "the seed's global rule matches every request");
+    let kept = [":path", ":method", "x-tier", ":authority"].map(String::from).to_vec();
+    use crate::plan::Reads as PlanReads;
+    assert_eq!(PlanReads::of(&c), PlanReads { prefilter: true, headers_kept: kept });
+    assert!(!PlanReads::of(&seed()).prefilter);
+    let mut shadowed = c.clone();
+    shadowed.shadow = true;
+    let reads = PlanReads::of(&shadowed);
+    assert!(!reads.prefilter, "shadow mode removes a header from every request");
+    assert_eq!(reads.headers_kept, [":path", ":method"], "conditions are then read once each");
     let get = |path: &str| Req::default().with(":method", "GET").with(":path", path);
     assert!(any_rule_matches(&c, &get("/a?x=1").with("x-tier", "free")));
     assert!(!any_rule_matches(&c, &get("/a?x=1").with("x-tier", "paid")));
