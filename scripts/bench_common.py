@@ -20,10 +20,19 @@ CONNECTIONS = [16, 64]
 DIRECT = 'direct_response: { status: 200, body: { inline_string: "ok" } }'
 
 
+_GIVEN = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free a moment ago and never handed out before by this process:
+    two ports of one Envoy must differ or it refuses its configuration."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def wait_port(port, timeout=30):

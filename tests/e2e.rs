@@ -311,3 +311,17 @@ fn invalid_dynamic_config_is_rejected_and_the_previous_one_keeps_working() {
     assert_eq!(resp.status, 200, "alice has room under the new 10/3s window");
     assert_eq!(remaining(&resp)[1].1, 4, "the same bucket: 5 used + 1 now, of 10");
 }
+
+/// The harness itself: one process never gets a port twice (an Envoy whose
+/// listener and upstream shared one refused its configuration in CI, at
+/// about one start in 4,000), and placeholders are replaced in one pass, so a
+/// chosen port equal to a later placeholder is not rewritten again.
+#[test]
+fn harness_ports_are_distinct_and_replaced_in_one_pass() {
+    let ports: Vec<u16> = (0..2_000).map(|_| support::free_port()).collect();
+    let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
+    assert_eq!(distinct.len(), ports.len(), "free_port handed out a port twice");
+    let text = "a: { port_value: 26379 }\nb: { port_value: 26380 }\nc: { port_value: 263800 }\n";
+    let out = support::replace_ports(text, &[(26379, 26380), (26380, 31000)]);
+    assert_eq!(out, "a: { port_value: 26380 }\nb: { port_value: 31000 }\nc: { port_value: 263800 }\n");
+}

@@ -124,9 +124,7 @@ fn envoy(sentinels: &[Sentinel], master_name: &str, limit: u64) -> Envoy {
     let options = EnvoyOptions { plugin_config: plugin_config(master_name, limit), valkey_port: 0, concurrency: 2 };
     let ports: Vec<u16> = sentinels.iter().map(|s| s.port).collect();
     Envoy::try_start_bootstrap_edited(&options, Bootstrap::Sentinel, &move |text| {
-        text.replace("port_value: 26379", &format!("port_value: {}", ports[0]))
-            .replace("port_value: 26380", &format!("port_value: {}", ports[1]))
-            .replace("port_value: 26381", &format!("port_value: {}", ports[2]))
+        support::replace_ports(&text, &[(26379, ports[0]), (26380, ports[1]), (26381, ports[2])])
     })
     .unwrap_or_else(|log| panic!("envoy did not start:\n{log}"))
 }

@@ -100,11 +100,9 @@ pub fn render_with_module(text: &str, options: &EnvoyOptions, ports: Ports, lds_
     let mut out = String::new();
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
-        let replaced = line
-            .replace("port_value: 10000", &format!("port_value: {}", ports.listener))
-            .replace("port_value: 10001", &format!("port_value: {}", ports.upstream))
-            .replace("port_value: 9901", &format!("port_value: {}", ports.admin))
-            .replace("port_value: 6379", &format!("port_value: {}", options.valkey_port))
+        let port_map =
+            [(10000, ports.listener), (10001, ports.upstream), (9901, ports.admin), (6379, options.valkey_port)];
+        let replaced = super::replace_ports(line, &port_map)
             .replace("filename: target/wasm32-wasip1/release/tollgate.wasm", &format!("filename: {}", module.display()))
             .replace("envoy/dynamic", &lds_dir.display().to_string());
         out.push_str(&replaced);
@@ -307,7 +305,7 @@ impl Envoy {
         let start = Instant::now();
         loop {
             if !envoy.is_running() {
-                return Err(envoy.log_text());
+                return Err(envoy.startup_report("exited"));
             }
             let (admin, host, port) = (envoy.admin_port, envoy.host(), envoy.port);
             let ready = envoy.net(|| {
@@ -317,7 +315,7 @@ impl Envoy {
                 return Ok(envoy);
             }
             if start.elapsed() > Duration::from_secs(30) {
-                return Err(envoy.log_text());
+                return Err(envoy.startup_report("never became ready in 30 s"));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -344,6 +342,17 @@ impl Envoy {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Why a start failed, reason first: the log's warning, error and
+    /// critical lines, then the whole log without the list of statically
+    /// linked extensions (long enough to push the reason out of a CI excerpt).
+    fn startup_report(&self, what: &str) -> String {
+        let log = self.log_text();
+        let lines: Vec<&str> = log.lines().filter(|l| !l.contains("server.cc:467]")).collect();
+        let is_problem = |l: &&&str| ["][warning][", "][error][", "][critical]["].iter().any(|m| l.contains(m));
+        let problems: Vec<&str> = lines.iter().filter(is_problem).copied().collect();
+        format!("envoy {what}; its problems:\n{}\n--- its log ---\n{}", problems.join("\n"), lines.join("\n"))
     }
 
     pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {

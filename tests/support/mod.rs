@@ -50,11 +50,17 @@ pub fn wasm_path() -> PathBuf {
 }
 
 /// A port that was free a moment ago, chosen below the kernel's ephemeral
-/// range (32768+) so that outgoing connections cannot take it meanwhile.
-/// Starts still retry on "address in use" (another test may pick it too).
+/// range (32768+) so that outgoing connections cannot take it meanwhile, and
+/// never handed out twice in this process: two ports of one Envoy (listener
+/// and upstream, say) are always distinct, or Envoy would refuse its own
+/// configuration ("duplicate address") instead of failing to bind.
+/// Starts still retry on "address in use" (another process may pick it too).
 pub fn free_port() -> u16 {
+    use std::collections::HashSet;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
     static STATE: AtomicU64 = AtomicU64::new(0);
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
     let _ = STATE.compare_exchange(
         0,
@@ -62,6 +68,9 @@ pub fn free_port() -> u16 {
         Ordering::Relaxed,
         Ordering::Relaxed,
     );
+    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let given = given.get_or_insert_with(HashSet::new);
+    assert!(given.len() < 10_000, "this test process asked for 10,000 ports");
     loop {
         let x = STATE
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |mut x| {
@@ -72,10 +81,36 @@ pub fn free_port() -> u16 {
             })
             .unwrap_or(1);
         let port = 20_000 + (x % 12_000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let placeholder = (26_379..=26_381).contains(&port); // envoy-sentinel.yaml's Sentinels
+        if !placeholder && !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
             return port;
         }
     }
+}
+
+/// `text` with each `port_value: FROM` of `map` made `port_value: TO`, each
+/// line changed at most once: a port written by one pair is never rewritten
+/// by a later one (a free port may equal a placeholder of the template).
+pub fn replace_ports(text: &str, map: &[(u16, u16)]) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let hit = map.iter().find_map(|&(from, to)| {
+            let needle = format!("port_value: {from}");
+            let at = line.find(&needle)?;
+            let rest = &line[at + needle.len()..];
+            (!rest.starts_with(|c: char| c.is_ascii_digit())).then_some((at, needle.len(), to))
+        });
+        match hit {
+            Some((at, len, to)) => {
+                out.push_str(&line[..at]);
+                out.push_str(&format!("port_value: {to}"));
+                out.push_str(&line[at + len..]);
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// Polls `ready` every 20 ms until it holds or `timeout` passes.
