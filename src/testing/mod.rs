@@ -1,13 +1,16 @@
 //! Builders shared by the unit tests: plugin configurations and limiter
-//! checks (the same files the integration tests include) and store answers.
+//! checks (the same files the integration tests include), store answers and
+//! a seeded generator for the property tests.
 
 #![cfg(test)]
 
 mod check;
 mod plugin;
+mod rng;
 
 pub use check::check;
 pub use plugin::{plugin, rule, Plugin};
+pub use rng::Rng;
 
 use crate::config::Config;
 use crate::limiter::WindowOutcome;

@@ -10,18 +10,8 @@ use super::{Action, Event, Run};
 use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Algorithm, Check, Decision};
 use crate::testing::check;
+use crate::testing::Rng;
 use crate::worker::cross_slot::{Fate, Step};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
 
 const HOUR: u64 = 3_600_000;
 const START: u64 = 1_800_000_000_000;

@@ -6,17 +6,7 @@
 use super::test_util::check;
 use super::Model;
 use crate::limiter::{Adjustment, Algorithm, Check};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+use crate::testing::Rng;
 
 /// Two windows sharing a period, and one of their own (state shared by
 /// windows must change once), with a request of `cost`.

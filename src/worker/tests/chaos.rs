@@ -5,19 +5,9 @@
 
 use super::fake::Rig;
 use crate::testing::plugin;
+use crate::testing::Rng;
 use crate::worker::Flow;
 use std::collections::HashMap;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
 
 fn run(seed: u64, mode: &str) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
