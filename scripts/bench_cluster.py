@@ -7,7 +7,6 @@ master's share of the calls and Valkey's µs per call on it come from
 
 import re
 import subprocess
-import time
 import json
 
 from bench_common import (DIRECT, DURATION, ENVOY, ROOT, VALKEY, WASM, WRK_USERS, admin_stat, cpu_seconds, free_port, resp,
@@ -18,44 +17,32 @@ CLUSTER_USERS = 10_000
 
 
 def start_valkey_cluster(masters, workdir, tag):
-    """`masters` valkey-servers in cluster mode, joined (CLUSTER MEET), the
-    slots split evenly (ADDSLOTSRANGE); returns [(port, process)] once every
-    node reports cluster_state:ok."""
+    """`masters` valkey-servers in cluster mode, joined by
+    scripts/valkey-cluster-join.sh (CLUSTER MEET, the slots split evenly with
+    ADDSLOTSRANGE); returns [(port, process)] once every node reports
+    cluster_state:ok."""
     nodes = []
     try:
-        return join_cluster(masters, workdir, tag, nodes)
+        for i in range(masters):
+            port, bus = free_port(), free_port()
+            d = workdir / f"{tag}-{i}"
+            d.mkdir()
+            # The bus port is chosen too (port + 10000, the default, may be
+            # past 65535). A lone master receives no MEET to learn its
+            # address from: it is announced.
+            proc = subprocess.Popen([VALKEY, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                     "no", "--cluster-enabled", "yes", "--cluster-port", str(bus),
+                                     "--cluster-announce-ip", "127.0.0.1", "--dir", str(d)], stdout=subprocess.DEVNULL)
+            nodes.append((port, proc))
+            wait_port(port)
+        subprocess.run(["sh", str(ROOT / "scripts/valkey-cluster-join.sh"), *(f"127.0.0.1:{p}" for p, _ in nodes)],
+                       check=True, stdout=subprocess.DEVNULL)
+        return nodes
     except BaseException:
         for _, proc in nodes:
             proc.terminate()
             proc.wait()
         raise
-
-
-def join_cluster(masters, workdir, tag, nodes):
-    buses = []
-    for i in range(masters):
-        port, bus = free_port(), free_port()
-        d = workdir / f"{tag}-{i}"
-        d.mkdir()
-        # A node learns its own address from another's MEET: alone, it
-        # would report none in its slot map. The bus port is chosen too
-        # (port + 10000, the default, may be past 65535).
-        proc = subprocess.Popen([VALKEY, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                                 "--cluster-enabled", "yes", "--cluster-port", str(bus),
-                                 "--cluster-announce-ip", "127.0.0.1", "--dir", str(d)], stdout=subprocess.DEVNULL)
-        nodes.append((port, proc))
-        buses.append(bus)
-        wait_port(port)
-    for port, bus in zip([p for p, _ in nodes[1:]], buses[1:]):
-        resp(nodes[0][0], "CLUSTER", "MEET", "127.0.0.1", str(port), str(bus))
-    for i, (port, _) in enumerate(nodes):
-        resp(port, "CLUSTER", "ADDSLOTSRANGE", str(i * 16384 // masters), str((i + 1) * 16384 // masters - 1))
-    end = time.time() + 30
-    while not all("cluster_state:ok" in resp(p, "CLUSTER", "INFO") for p, _ in nodes):
-        if time.time() > end:
-            raise RuntimeError("the bench cluster never reached cluster_state:ok")
-        time.sleep(0.05)
-    return nodes
 
 
 def render_cluster(rules, ports, master_ports, cache=True):

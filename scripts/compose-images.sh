@@ -8,8 +8,8 @@
 # no builder, no base image, nothing pulled). Needs a running Docker engine.
 # Without docker-registry the registry stand-in is skipped, with a note. The
 # valkey stand-in also gets a valkey-cli (valkey-cli, or Debian's redis-cli
-# of `make redis7`: envoy/compose/cluster-init.sh of profile `cluster` runs
-# it); without one, a note.
+# of `make redis7`: profile `cluster`'s init runs scripts/valkey-cluster-join.sh
+# with it); without one, a note.
 #
 # An image that already has the tag is kept: a stand-in built from the same
 # binary by the same script (label org.tollgate.stand-in = the sha256 of

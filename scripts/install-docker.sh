@@ -13,6 +13,7 @@
 # only the one it started); elsewhere start Docker as your system does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/apt.sh
 TOOLS="$PWD/.tools"
 COMPOSE_VERSION=2.22.0
 
@@ -20,18 +21,7 @@ missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v busybox >/dev/null || missing+=(busybox-static)
 if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" -eq 0 ]; then
-    sudo=()
-  elif command -v sudo >/dev/null; then
-    sudo=(sudo)
-  else
-    echo "install-docker: need root or sudo to apt-get install: ${missing[*]}" >&2
-    exit 1
-  fi
-  command -v apt-get >/dev/null || { echo "install-docker: no apt-get; install ${missing[*]} yourself" >&2; exit 1; }
-  echo "installing ${missing[*]} with apt-get..."
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt_install install-docker "${missing[@]}"
   command -v dockerd >/dev/null && command -v busybox >/dev/null \
     || { echo "install-docker: ${missing[*]} did not install" >&2; exit 1; }
 fi

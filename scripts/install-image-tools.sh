@@ -10,6 +10,7 @@
 #                    (on a host with systemd, the package also enables its own
 #                    service on :5000; the test never uses that one)
 set -euo pipefail
+source "$(dirname "$0")/lib/apt.sh"
 
 declare -A tool_of=([buildah]=buildah [skopeo]=skopeo [umoci]=umoci [docker-registry]=docker-registry)
 missing=()
@@ -20,18 +21,7 @@ if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 
-if [ "$(id -u)" -eq 0 ]; then
-  sudo=()
-elif command -v sudo >/dev/null; then
-  sudo=(sudo)
-else
-  echo "install-image-tools: need root or sudo to apt-get install: ${missing[*]}" >&2
-  exit 1
-fi
-command -v apt-get >/dev/null || { echo "install-image-tools: apt-get not found; install ${missing[*]} yourself" >&2; exit 1; }
-echo "installing ${missing[*]} with apt-get..."
-"${sudo[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+apt_install install-image-tools "${missing[@]}"
 for pkg in "${missing[@]}"; do
   command -v "${tool_of[$pkg]}" >/dev/null || { echo "install-image-tools: $pkg did not install" >&2; exit 1; }
 done

@@ -4,16 +4,11 @@
 # when present; otherwise installed with apt-get, which needs root (CI runs as
 # root, and the test itself needs root to create namespaces).
 set -euo pipefail
+source "$(dirname "$0")/lib/apt.sh"
 missing=()
 for tool in ip ss iptables; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" != 0 ]; then
-  echo "tests/netns.rs needs ${missing[*]}: run 'apt-get install iproute2 iptables' as root" >&2
-  exit 1
-fi
-echo "installing iproute2 and iptables (apt-get)..."
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends iproute2 iptables >/dev/null
+APT_HINT="  (tests/netns.rs needs ${missing[*]}; CI runs as root)" \
+  apt_install --root-only --no-recommends install-netns-tools iproute2 iptables

@@ -6,6 +6,7 @@
 # which needs root (CI runs as root). The package's service is not started (a
 # policy-rc.d refuses it while installing).
 set -euo pipefail
+source "$(dirname "$0")/lib/apt.sh"
 have=""
 if [ -x /usr/bin/redis-server ]; then
   have=$(/usr/bin/redis-server --version)
@@ -13,20 +14,14 @@ fi
 if [[ $have == *"v=7."* ]] && command -v openssl >/dev/null; then
   exit 0
 fi
-if [ "$(id -u)" != 0 ]; then
-  echo "tests/tls_redis7.rs needs Debian's redis-server 7 and openssl; as root, run:" >&2
-  echo "  apt-get install redis-server openssl    (or: sudo make redis7)" >&2
-  exit 1
-fi
-echo "installing redis-server and openssl (apt-get)..."
 policy=/usr/sbin/policy-rc.d
 placed=""
-if [ ! -e "$policy" ]; then
+# Only root can place it (and apt_install takes no one else).
+if [ "$(id -u)" -eq 0 ] && [ ! -e "$policy" ]; then
   printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && placed=1
 fi
 trap 'if [ -n "$placed" ]; then rm -f "$policy"; fi' EXIT
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends redis-server openssl >/dev/null
+APT_HINT="  (as root: apt-get install redis-server openssl, or: sudo make redis7)" \
+  apt_install --root-only --no-recommends install-redis redis-server openssl
 have=$(/usr/bin/redis-server --version)
 [[ $have == *"v=7."* ]] || { echo "unexpected redis-server version: $have" >&2; exit 1; }

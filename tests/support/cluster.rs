@@ -1,15 +1,16 @@
 //! A real Valkey Cluster on loopback ports for the cluster tests: masters
-//! and one replica each, `valkey-server --cluster-enabled yes`, joined with
-//! `CLUSTER MEET`, slots split evenly with `CLUSTER ADDSLOTSRANGE`, replicas
-//! attached with `CLUSTER REPLICATE`; ready when every node reports
-//! `cluster_state:ok`, knows every other node, and every replica is in sync
-//! (polled, never slept for). Also resharding one slot by hand, and Envoy
-//! with `envoy/envoy-cluster.yaml` pointed at the nodes.
+//! and one replica each, `valkey-server --cluster-enabled yes`, joined by
+//! scripts/valkey-cluster-join.sh (the bootstrap `make bench` and compose use
+//! too: CLUSTER MEET, ADDSLOTSRANGE, REPLICATE, then `cluster_state:ok` on
+//! every node); ready when, beyond that, every replica is in sync (polled,
+//! never slept for). Also resharding one slot by hand, and Envoy with
+//! `envoy/envoy-cluster.yaml` pointed at the nodes.
 
 use super::envoy::{Bootstrap, Envoy, EnvoyOptions};
 use super::load::{send_raw, Request};
 pub use super::paced::{Outcome, Paced};
-use super::{wait_until, Valkey};
+use super::{repo_root, wait_until, Valkey};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -56,24 +57,10 @@ impl ValkeyCluster {
             replicas: (0..masters).map(|_| start()).collect(),
             dead: Vec::new(),
         };
-        let first = &cluster.masters[0];
-        for node in cluster.nodes().skip(1) {
-            let (port, bus) = (node.port.to_string(), node.bus_port.unwrap_or(node.port + 10_000).to_string());
-            assert_eq!(text(&first.cmd(&["CLUSTER", "MEET", "127.0.0.1", &port, &bus])), "OK");
-        }
-        for (i, master) in cluster.masters.iter().enumerate() {
-            let (from, to) = (i * 16384 / masters, (i + 1) * 16384 / masters - 1);
-            let reply = master.cmd(&["CLUSTER", "ADDSLOTSRANGE", &from.to_string(), &to.to_string()]);
-            assert_eq!(text(&reply), "OK");
-        }
-        let all = cluster.nodes().count();
-        wait_until("every node to know every other", Duration::from_secs(20), || {
-            cluster.nodes().all(|n| text(&n.cmd(&["CLUSTER", "NODES"])).lines().count() == all)
-        });
-        for (master, replica) in cluster.masters.iter().zip(&cluster.replicas) {
-            let id = text(&master.cmd(&["CLUSTER", "MYID"]));
-            assert_eq!(text(&replica.cmd(&["CLUSTER", "REPLICATE", &id])), "OK");
-        }
+        let shards: Vec<String> = (cluster.masters.iter().zip(&cluster.replicas))
+            .map(|(master, replica)| format!("127.0.0.1:{},127.0.0.1:{}", master.port, replica.port))
+            .collect();
+        join(&shards);
         cluster.wait_ok();
         cluster
     }
@@ -171,6 +158,14 @@ impl ValkeyCluster {
         Envoy::try_start_bootstrap_edited(&options, Bootstrap::Cluster, &move |text| edit(seeds(&text, &ports)))
             .unwrap_or_else(|log| panic!("envoy did not start:\n{log}"))
     }
+}
+
+/// scripts/valkey-cluster-join.sh with `shards` (`MASTER,REPLICA` each).
+fn join(shards: &[String]) {
+    let script = repo_root().join("scripts/valkey-cluster-join.sh");
+    let out = Command::new("sh").arg(&script).args(shards).output().expect("run sh");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{} {shards:?} failed:\n{said}", script.display());
 }
 
 /// The seed endpoints of envoy-cluster.yaml (ports 7000-7002) replaced by
