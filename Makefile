@@ -97,8 +97,7 @@ algorithms-report: tools
 # Throughput and latency against Envoy's own baselines, one run, as ratios:
 # writes docs/benchmarks.md (a few minutes; not part of `make test`).
 bench: build
-	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; } \
-	  || { echo "bench needs wrk (Debian package wrk); install it as root" >&2; exit 1; }
+	@scripts/install-wrk.sh
 	python3 scripts/bench.py
 
 # Not part of `make test`: Valkey µs per decision per algorithm and case, and
