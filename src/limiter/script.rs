@@ -232,5 +232,4 @@ pub fn is_missing(reply: &Value) -> bool {
 }
 
 #[cfg(test)]
-#[path = "script_tests.rs"]
 mod tests;

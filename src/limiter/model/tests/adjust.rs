@@ -3,8 +3,8 @@
 //! extra charge is recorded now. Random traces with a small deterministic
 //! generator (these tests also run in the wasm VM).
 
-use super::test_util::check;
-use super::Model;
+use crate::limiter::model::test_util::check;
+use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Algorithm, Check};
 use crate::testing::Rng;
 
