@@ -61,6 +61,8 @@ pub mod framing;
 pub mod headers;
 pub mod key;
 pub mod limiter;
+#[cfg(any(test, not(target_family = "wasm")))]
+pub mod model;
 pub mod plan;
 pub mod resp;
 pub mod response;

@@ -14,9 +14,9 @@ use std::time::Duration;
 use super::table::{self, Row};
 use super::trace::{self, Request};
 use crate::config::Config;
+use crate::model::store::ModelStore;
 use crate::plan::plan;
 use crate::response::LocalReply;
-use crate::worker::model_store::ModelStore;
 use crate::worker::{Flow, Gauge, Host, Level, ResponseHeaders, Stat, Worker};
 
 /// What the client got for one request.

@@ -3,10 +3,10 @@
 //! a fake clock.
 
 use super::fake_cluster::FakeCluster;
+use crate::model::store::ModelStore;
 use crate::plan::RequestView;
 use crate::response::LocalReply;
 use crate::testing::Plugin;
-use crate::worker::model_store::ModelStore;
 use crate::worker::{Flow, Gauge, Host, Level, ResponseFlow, ResponseHeaders, ResponseView, Stat, Worker};
 use std::collections::HashMap;
 use std::time::Duration;
