@@ -216,27 +216,3 @@ pub(crate) fn ceil_div(a: i128, b: i128) -> i128 {
     }
     (a + b - 1).div_euclid(b)
 }
-
-#[cfg(test)]
-pub(crate) mod test_util {
-    use crate::limiter::{Algorithm, Check, Window};
-    use std::num::NonZeroU64;
-
-    pub fn nz(n: u64) -> NonZeroU64 {
-        NonZeroU64::new(n).unwrap()
-    }
-
-    pub fn check(algorithm: Algorithm, key: &str, windows: &[(u64, u64)], cost: u64) -> Check {
-        Check {
-            rule: 0,
-            key: key.into(),
-            windows: windows
-                .iter()
-                .map(|&(limit, period)| Window { limit: nz(limit), period_ms: nz(period) })
-                .collect(),
-            cost: nz(cost),
-            algorithm,
-            check_only: false,
-        }
-    }
-}

@@ -2,8 +2,8 @@
 
 mod adjust;
 
-use super::test_util::check;
 use super::*;
+use crate::testing::check;
 
 /// The seed article's table (20/60s and 5/3s, calls 1..8 in one instant)
 /// holds for every algorithm: the first five pass, the 3s window denies.
@@ -11,7 +11,7 @@ use super::*;
 fn seed_table_for_every_algorithm() {
     for algorithm in Algorithm::ALL {
         let mut m = Model::new();
-        let c = [check(algorithm, "u", &[(20, 60_000), (5, 3_000)], 1)];
+        let c = [check(algorithm, 0, "u", &[(20, 60_000), (5, 3_000)], 1)];
         for call in 1..=8u64 {
             let d = m.decide(&c, 1_800_000_000_000 + call);
             assert_eq!(d.allowed, call <= 5, "{algorithm:?} call {call}");
@@ -29,7 +29,7 @@ fn mixed_algorithms_are_all_or_nothing() {
     for tight in Algorithm::ALL {
         for loose in Algorithm::ALL {
             let mut m = Model::new();
-            let checks = [check(loose, "loose", &[(100, 1_000)], 2), check(tight, "tight", &[(1, 1_000)], 1)];
+            let checks = [check(loose, 0, "loose", &[(100, 1_000)], 2), check(tight, 0, "tight", &[(1, 1_000)], 1)];
             assert!(m.decide(&checks, 10_000).allowed);
             let d = m.decide(&checks, 10_001);
             assert!(!d.allowed, "{tight:?} {loose:?}");
@@ -46,9 +46,9 @@ fn mixed_algorithms_are_all_or_nothing() {
 fn checks_that_only_check_record_nothing() {
     for algorithm in Algorithm::ALL {
         let mut m = Model::new();
-        let mut login = check(algorithm, "login", &[(20, 60_000), (2, 3_000)], 1);
+        let mut login = check(algorithm, 0, "login", &[(20, 60_000), (2, 3_000)], 1);
         login.check_only = true;
-        let plain = check(algorithm, "plain", &[(10, 60_000)], 1);
+        let plain = check(algorithm, 0, "plain", &[(10, 60_000)], 1);
         for i in 0..5 {
             let d = m.decide(&[login.clone(), plain.clone()], 10_000 + i);
             assert!(d.allowed, "{algorithm:?}");
