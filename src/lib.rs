@@ -17,7 +17,10 @@
 //! deadlines, bounds, the denial cache, Sentinel discovery) — is plain Rust
 //! that runs and is tested on the host with time passed in. [`cli`]
 //! (host-only, never in the module) runs the same parser and models on an
-//! operator's machine: the `tollgate` command.
+//! operator's machine: the `tollgate` command. `model` (host-only too) holds
+//! what the worker is run against outside Envoy: a store that answers with
+//! the pure models, the reference of the decision across slots, and a
+//! recording host.
 //!
 //! ```
 //! use tollgate::config::Config;
@@ -61,6 +64,8 @@ pub mod framing;
 pub mod headers;
 pub mod key;
 pub mod limiter;
+#[cfg(any(test, not(target_family = "wasm")))]
+pub mod model;
 pub mod plan;
 pub mod resp;
 pub mod response;

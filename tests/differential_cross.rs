@@ -21,7 +21,7 @@ use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use std::sync::atomic::{AtomicU64, Ordering};
 use support::Valkey;
 use tollgate::limiter::{Adjustment, Check, Decision};
-use tollgate::worker::cross_model::{Action, Run, Shard};
+use tollgate::model::cross::{Action, Run, Shard};
 use tollgate::worker::cross_slot::Fate;
 
 /// A Valkey server and the model beside it.

@@ -6,18 +6,16 @@
 //! it in Envoy, so a replay through a real Envoy and Valkey gives the same
 //! table (`tests/cli_simulate_envoy.rs`).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
 
 use super::table::{self, Row};
 use super::trace::{self, Request};
 use crate::config::Config;
+use crate::model::host::RecordingHost;
+use crate::model::store::ModelStore;
 use crate::plan::plan;
-use crate::response::LocalReply;
-use crate::worker::model_store::ModelStore;
-use crate::worker::{Flow, Gauge, Host, Level, ResponseHeaders, Stat, Worker};
+use crate::worker::{Flow, ResponseHeaders, Worker};
 
 /// What the client got for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,54 +27,13 @@ pub struct Response {
     pub shadow_denied: Vec<String>,
 }
 
-/// The worker's host in a simulation: the streams the worker opens (one,
-/// or a seed stream and one per master in cluster mode), whose bytes the
-/// one model store answers; the answers of the requests.
-#[derive(Default)]
-struct SimHost {
-    streams: u32,
-    /// Bytes sent and not yet answered, per stream.
-    outbox: BTreeMap<u32, Vec<u8>>,
-    woken: bool,
-    admitted: Vec<(u32, Option<String>)>,
-    replies: Vec<(u32, LocalReply)>,
-}
-
-impl Host for SimHost {
-    fn open_stream(&mut self, _: &str, _: &[(&str, &str)]) -> Result<u32, String> {
-        self.streams += 1;
-        Ok(self.streams)
-    }
-    fn send(&mut self, stream: u32, bytes: &[u8]) -> Result<(), String> {
-        self.outbox.entry(stream).or_default().extend_from_slice(bytes);
-        Ok(())
-    }
-    fn cancel(&mut self, stream: u32) {
-        self.outbox.remove(&stream);
-    }
-    fn admit(&mut self, id: u32, shadow_denied: Option<&str>) {
-        self.admitted.push((id, shadow_denied.map(str::to_owned)));
-    }
-    fn reply(&mut self, id: u32, reply: &LocalReply) {
-        self.replies.push((id, reply.clone()));
-    }
-    fn resume_response(&mut self, _: u32, _: &[(String, String)]) {}
-    fn remove_request_header(&mut self, _: &str) {}
-    fn count(&mut self, _: Stat, _: u64) {}
-    fn gauge(&mut self, _: Gauge, _: i64) {}
-    fn record_store_time(&mut self, _: u64) {}
-    fn set_tick(&mut self, _: Duration) {}
-    fn wake(&mut self) -> bool {
-        self.woken = true;
-        true
-    }
-    fn log(&mut self, _: Level, _: &str) {}
-}
-
-/// A worker with the models as its store, across a trace's requests.
+/// A worker with the models as its store, across a trace's requests. Its
+/// host records the streams the worker opens (one, or a seed stream and
+/// one per master in cluster mode), whose bytes the one model store
+/// answers, and the answers of the requests.
 pub struct Simulator {
     worker: Worker,
-    host: SimHost,
+    host: RecordingHost,
     store: ModelStore,
     next_id: u32,
 }
@@ -85,7 +42,7 @@ impl Simulator {
     pub fn new(config: &Config) -> Simulator {
         Simulator {
             worker: Worker::new(config.clone()),
-            host: SimHost::default(),
+            host: RecordingHost::default(),
             store: ModelStore::default(),
             next_id: 0,
         }
@@ -114,7 +71,7 @@ impl Simulator {
         }
         // The store answers at once, as far as the simulation's clock goes.
         for _ in 0..16 {
-            if std::mem::take(&mut self.host.woken) {
+            if std::mem::take(&mut self.host.wakes) > 0 {
                 self.worker.on_wake(&mut self.host, now);
             }
             for (stream, sent) in std::mem::take(&mut self.host.outbox) {

@@ -1,7 +1,7 @@
 //! The limiter's per-request context: hands the request to the worker, and
 //! adds the headers of an admitted request to its response. A request that
-//! no rule can match (see [`Limiter::prefilter`]) is let go at once: no
-//! clock read, no allocation, no worker. For rules that count on the
+//! no rule can match (see [`crate::plan::Reads::prefilter`]) is let go at
+//! once: no clock read, no allocation, no worker. For rules that count on the
 //! response it also hands the worker the request's body (a reservation read
 //! from it), the response's status and headers, and its body (a cost read
 //! from it), and holds the response while the worker settles.
@@ -13,7 +13,7 @@
 //! right after tollgate keeps the request from the router until then
 //! (docs/configuration.md).
 
-use super::cost;
+use super::calls;
 use super::hostcalls;
 use super::limiter::{now_ms, Limiter};
 use crate::plan::RequestView;
@@ -88,8 +88,8 @@ impl Http {
 impl Drop for Http {
     // The context's deletion (`proxy_on_delete`).
     fn drop(&mut self) {
-        cost::callback(|| {
-            cost::count_request_done();
+        calls::callback(|| {
+            calls::count_request_done();
             let Some(l) = self.seen() else { return };
             if let Ok(mut worker) = l.worker.try_borrow_mut() {
                 worker.on_gone(self.id);
@@ -151,13 +151,13 @@ impl ResponseView for EnvoyResponse {
 
 impl Context for Http {
     fn on_done(&mut self) -> bool {
-        cost::callback(|| true)
+        calls::callback(|| true)
     }
 }
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
-        cost::callback(|| {
+        calls::callback(|| {
             let Some(l) = &self.limiter else { return Action::Continue };
             let request = EnvoyRequest::new(&l.reads.headers_kept);
             if l.reads.prefilter && !l.any_rule_matches(&request) {
@@ -182,7 +182,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        cost::callback(|| {
+        calls::callback(|| {
             if self.reading_request_body {
                 return self.request_body(Some(body_size), end_of_stream);
             }
@@ -199,11 +199,11 @@ impl HttpContext for Http {
     }
 
     fn on_http_request_trailers(&mut self, _trailers: usize) -> Action {
-        cost::callback(|| if self.reading_request_body { self.request_body(None, true) } else { Action::Continue })
+        calls::callback(|| if self.reading_request_body { self.request_body(None, true) } else { Action::Continue })
     }
 
     fn on_http_response_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
-        cost::callback(|| {
+        calls::callback(|| {
             let Some(l) = self.seen() else { return Action::Continue };
             let id = self.id;
             let owed = l.worker.try_borrow().is_ok_and(|w| w.owes(id));
@@ -235,7 +235,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        cost::callback(|| {
+        calls::callback(|| {
             if self.reading_response_body {
                 let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
                     .ok()
@@ -248,7 +248,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_trailers(&mut self, _trailers: usize) -> Action {
-        cost::callback(|| {
+        calls::callback(|| {
             if self.reading_response_body {
                 self.response_body(&[], true);
             }
@@ -257,6 +257,6 @@ impl HttpContext for Http {
     }
 
     fn on_log(&mut self) {
-        cost::callback(|| ())
+        calls::callback(|| ())
     }
 }

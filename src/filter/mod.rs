@@ -3,9 +3,9 @@
 //! [`crate::worker::Worker`]'s events and carries out what the worker asks
 //! of its host ([`host`]); as the store tunnel's framing shim ([`shim`]) it
 //! moves body chunks through [`crate::framing`]. No decision is made here.
-//! Every host call goes through [`hostcalls`], which counts it ([`cost`]).
+//! Every host call goes through [`hostcalls`], which counts it ([`calls`]).
 
-mod cost;
+mod calls;
 mod host;
 mod hostcalls;
 mod http;

@@ -1,22 +1,26 @@
 //! The store-side half of the limiter: the Lua code, built once, and the
-//! encoding of [`Check`]s into its KEYS/ARGV contract (stated in the header
-//! comment of `prelude.lua`; the reply is parsed by [`super::reply::parse`]).
+//! encoding of [`Check`]s and [`Adjustment`]s into its KEYS/ARGV contracts
+//! (stated in the header comments of `prelude.lua` and `adjust.lua`; the
+//! reply is parsed by [`super::reply::parse`]).
 //!
-//! The code is one set of definitions: `prelude.lua`, the four algorithm files
-//! and `decide.lua` (which defines `decide(KEYS, ARGV, once)`), so checks of
-//! different algorithms are decided in one atomic call. It ships two ways:
+//! The code is one set of definitions: `prelude.lua`, the four algorithm files,
+//! `decide.lua` (which defines `decide(KEYS, ARGV, once)`) and `adjust.lua`
+//! (`adjust(KEYS, ARGV, once)`), so checks of different algorithms are decided
+//! in one atomic call. It ships two ways, each with two entry points:
 //!
-//! * **A script** ([`Script::body`], run by `EVALSHA`/`EVAL`): the definitions,
-//!   then `return decide(KEYS, ARGV, true)`. Every call evaluates every definition
-//!   again before deciding.
+//! * **Two scripts** (run by `EVALSHA`/`EVAL`): [`Script::body`], the
+//!   definitions then `return decide(KEYS, ARGV, true)`, and
+//!   [`Script::adjust_body`], the definitions then `return adjust(KEYS, ARGV,
+//!   true)`. Every call evaluates every definition again before it runs.
 //! * **A function library** ([`Script::library`], loaded by `FUNCTION LOAD`
 //!   once per server, run by `FCALL`): the definitions are evaluated once, at
-//!   load, and every call only decides. The library and its one function are
-//!   both named [`Script::function`], `tollgate_` + 12 hex digits of the
-//!   SHA-1 of the library text, so two tollgate versions sharing a server
-//!   never replace each other's code (identical code shares one library).
+//!   load, and every call only decides or adjusts. The library and its
+//!   decision function are both named [`Script::function`], `tollgate_` + 12
+//!   hex digits of the SHA-1 of the library text, so two tollgate versions
+//!   sharing a server never replace each other's code (identical code shares
+//!   one library); its adjustment function is [`Script::adjust_function`].
 //!
-//! Both take the same KEYS/ARGV and give the same reply, and both write the
+//! Both ways take the same KEYS/ARGV and give the same reply, and write the
 //! same data, so versions and invocations can be mixed on one server.
 //!
 //! # API for the transport
@@ -24,7 +28,8 @@
 //! * [`limiter()`]: the code, built once per process.
 //! * [`encode_call`]`(out, limiter(), how, checks, now_ms)` appends one
 //!   command deciding `checks` atomically: [`Invocation::EvalSha`],
-//!   [`Invocation::Eval`] (the body) or [`Invocation::FCall`].
+//!   [`Invocation::Eval`] (the body) or [`Invocation::FCall`];
+//!   [`encode_adjust`] the same for `adjust`.
 //! * [`encode_load`]`(out, limiter())` appends `FUNCTION LOAD REPLACE
 //!   <library>`; Valkey answers the library name as a bulk string (see
 //!   [`is_loaded`]). `REPLACE` makes concurrent loads by several proxies
@@ -232,5 +237,4 @@ pub fn is_missing(reply: &Value) -> bool {
 }
 
 #[cfg(test)]
-#[path = "script_tests.rs"]
 mod tests;

@@ -18,7 +18,7 @@ pub fn encode_command(out: &mut Vec<u8>, args: &[&[u8]]) {
 }
 
 /// Appends one reply to `out` in RESP2 (the inverse of
-/// [`decode`](super::decode) for RESP2 input).
+/// [`decode`](super::decode()) for RESP2 input).
 ///
 /// RESP2 cannot carry CR or LF in a simple string or error line, so those
 /// bytes are written as spaces there; bulk strings are binary-safe as is.

@@ -37,11 +37,7 @@ mod decode;
 mod encode;
 
 #[cfg(test)]
-mod tests_decode;
-#[cfg(test)]
-mod tests_encode;
-#[cfg(test)]
-mod tests_limits;
+mod tests;
 
 use std::fmt;
 

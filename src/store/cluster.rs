@@ -201,5 +201,4 @@ impl Refresh {
 }
 
 #[cfg(test)]
-#[path = "cluster_tests.rs"]
 mod tests;

@@ -23,7 +23,8 @@ pub enum Outcome {
     /// The store decided.
     Decided(Decision),
     /// The script is not cached (first call, restart, `SCRIPT FLUSH`):
-    /// send the same checks again with [`Invocation::Eval`].
+    /// send the same checks again with
+    /// [`Invocation::Eval`](crate::limiter::script::Invocation::Eval).
     NoScript,
     /// The store could not decide; `failure_mode` applies.
     Failed(Failure),

@@ -179,5 +179,4 @@ impl Discovery {
 }
 
 #[cfg(test)]
-#[path = "sentinel_tests.rs"]
 mod tests;

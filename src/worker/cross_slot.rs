@@ -13,7 +13,7 @@
 //!    one decision of all the checks would have said.
 //!
 //! The worker (`super::cluster_cross`) carries this out; the reference
-//! (`super::cross_model`) interleaves requests' steps over models of
+//! (`crate::model::cross`) interleaves requests' steps over models of
 //! several shards and checks the guarantees.
 
 use crate::limiter::{Adjustment, Check, Decision, WindowOutcome};

@@ -36,8 +36,6 @@ mod cluster_cross;
 mod cluster_parts;
 mod cluster_routing;
 mod cost;
-#[cfg(any(test, not(target_family = "wasm")))]
-pub mod cross_model;
 pub mod cross_slot;
 mod deadlines;
 mod entry;
@@ -45,8 +43,6 @@ mod fail;
 pub mod host;
 mod link;
 mod local;
-#[cfg(any(test, not(target_family = "wasm")))]
-pub mod model_store;
 mod requests;
 mod reserve;
 pub mod respond;

@@ -76,14 +76,14 @@ impl Bucket for Counters {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::check;
     use super::super::Model;
     use crate::limiter::Algorithm::FixedWindow;
+    use crate::testing::check;
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn counts_restart_at_the_window_boundary() {
         let mut m = Model::new();
-        let c = [check(FixedWindow, "k", &[(2, 1_000)], 1)];
+        let c = [check(FixedWindow, 0, "k", &[(2, 1_000)], 1)];
         assert!(m.decide(&c, 4_999).allowed, "window 4");
         let d = m.decide(&c, 5_000);
         assert!(d.allowed, "window 5 starts empty");
@@ -99,7 +99,7 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn admits_a_double_burst_across_the_boundary() {
         let mut m = Model::new();
-        let c = [check(FixedWindow, "k", &[(3, 1_000)], 1)];
+        let c = [check(FixedWindow, 0, "k", &[(3, 1_000)], 1)];
         let admitted =
             [999, 999, 999, 1_000, 1_000, 1_000, 1_000].into_iter().filter(|&t| m.decide(&c, t).allowed).count();
         assert_eq!(admitted, 6);

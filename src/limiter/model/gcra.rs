@@ -94,15 +94,15 @@ impl Bucket for Gcra {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::check;
     use super::super::Model;
     use crate::limiter::Algorithm::Gcra;
+    use crate::testing::check;
 
     /// 5/3s: a burst of 5, then one unit every 600 ms.
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn burst_then_steady_rate() {
         let mut m = Model::new();
-        let c = [check(Gcra, "k", &[(5, 3_000)], 1)];
+        let c = [check(Gcra, 0, "k", &[(5, 3_000)], 1)];
         for i in 0..5 {
             let d = m.decide(&c, 1_000);
             assert!(d.allowed);
@@ -122,7 +122,7 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn fractional_emission_interval_is_exact() {
         let mut m = Model::new();
-        let c = [check(Gcra, "k", &[(7, 3_000)], 1)];
+        let c = [check(Gcra, 0, "k", &[(7, 3_000)], 1)];
         for _ in 0..7 {
             assert!(m.decide(&c, 0).allowed);
         }
@@ -133,7 +133,7 @@ mod tests {
         assert!(m.decide(&c, 429).allowed);
         // Two units: 857.14 ms after 429 the bucket has room for two more? no:
         // debt at 429 was 18000 - 3 + 3000 = 20997; two units need 20997 - 15000.
-        let d = m.decide(&[check(Gcra, "k", &[(7, 3_000)], 2)], 429);
+        let d = m.decide(&[check(Gcra, 0, "k", &[(7, 3_000)], 2)], 429);
         assert_eq!(d.retry_after_ms(), (20_997 - 15_000_u64).div_ceil(7));
     }
 
@@ -141,7 +141,7 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn every_window_must_fit() {
         let mut m = Model::new();
-        let c = [check(Gcra, "k", &[(20, 60_000), (5, 3_000)], 1)];
+        let c = [check(Gcra, 0, "k", &[(20, 60_000), (5, 3_000)], 1)];
         for _ in 0..5 {
             assert!(m.decide(&c, 0).allowed);
         }

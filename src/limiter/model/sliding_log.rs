@@ -84,15 +84,15 @@ impl Bucket for Log {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::check;
     use super::super::Model;
     use crate::limiter::Algorithm::SlidingLog;
+    use crate::testing::check;
 
     /// The seed article's table: 20/60s and 5/3s, calls 1..8 in one instant.
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn seed_table() {
         let mut m = Model::new();
-        let c = [check(SlidingLog, "u", &[(20, 60_000), (5, 3_000)], 1)];
+        let c = [check(SlidingLog, 0, "u", &[(20, 60_000), (5, 3_000)], 1)];
         for call in 1..=8u64 {
             let d = m.decide(&c, 1_000_000 + call);
             assert_eq!(d.allowed, call <= 5, "call {call}");
@@ -111,8 +111,8 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn a_denial_in_one_rule_consumes_nothing_in_another() {
         let mut m = Model::new();
-        let tight = check(SlidingLog, "a", &[(1, 1_000)], 1);
-        let loose = check(SlidingLog, "b", &[(100, 1_000)], 1);
+        let tight = check(SlidingLog, 0, "a", &[(1, 1_000)], 1);
+        let loose = check(SlidingLog, 0, "b", &[(100, 1_000)], 1);
         assert!(m.decide(&[tight.clone(), loose.clone()], 10).allowed);
         let d = m.decide(&[tight, loose], 11);
         assert!(!d.allowed);
@@ -123,7 +123,7 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn window_boundary_is_exclusive_of_the_old_edge() {
         let mut m = Model::new();
-        let c = [check(SlidingLog, "k", &[(1, 1_000)], 1)];
+        let c = [check(SlidingLog, 0, "k", &[(1, 1_000)], 1)];
         assert!(m.decide(&c, 5_000).allowed);
         let d = m.decide(&c, 5_999);
         assert!(!d.allowed);
@@ -134,7 +134,7 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn retry_waits_for_enough_entries_to_leave_every_window() {
         let mut m = Model::new();
-        let c = [check(SlidingLog, "k", &[(3, 10_000), (2, 1_000)], 1)];
+        let c = [check(SlidingLog, 0, "k", &[(3, 10_000), (2, 1_000)], 1)];
         assert!(m.decide(&c, 0).allowed);
         assert!(m.decide(&c, 100).allowed);
         let d = m.decide(&c, 200);
@@ -151,7 +151,7 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn cost_consumes_units_in_every_window() {
         let mut m = Model::new();
-        let c = [check(SlidingLog, "k", &[(5, 1_000)], 3)];
+        let c = [check(SlidingLog, 0, "k", &[(5, 1_000)], 3)];
         assert!(m.decide(&c, 0).allowed);
         let d = m.decide(&c, 1);
         assert!(!d.allowed);
@@ -163,7 +163,7 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn long_gaps_trim_everything() {
         let mut m = Model::new();
-        let c = [check(SlidingLog, "k", &[(2, 86_400_000), (1, 1)], 1)];
+        let c = [check(SlidingLog, 0, "k", &[(2, 86_400_000), (1, 1)], 1)];
         assert!(m.decide(&c, 0).allowed);
         assert!(!m.decide(&c, 0).allowed);
         assert!(m.decide(&c, 1).allowed);

@@ -124,15 +124,15 @@ impl Bucket for Counters {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::check;
     use super::super::Model;
     use super::fit_offset;
     use crate::limiter::Algorithm::SlidingWindow;
+    use crate::testing::check;
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn the_previous_window_is_weighted_by_its_overlap() {
         let mut m = Model::new();
-        let c = [check(SlidingWindow, "k", &[(10, 1_000)], 1)];
+        let c = [check(SlidingWindow, 0, "k", &[(10, 1_000)], 1)];
         for _ in 0..10 {
             assert!(m.decide(&c, 5_500).allowed);
         }
@@ -157,7 +157,7 @@ mod tests {
     fn retry_can_reach_into_the_next_windows() {
         let mut m = Model::new();
         // cost == limit: needs an empty estimate.
-        let c = [check(SlidingWindow, "k", &[(4, 1_000)], 4)];
+        let c = [check(SlidingWindow, 0, "k", &[(4, 1_000)], 4)];
         assert!(m.decide(&c, 10_000).allowed);
         let d = m.decide(&c, 10_400);
         assert!(!d.allowed);

@@ -1,193 +1,21 @@
-//! A recording host, the store that decides with the pure models (the
-//! executable spec, [`ModelStore`]), and a rig that drives a [`Worker`] with
-//! a fake clock.
+//! A rig that drives a [`Worker`] with a fake clock, the recording host
+//! ([`RecordingHost`]) and the store that decides with the pure models (the
+//! executable spec, [`ModelStore`]).
 
 use super::fake_cluster::FakeCluster;
-use crate::plan::RequestView;
-use crate::response::LocalReply;
+use crate::model::host::{FakeRequest, FakeResponse, RecordingHost};
+use crate::model::store::ModelStore;
 use crate::testing::Plugin;
-use crate::worker::model_store::ModelStore;
-use crate::worker::{Flow, Gauge, Host, Level, ResponseFlow, ResponseHeaders, ResponseView, Stat, Worker};
+use crate::worker::{Flow, ResponseFlow, ResponseHeaders, Worker};
 use std::collections::HashMap;
-use std::time::Duration;
-
-/// A stream opened: its token, cluster and metadata.
-pub type Opened = (u32, String, Vec<(String, String)>);
-
-/// Everything the worker asked of its host.
-#[derive(Debug, Default)]
-pub struct FakeHost {
-    next_token: u32,
-    /// Streams opened: token, cluster, metadata.
-    pub opened: Vec<Opened>,
-    /// Bytes sent, per stream, not yet answered by the test.
-    pub outbox: HashMap<u32, Vec<u8>>,
-    pub messages: usize,
-    pub cancelled: Vec<u32>,
-    pub admitted: Vec<(u32, Option<String>)>,
-    pub replies: Vec<(u32, LocalReply)>,
-    /// Held responses resumed, with the headers added.
-    pub resumed: Vec<(u32, Vec<(String, String)>)>,
-    pub removed_headers: Vec<String>,
-    pub counts: HashMap<Stat, u64>,
-    pub in_flight: i64,
-    pub held: i64,
-    pub tick: Duration,
-    pub wakes: usize,
-    pub logs: Vec<(Level, String)>,
-    pub store_times: Vec<u64>,
-    /// Settlements in the current VM entry (reset by the rig per event).
-    pub settled_this_entry: usize,
-    /// The request whose own callback is running, if one is.
-    pub request_entry: Option<u32>,
-    /// Local replies sent for request `.1` in request `.0`'s own callback,
-    /// which Envoy would turn into a pause of request `.0` for good.
-    pub foreign_replies: Vec<(u32, u32)>,
-    /// Make `open_stream` fail with this.
-    pub refuse_open: Option<String>,
-    /// Make `send` fail.
-    pub refuse_send: bool,
-}
-
-impl FakeHost {
-    pub fn count(&self, stat: Stat) -> u64 {
-        self.counts.get(&stat).copied().unwrap_or(0)
-    }
-
-    /// The status the request got: 200 if admitted, the local reply's
-    /// status otherwise, `None` while it waits.
-    pub fn status(&self, id: u32) -> Option<u32> {
-        if self.admitted.iter().any(|(a, _)| *a == id) {
-            return Some(200);
-        }
-        self.replies.iter().find(|(r, _)| *r == id).map(|(_, reply)| reply.status)
-    }
-
-    pub fn reply(&self, id: u32) -> Option<&LocalReply> {
-        self.replies.iter().find(|(r, _)| *r == id).map(|(_, reply)| reply)
-    }
-
-    pub fn take_outbox(&mut self, token: u32) -> Vec<u8> {
-        self.outbox.remove(&token).unwrap_or_default()
-    }
-}
-
-impl Host for FakeHost {
-    fn open_stream(&mut self, cluster: &str, metadata: &[(&str, &str)]) -> Result<u32, String> {
-        if let Some(e) = &self.refuse_open {
-            return Err(e.clone());
-        }
-        self.next_token += 1;
-        let md = metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        self.opened.push((self.next_token, cluster.to_string(), md));
-        Ok(self.next_token)
-    }
-
-    fn send(&mut self, stream: u32, bytes: &[u8]) -> Result<(), String> {
-        if self.refuse_send {
-            return Err("NotFound".into());
-        }
-        self.messages += 1;
-        self.outbox.entry(stream).or_default().extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn cancel(&mut self, stream: u32) {
-        self.cancelled.push(stream);
-        self.outbox.remove(&stream);
-    }
-
-    fn admit(&mut self, id: u32, shadow_denied: Option<&str>) {
-        self.settled_this_entry += 1;
-        self.admitted.push((id, shadow_denied.map(str::to_owned)));
-    }
-
-    fn reply(&mut self, id: u32, reply: &LocalReply) {
-        self.settled_this_entry += 1;
-        if let Some(current) = self.request_entry.filter(|c| *c != id) {
-            self.foreign_replies.push((current, id));
-        }
-        self.replies.push((id, reply.clone()));
-    }
-
-    fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {
-        self.settled_this_entry += 1;
-        self.resumed.push((id, headers.to_vec()));
-    }
-
-    fn remove_request_header(&mut self, name: &str) {
-        self.removed_headers.push(name.to_string());
-    }
-
-    fn count(&mut self, stat: Stat, by: u64) {
-        *self.counts.entry(stat).or_default() += by;
-    }
-
-    fn gauge(&mut self, gauge: Gauge, delta: i64) {
-        match gauge {
-            Gauge::InFlight => self.in_flight += delta,
-            Gauge::Held => self.held += delta,
-        }
-    }
-
-    fn record_store_time(&mut self, ms: u64) {
-        self.store_times.push(ms);
-    }
-
-    fn set_tick(&mut self, period: Duration) {
-        self.tick = period;
-    }
-
-    fn wake(&mut self) -> bool {
-        self.wakes += 1;
-        true
-    }
-
-    fn log(&mut self, level: Level, message: &str) {
-        self.logs.push((level, message.to_string()));
-    }
-}
 
 /// The store of the tests: the pure models.
 pub type FakeStore = ModelStore;
 
-/// A request seen through [`RequestView`]: `GET /` plus the given headers.
-pub struct Req(pub Vec<(String, String)>);
-
-impl RequestView for Req {
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
-        match name {
-            ":method" => Some(b"GET".to_vec()),
-            ":path" => Some(b"/".to_vec()),
-            _ => self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_bytes().to_vec()),
-        }
-    }
-
-    fn property(&self, _path: &[String]) -> Option<Vec<u8>> {
-        None
-    }
-}
-
-/// A response seen through [`ResponseView`].
-pub struct Resp {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-}
-
-impl ResponseView for Resp {
-    fn status(&self) -> Option<u16> {
-        Some(self.status)
-    }
-
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_bytes().to_vec())
-    }
-}
-
 /// A worker, its host, its store and a clock, driven by the tests.
 pub struct Rig {
     pub worker: Worker,
-    pub host: FakeHost,
+    pub host: RecordingHost,
     pub store: FakeStore,
     /// A Valkey Cluster answering instead of `store` (cluster mode).
     pub cluster: Option<FakeCluster>,
@@ -204,7 +32,7 @@ impl Rig {
     pub fn with_config(config: crate::config::Config) -> Rig {
         Rig {
             worker: Worker::new(config),
-            host: FakeHost::default(),
+            host: RecordingHost::default(),
             store: FakeStore::default(),
             cluster: None,
             now: 1_000_000,
@@ -224,7 +52,7 @@ impl Rig {
         let id = self.next_id;
         let slot = ResponseHeaders::default();
         self.headers.insert(id, slot.clone());
-        let req = Req(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        let req = FakeRequest::new(headers);
         self.host.settled_this_entry = 0;
         self.host.request_entry = Some(id);
         let flow = self.worker.on_request(&mut self.host, id, &req, self.now, slot);
@@ -261,7 +89,7 @@ impl Rig {
 
     /// The last stream opened.
     pub fn stream(&self) -> u32 {
-        self.host.opened.last().map(|(t, _, _)| *t).expect("a stream was opened")
+        self.host.last_stream().expect("a stream was opened")
     }
 
     /// The store answers everything sent on `token` so far, in one message.
@@ -322,7 +150,7 @@ impl Rig {
 
     /// The response of request `id` arrives: `status` and `headers`.
     pub fn response(&mut self, id: u32, status: u16, headers: &[(&str, &str)]) -> ResponseFlow {
-        let response = Resp { status, headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+        let response = FakeResponse::new(status, headers);
         self.host.settled_this_entry = 0;
         self.host.request_entry = Some(id);
         let flow = self.worker.on_response(&mut self.host, id, &response, self.now);

@@ -7,9 +7,9 @@
 //! beside it, so a migration moves keys without copying their state.
 
 use crate::limiter::script::limiter;
+use crate::model::store::ModelStore;
 use crate::resp::{decode_all, encode_value, Limits, Value};
 use crate::store::cluster::key_slot;
-use crate::worker::model_store::ModelStore;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 

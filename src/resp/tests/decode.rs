@@ -1,6 +1,6 @@
 //! Tests of the decoder: every type, every malformed case, every limit.
 
-use super::*;
+use crate::resp::*;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 fn one(buf: &[u8]) -> Result<Value, DecodeError> {

@@ -1,6 +1,6 @@
 //! Tests of the encoders, and round trips through the decoder.
 
-use super::*;
+use crate::resp::*;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 fn command(args: &[&[u8]]) -> Vec<u8> {

@@ -3,15 +3,15 @@
 //! extra charge is recorded now. Random traces with a small deterministic
 //! generator (these tests also run in the wasm VM).
 
-use super::test_util::check;
-use super::Model;
+use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Algorithm, Check};
+use crate::testing::check;
 use crate::testing::Rng;
 
 /// Two windows sharing a period, and one of their own (state shared by
 /// windows must change once), with a request of `cost`.
 fn bucket(algorithm: Algorithm, cost: u64) -> Check {
-    check(algorithm, "k", &[(6, 1_000), (9, 1_000), (20, 5_000)], cost)
+    check(algorithm, 0, "k", &[(6, 1_000), (9, 1_000), (20, 5_000)], cost)
 }
 
 fn adjustment(algorithm: Algorithm, from: u64, to: u64) -> Adjustment {
@@ -99,7 +99,7 @@ fn a_refund_after_other_admissions_never_frees_more_than_was_taken() {
 fn an_extra_charge_is_recorded_now_and_a_partial_refund_keeps_the_rest() {
     for algorithm in Algorithm::ALL {
         let mut m = Model::new();
-        let c = check(algorithm, "k", &[(10, 60_000)], 3);
+        let c = check(algorithm, 0, "k", &[(10, 60_000)], 3);
         assert_eq!(m.decide(std::slice::from_ref(&c), 1_000_000).windows[0].remaining, 7);
         // Settled at 5 units: 2 more, now.
         let d = m.adjust(&[Adjustment { check: c.clone(), from: 3, to: 5 }], 1_000_000, 1_000_010);
@@ -116,7 +116,7 @@ fn an_extra_charge_is_recorded_now_and_a_partial_refund_keeps_the_rest() {
 fn an_extra_charge_past_the_limit_denies_for_about_a_period_at_most() {
     for algorithm in Algorithm::ALL {
         let mut m = Model::new();
-        let c = check(algorithm, "k", &[(10, 1_000)], 1);
+        let c = check(algorithm, 0, "k", &[(10, 1_000)], 1);
         assert!(m.decide(std::slice::from_ref(&c), 1_000_000).allowed);
         let d = m.adjust(&[Adjustment { check: c.clone(), from: 1, to: 1_000_000 }], 1_000_000, 1_000_000);
         assert_eq!(d.windows[0].remaining, 0, "{algorithm:?}");

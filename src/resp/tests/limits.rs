@@ -1,7 +1,7 @@
 //! Tests of the decoder's limits: every length, count and depth is bounded
 //! before anything is allocated.
 
-use super::*;
+use crate::resp::*;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 fn one(buf: &[u8]) -> Result<Value, DecodeError> {

@@ -1,5 +1,5 @@
-//! What the module costs Envoy per request, counted for tests and
-//! benchmarks: host calls (the module calling Envoy, see
+//! The calls between Envoy and the module per request, counted for tests
+//! and benchmarks: host calls (the module calling Envoy, see
 //! [`super::hostcalls`]), callbacks (Envoy entering the module) and buffers
 //! (Envoy allocating an answer in the module's memory, one more entry).
 //!
@@ -9,9 +9,10 @@
 //! by adding what it counted to the counters `tollgate.cost.requests`
 //! (request contexts created), `.host_calls`, `.callbacks`, `.buffers` and
 //! `.requests_done` (request contexts deleted, added last: once it equals
-//! `.requests`, the others hold every request's whole cost). Those
-//! reporting calls are not counted themselves (they exist only while
-//! counting).
+//! `.requests`, the others hold every request's whole count; the names
+//! keep their `cost` prefix, an interface of the benchmarks). Those
+//! reporting calls go to the host directly and are not counted themselves
+//! (they exist only while counting).
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;

@@ -2,10 +2,9 @@
 //! Valkey: `AUTH`, `FCALL` (`ERR Function not found` until `FUNCTION
 //! LOAD`), `FUNCTION LOAD`, `EVALSHA` (`NOSCRIPT` until the script was sent
 //! with `EVAL`), `EVAL`, `SENTINEL get-master-addr-by-name`, and `CLUSTER
-//! SHARDS` as a cluster of one master serving every slot. The worker's tests
-//! use it as their store (a cluster of several is
-//! `src/worker/tests/fake_cluster.rs`), and `tollgate simulate` (host-only)
-//! runs the worker against it. Not in the module.
+//! SHARDS` as a cluster of one master serving every slot. The worker's unit
+//! tests use it as their store (and as the data of their fake cluster of
+//! several masters), and `tollgate simulate` runs the worker against it.
 
 use crate::limiter::model::Model;
 use crate::limiter::script::limiter;

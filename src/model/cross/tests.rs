@@ -1,5 +1,5 @@
 //! The guarantees of the decision across slots, on the reference
-//! ([`super::cross_model`]) with the pure models as three shards: random
+//! ([`super`]) with the pure models as three shards: random
 //! requests over shared buckets, their steps interleaved at random, windows
 //! long enough that nothing expires during a run (so "the limit" is a hard
 //! cap). Compared with an ideal store that only ever saw the admitted

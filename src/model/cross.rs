@@ -1,17 +1,17 @@
-//! The reference of the decision across slots ([`super::cross_slot`]):
+//! The reference of the decision across slots ([`crate::worker::cross_slot`]):
 //! several requests' steps interleaved in any order over several shards'
 //! stores. A schedule picks, step after step, one of the actions possible
 //! then ([`Run::available`]): a group's first step (`decide`), a group
 //! never sent because another group denied first, or an undo (`adjust` to
 //! 0, at the time the group's reply gave). A request whose proxy crashed
 //! between the steps never undoes. The stores are [`Shard`]s: the pure
-//! models here (`cross_model_tests.rs` checks the guarantees on them), or
-//! real Valkey servers in `tests/differential_cross.rs`, which must give
-//! the same reply at every step. Host-only, as the model store.
+//! models here (`cross/tests.rs` checks the guarantees on them), or real
+//! Valkey servers in `tests/differential_cross.rs`, which must give the
+//! same reply at every step.
 
-use super::cross_slot::{answer, fate, groups, undo, Fate, Group, Step};
 use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Check, Decision};
+use crate::worker::cross_slot::{answer, fate, groups, undo, Fate, Group, Step};
 
 /// One shard's store: the limiter's two calls.
 pub trait Shard {
@@ -174,5 +174,4 @@ impl<S: Shard> Run<S> {
 }
 
 #[cfg(test)]
-#[path = "cross_model_tests.rs"]
 mod tests;

@@ -1,0 +1,202 @@
+//! The worker's boundary, faked: [`RecordingHost`], a [`Host`] that records
+//! everything the worker asks of it (streams opened, bytes sent per stream,
+//! answers, stats, logs) and can refuse to open or send; [`FakeRequest`] and
+//! [`FakeResponse`], a request and a response as the worker reads them.
+//! The worker's unit tests drive a worker with it and a fake clock,
+//! `tollgate simulate` answers its outbox with the model store, and the
+//! fuzz target checks that every request was answered.
+
+use crate::plan::RequestView;
+use crate::response::LocalReply;
+use crate::worker::{Gauge, Host, Level, ResponseView, Stat};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// A stream opened: its token, cluster and metadata.
+pub type Opened = (u32, String, Vec<(String, String)>);
+
+/// Everything the worker asked of its host. Tokens count from 1.
+#[derive(Debug, Default)]
+pub struct RecordingHost {
+    next_token: u32,
+    /// Streams opened: token, cluster, metadata.
+    pub opened: Vec<Opened>,
+    /// Bytes sent, per stream (in token order), not yet taken.
+    pub outbox: BTreeMap<u32, Vec<u8>>,
+    pub messages: usize,
+    pub cancelled: Vec<u32>,
+    pub admitted: Vec<(u32, Option<String>)>,
+    pub replies: Vec<(u32, LocalReply)>,
+    /// Held responses resumed, with the headers added.
+    pub resumed: Vec<(u32, Vec<(String, String)>)>,
+    pub removed_headers: Vec<String>,
+    pub counts: HashMap<Stat, u64>,
+    pub in_flight: i64,
+    pub held: i64,
+    pub tick: Duration,
+    /// `wake`s asked for and not yet carried out (the driver resets it).
+    pub wakes: usize,
+    pub logs: Vec<(Level, String)>,
+    pub store_times: Vec<u64>,
+    /// Requests let go or answered in the current VM entry (the driver
+    /// resets it per event).
+    pub settled_this_entry: usize,
+    /// The request whose own callback is running, if the driver says one is.
+    pub request_entry: Option<u32>,
+    /// Local replies sent for request `.1` in request `.0`'s own callback,
+    /// which Envoy would turn into a pause of request `.0` for good.
+    pub foreign_replies: Vec<(u32, u32)>,
+    /// Make `open_stream` fail with this.
+    pub refuse_open: Option<String>,
+    /// Make `send` fail.
+    pub refuse_send: bool,
+}
+
+impl RecordingHost {
+    pub fn count(&self, stat: Stat) -> u64 {
+        self.counts.get(&stat).copied().unwrap_or(0)
+    }
+
+    /// The status the request got: 200 if admitted, the local reply's
+    /// status otherwise, `None` while it waits.
+    pub fn status(&self, id: u32) -> Option<u32> {
+        if self.admitted.iter().any(|(a, _)| *a == id) {
+            return Some(200);
+        }
+        self.replies.iter().find(|(r, _)| *r == id).map(|(_, reply)| reply.status)
+    }
+
+    pub fn reply(&self, id: u32) -> Option<&LocalReply> {
+        self.replies.iter().find(|(r, _)| *r == id).map(|(_, reply)| reply)
+    }
+
+    /// The last stream opened, if any.
+    pub fn last_stream(&self) -> Option<u32> {
+        self.opened.last().map(|(t, _, _)| *t)
+    }
+
+    pub fn take_outbox(&mut self, token: u32) -> Vec<u8> {
+        self.outbox.remove(&token).unwrap_or_default()
+    }
+}
+
+impl Host for RecordingHost {
+    fn open_stream(&mut self, cluster: &str, metadata: &[(&str, &str)]) -> Result<u32, String> {
+        if let Some(e) = &self.refuse_open {
+            return Err(e.clone());
+        }
+        self.next_token += 1;
+        let md = metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.opened.push((self.next_token, cluster.to_string(), md));
+        Ok(self.next_token)
+    }
+
+    fn send(&mut self, stream: u32, bytes: &[u8]) -> Result<(), String> {
+        if self.refuse_send {
+            return Err("NotFound".into());
+        }
+        self.messages += 1;
+        self.outbox.entry(stream).or_default().extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn cancel(&mut self, stream: u32) {
+        self.cancelled.push(stream);
+        self.outbox.remove(&stream);
+    }
+
+    fn admit(&mut self, id: u32, shadow_denied: Option<&str>) {
+        self.settled_this_entry += 1;
+        self.admitted.push((id, shadow_denied.map(str::to_owned)));
+    }
+
+    fn reply(&mut self, id: u32, reply: &LocalReply) {
+        self.settled_this_entry += 1;
+        if let Some(current) = self.request_entry.filter(|c| *c != id) {
+            self.foreign_replies.push((current, id));
+        }
+        self.replies.push((id, reply.clone()));
+    }
+
+    fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {
+        self.settled_this_entry += 1;
+        self.resumed.push((id, headers.to_vec()));
+    }
+
+    fn remove_request_header(&mut self, name: &str) {
+        self.removed_headers.push(name.to_string());
+    }
+
+    fn count(&mut self, stat: Stat, by: u64) {
+        *self.counts.entry(stat).or_default() += by;
+    }
+
+    fn gauge(&mut self, gauge: Gauge, delta: i64) {
+        match gauge {
+            Gauge::InFlight => self.in_flight += delta,
+            Gauge::Held => self.held += delta,
+        }
+    }
+
+    fn record_store_time(&mut self, ms: u64) {
+        self.store_times.push(ms);
+    }
+
+    fn set_tick(&mut self, period: Duration) {
+        self.tick = period;
+    }
+
+    fn wake(&mut self) -> bool {
+        self.wakes += 1;
+        true
+    }
+
+    fn log(&mut self, level: Level, message: &str) {
+        self.logs.push((level, message.to_string()));
+    }
+}
+
+/// A request as the worker reads it: `GET /` plus these headers.
+pub struct FakeRequest(pub Vec<(String, String)>);
+
+impl FakeRequest {
+    pub fn new(headers: &[(&str, &str)]) -> FakeRequest {
+        FakeRequest(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+}
+
+impl RequestView for FakeRequest {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        match name {
+            ":method" => Some(b"GET".to_vec()),
+            ":path" => Some(b"/".to_vec()),
+            _ => self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_bytes().to_vec()),
+        }
+    }
+
+    fn property(&self, _path: &[String]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// A response as the worker reads it.
+pub struct FakeResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+}
+
+impl FakeResponse {
+    pub fn new(status: u16, headers: &[(&str, &str)]) -> FakeResponse {
+        FakeResponse { status, headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
+    }
+}
+
+impl ResponseView for FakeResponse {
+    fn status(&self) -> Option<u16> {
+        Some(self.status)
+    }
+
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_bytes().to_vec())
+    }
+}

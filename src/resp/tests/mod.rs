@@ -1,0 +1,5 @@
+//! The codec's tests, one file per topic.
+
+mod decode;
+mod encode;
+mod limits;
