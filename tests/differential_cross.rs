@@ -1,5 +1,5 @@
 //! The decision across cluster slots (`src/worker/cross_slot.rs`) run by its
-//! reference (`src/worker/cross_model.rs`) over three real Valkey servers
+//! reference (`src/model/cross.rs`) over three real Valkey servers
 //! standing in for a cluster's masters (a group's slot modulo 3 picks its
 //! server): random requests over shared buckets of any algorithm, their
 //! steps (record if it fits, per slot; undo where recorded once a group
@@ -7,7 +7,7 @@
 //! time. At every step the pure model of that server must give the same
 //! reply (`harness::Differential`: answers and the log's entries), so the
 //! two-step protocol on Lua is the protocol on the models, whose guarantees
-//! `cross_model_tests.rs` checks. One server answers through the script,
+//! `src/model/cross/tests.rs` checks. One server answers through the script,
 //! the others through the function library.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
