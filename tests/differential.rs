@@ -3,14 +3,13 @@
 //! Valkey, with injected time, for every algorithm. Every decision,
 //! remaining, reset and retry must agree (and the log's entry counts).
 //! Every case runs through both invocation paths (the script and the function
-//! library, see `harness::Path`), each on an empty database.
+//! library, see `support::differential::Path`), each on an empty database.
 //! Random traces are in `differential_props.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod harness;
 mod support;
 
-use harness::{check, store_decide_via, store_reply, Differential, Path};
+use support::differential::{check, store_decide_via, store_reply, Differential, Path};
 use support::Valkey;
 use tollgate::limiter::script::{encode_call, limiter};
 use tollgate::limiter::Algorithm;
@@ -149,7 +148,7 @@ fn keys_expire_after_their_ttl_with_the_server_clock() {
         let c = check(algorithm, 0, &key("ttl", algorithm), &[(5, 3_000), (20, 60_000)], 1);
         assert!(store_decide_via(&valkey, path, std::slice::from_ref(&c), None).allowed);
         let ttl = valkey.int(&["PTTL", &c.key]);
-        let expected = harness::ttl_ms(&c) as i64;
+        let expected = support::differential::ttl_ms(&c) as i64;
         assert!(
             (expected - 1_000..=expected).contains(&ttl),
             "{path:?} {algorithm:?}: PTTL {ttl}, expected {expected}"
@@ -170,11 +169,13 @@ fn bad_arguments_are_error_replies() {
         encode_call(&mut body, limiter(), path.invocations()[1], std::slice::from_ref(&c), Some(1));
         // Replace the algorithm id with an unknown one.
         let text = String::from_utf8(body).unwrap();
-        let reply = harness::raw_call(valkey.port, text.replace("$4\r\ngcra\r\n", "$4\r\nxxxx\r\n").as_bytes());
+        let reply =
+            support::differential::raw_call(valkey.port, text.replace("$4\r\ngcra\r\n", "$4\r\nxxxx\r\n").as_bytes());
         let message = String::from_utf8_lossy(reply.as_error().unwrap()).into_owned();
         assert!(message.contains("tollgate: unknown algorithm for key 1"), "{path:?}: {message}");
         // Replace the window's period with one that is not a number.
-        let reply = harness::raw_call(valkey.port, text.replace("$4\r\n1000\r\n", "$4\r\nxbad\r\n").as_bytes());
+        let reply =
+            support::differential::raw_call(valkey.port, text.replace("$4\r\n1000\r\n", "$4\r\nxbad\r\n").as_bytes());
         let message = String::from_utf8_lossy(reply.as_error().unwrap()).into_owned();
         assert!(message.contains("tollgate: bad window 1 for key 1"), "{path:?}: {message}");
         // A well-formed call still works afterwards.

@@ -7,14 +7,13 @@
 //! agree on every reply and on the log's stored entries.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod harness;
 mod support;
 
-use harness::props::{rule, Rule, GAPS};
-use harness::{check, Differential, Path};
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use std::sync::atomic::{AtomicU64, Ordering};
+use support::differential::{check, Differential, Path};
+use support::props::{rule, Rule, GAPS};
 use support::Valkey;
 use tollgate::limiter::{Adjustment, Algorithm, Check};
 

@@ -5,20 +5,19 @@
 //! steps (record if it fits, per slot; undo where recorded once a group
 //! denied; crashes between the steps) interleaved at random, with injected
 //! time. At every step the pure model of that server must give the same
-//! reply (`harness::Differential`: answers and the log's entries), so the
-//! two-step protocol on Lua is the protocol on the models, whose guarantees
-//! `cross_model_tests.rs` checks. One server answers through the script,
+//! reply (`support::differential::Differential`: answers and the log's
+//! entries), so the two-step protocol on Lua is the protocol on the models,
+//! whose guarantees `cross_model_tests.rs` checks. One server answers through the script,
 //! the others through the function library.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod harness;
 mod support;
 
-use harness::props::{rule, Rule, GAPS};
-use harness::{check, Differential, Path};
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use std::sync::atomic::{AtomicU64, Ordering};
+use support::differential::{check, Differential, Path};
+use support::props::{rule, Rule, GAPS};
 use support::Valkey;
 use tollgate::limiter::{Adjustment, Check, Decision};
 use tollgate::worker::cross_model::{Action, Run, Shard};

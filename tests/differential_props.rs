@@ -9,15 +9,14 @@
 //! first on every later run. `PROPTEST_CASES` overrides the case count.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod harness;
 mod support;
 
-use harness::props::{algorithm, rule, Rule, GAPS};
-use harness::{check, Differential, Path};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use proptest::test_runner::TestRunner;
 use std::sync::atomic::{AtomicU64, Ordering};
+use support::differential::{check, Differential, Path};
+use support::props::{algorithm, rule, Rule, GAPS};
 use support::Valkey;
 use tollgate::config::MAX_LOG_COST;
 use tollgate::limiter::{Algorithm, Check};

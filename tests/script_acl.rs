@@ -5,11 +5,10 @@
 //! fails for want of permission.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod harness;
 mod support;
 
-use harness::valkey_stats::Conn;
-use harness::{check, decide_on, Path};
+use support::differential::{check, decide_on, Path};
+use support::valkey_stats::Conn;
 use support::Valkey;
 use tollgate::limiter::{reply, Algorithm};
 use tollgate::resp::Value;

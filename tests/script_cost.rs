@@ -9,12 +9,11 @@
 //! runs), except in the rows "server clock", which add exactly one `TIME`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-mod harness;
 mod support;
 
-use harness::valkey_stats::{Conn, Stats};
-use harness::{check, Path};
 use std::collections::BTreeMap;
+use support::differential::{check, Path};
+use support::valkey_stats::{Conn, Stats};
 use support::Valkey;
 use tollgate::limiter::script::{encode_load, is_loaded, limiter, Invocation};
 use tollgate::limiter::{reply, Algorithm, Check};

@@ -1,7 +1,7 @@
 //! The split of `tests/` between `make unit` and `make integration`, read from
 //! what make would run (`make -n`): every test target of the crate runs in
 //! exactly one of them, and the ones `make unit` runs are pure: they start no
-//! Envoy or Valkey (`tests/support`, `tests/harness`) and need no built module
+//! Envoy or Valkey (`tests/support`) and need no built module
 //! and nothing from `.tools/`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -72,7 +72,7 @@ fn the_files_make_unit_runs_start_no_process_of_the_integration_tests() {
     let mut checked = 0;
     for (name, path) in test_targets().into_iter().filter(|(name, _)| unit.contains(name) && name != this) {
         let text = std::fs::read_to_string(&path).unwrap();
-        for needle in ["mod support", "mod harness", "TOLLGATE_ENVOY", "TOLLGATE_VALKEY", "TOLLGATE_WASM", ".tools/"] {
+        for needle in ["mod support", "TOLLGATE_ENVOY", "TOLLGATE_VALKEY", "TOLLGATE_WASM", ".tools/"] {
             assert!(!text.contains(needle), "{name} ({}) is run by make unit but names {needle:?}", path.display());
         }
         checked += 1;

@@ -5,6 +5,7 @@
 #![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 pub mod cluster;
+pub mod differential;
 pub mod docker;
 mod envoy;
 pub mod flood;
@@ -14,10 +15,12 @@ pub mod netns;
 pub mod paced;
 #[path = "../../src/testing/plugin.rs"]
 pub mod plugin;
+pub mod props;
 pub mod steady;
 pub mod tls;
 pub mod upstream;
 mod valkey;
+pub mod valkey_stats;
 
 pub use envoy::{
     demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Extras, Ports,

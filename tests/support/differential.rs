@@ -1,23 +1,18 @@
-//! The differential harness shared by `differential.rs` and
-//! `differential_props.rs` (and `script_cost.rs`, the `script_cost` and
-//! `algorithms_report` examples): the limiter called directly in a real
-//! Valkey next to the pure model, with injected time, through either path
-//! the filter may use ([`Path`]). It uses only `limiter::script` (encoding,
+//! The differential harness of the differential and script tests (and of the
+//! `script_cost` and `algorithms_report` examples): the limiter called
+//! directly in a real Valkey next to the pure model, with injected time,
+//! through either path the filter may use ([`Path`]). It uses only `limiter::script` (encoding,
 //! the missing-code predicate) and `limiter::reply` (parsing), as the
 //! transport does.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-pub mod props;
-pub mod valkey_stats;
-
-use crate::support::{try_command, Valkey};
+use super::valkey_stats::Conn;
+use super::{try_command, Valkey};
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use tollgate::limiter::model::Model;
 use tollgate::limiter::script::{encode_adjust, encode_call, encode_load, is_loaded, is_missing, limiter, Invocation};
 use tollgate::limiter::{reply, Adjustment, Algorithm, Check, Decision, Window};
 use tollgate::resp::Value;
-use valkey_stats::Conn;
 
 /// How the limiter is invoked: the script (`EVALSHA`, then `EVAL` when
 /// missing) or the function library (`FCALL`, then `FUNCTION LOAD` and
