@@ -116,6 +116,15 @@ pub fn replace_ports(text: &str, map: &[(u16, u16)]) -> String {
     out
 }
 
+/// Held by a heavy load (a flood, a steady load measured) for its whole
+/// test: two loads at once on two cores would measure each other. Their
+/// binary (`tests/load`) runs one test at a time as well; this holds when a
+/// filter or `--test-threads` says otherwise.
+pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_LOAD_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_LOAD_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Polls `ready` every 20 ms until it holds or `timeout` passes.
 pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();

@@ -1,6 +1,6 @@
 //! A paced load on one request in the background, for failovers: while a
 //! store is down requests fail in microseconds, so each client sends at most
-//! one request per millisecond (used by tests/sentinel.rs and the cluster
+//! one request per millisecond (used by tests/live/sentinel.rs and the cluster
 //! tests).
 
 use super::load::{send_raw, Request};
