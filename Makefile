@@ -146,9 +146,11 @@ netns-tools:
 	@scripts/install-netns-tools.sh
 
 # Not part of `make test`: tests/load/netns.rs with a 60 s steady load across the
-# veth link (make test runs it for 12 s).
+# veth link (make test runs it for 12 s), its throughput held: the last third
+# of the load at least 0.8 x the first. make test prints that ratio only (it
+# measures the machine as much as the filter).
 netns-load: build netns-tools
-	TOLLGATE_NETNS_SECONDS=60 cargo test --test load netns:: -- --nocapture --test-threads 1
+	TOLLGATE_NETNS_SECONDS=60 TOLLGATE_NETNS_HELD=0.8 cargo test --test load netns:: -- --nocapture --test-threads 1
 
 # Not part of `make test`: 10 minutes of steady load through Envoy, sampling
 # memory and pending store calls (SOAK_SECONDS to change the duration).

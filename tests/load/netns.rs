@@ -5,7 +5,11 @@
 //! FIN). `envoy/envoy.yaml` runs with only Valkey's address changed.
 //!
 //! `TOLLGATE_NETNS_SECONDS` sets the steady load's length (default 12 s in
-//! `make test`; `make netns-load` runs it for 60 s).
+//! `make test`; `make netns-load` runs it for 60 s). The steady load prints
+//! its throughput in the last third against the first; that ratio is asserted
+//! only when `TOLLGATE_NETNS_HELD` gives its floor (`make netns-load`: 0.8),
+//! as a figure of the machine as much as of the filter: `make test` must
+//! pass beside a busy core.
 
 use crate::support;
 
@@ -20,6 +24,11 @@ const WORKERS: u32 = 1;
 
 fn seconds() -> u64 {
     std::env::var("TOLLGATE_NETNS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12)
+}
+
+/// The floor of the steady load's last third against its first, if asserted.
+fn throughput_held() -> Option<f64> {
+    std::env::var("TOLLGATE_NETNS_HELD").ok().map(|s| s.parse().expect("TOLLGATE_NETNS_HELD: a ratio, e.g. 0.8"))
 }
 
 /// Envoy in the pair's first namespace, its `valkey` cluster at Valkey's
@@ -92,7 +101,9 @@ fn over_a_real_link_one_stream_carries_every_decision_without_churn() {
     assert_eq!(decided, answers.len(), "every request was decided by the store");
     assert_eq!(stat(&envoy, "store.errors"), 0);
     assert_eq!(stat(&envoy, "failure_mode.allowed"), 0);
-    assert!(last * 10 >= first * 8, "throughput held: last third {last} vs first {first}");
+    if let Some(floor) = throughput_held() {
+        assert!(last as f64 >= floor * first as f64, "throughput held: last third {last} vs first {first}");
+    }
     assert!(accepted <= 2 * WORKERS as u64, "Valkey accepted {accepted} connections for {WORKERS} worker(s)");
     assert!(time_wait <= 2, "{time_wait} sockets toward Valkey in TIME_WAIT");
 }
