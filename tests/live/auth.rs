@@ -8,9 +8,8 @@ use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
 use std::time::Duration;
-use support::load::{self, Request};
+use support::load::{self, Plan, Request};
 use support::plugin::{plugin, rule};
 use support::{Envoy, EnvoyOptions, Valkey};
 use tollgate::resp::{decode_all, encode_command, Limits, Value};
@@ -165,7 +164,8 @@ fn wrong_password(failure_mode: &str, username: Option<&str>) {
         authed(valkey.port, &[ADMIN_PASSWORD], &setuser);
     }
     let envoy = envoy(&valkey, config(failure_mode, username), Some("not-the-password")).unwrap();
-    let report = load::run(envoy.port, 2, 10, Arc::new(|_, _| Request::new("GET", "/", &[("x-user-id", "alice")])));
+    let report =
+        load::run(envoy.port, Plan::closed(2, 10), load::repeat(Request::new("GET", "/", &[("x-user-id", "alice")])));
     println!("{}", report.summary("wrong password"));
     assert_eq!(report.decided(), 0);
     for s in &report.samples {

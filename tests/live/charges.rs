@@ -14,7 +14,7 @@
 use crate::support;
 
 use std::sync::Arc;
-use support::load::{Load, Request};
+use support::load::{Load, Plan, Request};
 use support::plugin::plugin;
 use support::{Envoy, EnvoyOptions, Valkey};
 use tollgate::resp::Value;
@@ -50,8 +50,8 @@ fn a_store_killed_under_load_charges_no_request_twice_and_counts_what_may_be_cha
     let (mut admitted, mut charged_refused, mut refused) = (0, 0, 0);
     for round in 0..ROUNDS {
         let request = Arc::new(move |t, i| Request::new("GET", "/", &[("x-user-id", &user(round, t, i))]));
-        let load = Load::start(envoy.port, THREADS, PER_THREAD, request);
-        load.wait_completed(THREADS * PER_THREAD / 3);
+        let load = Load::start(envoy.port, Plan::closed(THREADS, PER_THREAD), request);
+        load.wait_answered(THREADS * PER_THREAD / 3);
         valkey.stop(); // SIGKILL, with calls in flight
         let report = load.join();
         valkey.restart(); // from the AOF: every script that ran, replied or not

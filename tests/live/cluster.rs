@@ -11,9 +11,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use support::cluster::ValkeyCluster;
-use support::load::Request;
+use support::load::{Load, Plan, Request};
 use support::plugin::{plugin, rule, seed_rule, Plugin};
-use support::steady::Steady;
 use support::{remaining, wait_until, Envoy};
 use tollgate::store::cluster::key_slot;
 
@@ -107,28 +106,25 @@ fn exact_admission_under_concurrency_for_keys_on_every_master() {
     let users = users_per_master(&cluster, |u| format!("tollgate:{{hot:{u}}}:log"));
     let names: Vec<String> = users.iter().map(|(u, _)| u.clone()).collect();
     // 4 clients per Envoy, each cycling over the three users.
-    let loads: Vec<Steady> = envoys
+    let loads: Vec<Load> = envoys
         .iter()
         .map(|envoy| {
             let names = names.clone();
             let request = move |thread: usize, i: usize| {
                 Request::new("GET", "/", &[("x-user-id", names[(thread + i) % names.len()].as_str())])
             };
-            Steady::start(envoy.port, 4, 150, Arc::new(request))
+            Load::start(envoy.port, Plan::keep_alive(4, 150), Arc::new(request))
         })
         .collect();
     for load in &loads {
         wait_until("every request answered", Duration::from_secs(60), || load.answered() == 4 * 150);
     }
-    // Each client's answers come in order: its i-th was for user (thread + i) % 3.
+    // A client's i-th request was for user (thread + i) % 3.
     let mut admitted: HashMap<&str, usize> = HashMap::new();
     let (mut total, mut undecided) = (0, 0);
     for load in loads {
-        let mut next: HashMap<usize, usize> = HashMap::new();
-        for a in load.stop() {
-            let i = next.entry(a.thread).or_default();
-            let user = names[(a.thread + *i) % names.len()].as_str();
-            *i += 1;
+        for a in load.stop().samples {
+            let user = names[(a.thread + a.index) % names.len()].as_str();
             total += 1;
             let r = a.response.as_ref().expect("every request is answered");
             undecided += usize::from(!a.decided());

@@ -7,8 +7,8 @@
 use crate::support;
 
 use std::time::{Duration, Instant};
-use support::cluster::{cluster_state, Paced, ValkeyCluster};
-use support::load::Request;
+use support::cluster::{cluster_state, ValkeyCluster};
+use support::load::{self, Load, Plan, Request};
 use support::plugin::plugin;
 use support::{wait_until, Envoy};
 use tollgate::store::cluster::key_slot;
@@ -28,8 +28,12 @@ fn stat(envoy: &Envoy, name: &str) -> u64 {
     envoy.stat(&format!("wasmcustom.tollgate.{name}")).unwrap_or(0)
 }
 
-fn hot() -> Request {
-    Request::new("GET", "/", &[("x-user-id", "hot")])
+/// Load on the hot key: 4 clients, each at most one request per millisecond
+/// (while a master is down, requests fail in microseconds) and at most
+/// `per_client` requests.
+fn hot_load(envoy: &Envoy, per_client: usize) -> Load {
+    let hot = load::repeat(Request::new("GET", "/", &[("x-user-id", "hot")]));
+    Load::start(envoy.port, Plan::paced(4, per_client, Duration::from_millis(1)), hot)
 }
 
 #[test]
@@ -41,7 +45,7 @@ fn resharding_the_slot_of_a_hot_key_under_load_fails_nothing_and_admits_exactly_
     let from = cluster.node(cluster.owner_port(slot));
     let to = cluster.masters.iter().find(|m| m.port != from.port).unwrap();
 
-    let load = Paced::start(envoy.port, 4, 20_000, hot());
+    let load = hot_load(&envoy, 20_000);
     wait_until("the first admissions", Duration::from_secs(20), || load.admitted() >= 100);
     cluster.begin_migration(slot, from, to);
     let began = load.admitted();
@@ -52,10 +56,10 @@ fn resharding_the_slot_of_a_hot_key_under_load_fails_nothing_and_admits_exactly_
     cluster.end_migration(slot, from, to);
     let ended = Instant::now();
     wait_until("denials on the target", Duration::from_secs(30), || load.count_after(ended, 429) >= 50);
-    let outcomes = load.stop();
+    let outcomes = load.stop().all_answered();
 
-    let admitted = outcomes.iter().filter(|o| o.status == 200).count();
-    let undecided: Vec<_> = outcomes.iter().filter(|o| !o.decided).collect();
+    let admitted = outcomes.iter().filter(|o| o.status() == Some(200)).count();
+    let undecided: Vec<_> = outcomes.iter().filter(|o| !o.decided()).collect();
     let stored = to.int(&["ZCARD", HOT_KEY]);
     println!(
         "resharding: {} requests, {admitted} admitted of limit {LIMIT}; ASK followed {}, MOVED followed {}, \
@@ -85,7 +89,7 @@ fn a_killed_master_is_replaced_by_its_replica_and_limiting_resumes_within_second
     let index = cluster.masters.iter().position(|m| m.port == port).unwrap();
     let replica_port = cluster.replicas[index].port;
 
-    let load = Paced::start(envoy.port, 4, 15_000, hot());
+    let load = hot_load(&envoy, 15_000);
     wait_until("half the limit admitted", Duration::from_secs(20), || load.admitted() >= LIMIT / 2);
     let admitted_before_kill = load.admitted();
     let killed_at = Instant::now();
@@ -97,13 +101,13 @@ fn a_killed_master_is_replaced_by_its_replica_and_limiting_resumes_within_second
     });
     let promoted_at = Instant::now();
     wait_until("denials on the new master", Duration::from_secs(20), || load.count_after(promoted_at, 429) >= 50);
-    let outcomes = load.stop();
+    let outcomes = load.stop().all_answered();
 
-    let resumed_at = outcomes.iter().find(|o| o.at > promoted_at && o.decided).map(|o| o.at).unwrap();
+    let resumed_at = outcomes.iter().find(|o| o.at > promoted_at && o.decided()).map(|o| o.at).unwrap();
     let resumed_after = resumed_at.saturating_duration_since(promoted_at);
-    let admitted = outcomes.iter().filter(|o| o.status == 200 && o.decided).count();
-    let undecided_200 = outcomes.iter().filter(|o| o.status == 200 && !o.decided).count();
-    let failed = outcomes.iter().filter(|o| o.status == 503).count();
+    let admitted = outcomes.iter().filter(|o| o.status() == Some(200) && o.decided()).count();
+    let undecided_200 = outcomes.iter().filter(|o| o.status() == Some(200) && !o.decided()).count();
+    let failed = outcomes.iter().filter(|o| o.status() == Some(503)).count();
     let stored = replica.int(&["ZCARD", HOT_KEY]) as usize;
     let over = admitted.saturating_sub(LIMIT);
     let unknown = stat(&envoy, "store.unknown_outcome") as usize;

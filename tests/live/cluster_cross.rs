@@ -21,11 +21,10 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::cluster::ValkeyCluster;
-use support::load::Request;
+use support::load::{Load, Plan, Request};
 use support::plugin::plugin;
-use support::steady::Steady;
 use support::{wait_until, Envoy};
 use tollgate::store::cluster::key_slot;
 
@@ -79,7 +78,8 @@ fn concurrent_requests_across_two_masters_never_admit_over_either_limit() {
     let user = split_users(&cluster, 1).remove(0);
     // Requests by (thread + i) % 3: both rules, `a` alone, `b` alone.
     let kind = |thread: usize, i: usize| (thread + i) % 3;
-    let loads: Vec<Steady> = envoys
+    let began = Instant::now();
+    let loads: Vec<Load> = envoys
         .iter()
         .map(|envoy| {
             let user = user.clone();
@@ -91,22 +91,18 @@ fn concurrent_requests_across_two_masters_never_admit_over_either_limit() {
                 };
                 Request::new("GET", "/", headers)
             };
-            Steady::start(envoy.port, 4, 150, Arc::new(request))
+            Load::start(envoy.port, Plan::keep_alive(4, 150), Arc::new(request))
         })
         .collect();
     for load in &loads {
         wait_until("every request answered", Duration::from_secs(60), || load.answered() == 4 * 150);
     }
-    // Each client's answers come in order.
     let mut admitted = [0usize; 3];
-    let mut last_admission = [Duration::ZERO; 3];
-    let mut denials: Vec<(usize, Duration)> = Vec::new();
+    let mut last_admission = [began; 3];
+    let mut denials: Vec<(usize, Instant)> = Vec::new();
     for load in loads {
-        let mut next: HashMap<usize, usize> = HashMap::new();
-        for a in load.stop() {
-            let i = next.entry(a.thread).or_default();
-            let k = kind(a.thread, *i);
-            *i += 1;
+        for a in load.stop().samples {
+            let k = kind(a.thread, a.index);
             let r = a.response.as_ref().expect("every request is answered");
             assert!(a.decided(), "decided by the store: {r:?}");
             match r.status {
@@ -246,9 +242,9 @@ fn the_spurious_denial_window_and_what_a_proxy_killed_between_the_steps_leaves()
         }
     };
     let monitors: Vec<Monitor> = cluster.masters.iter().map(|m| Monitor::start(m.port)).collect();
-    let load = Steady::start(envoy.port, CLIENTS, 200, Arc::new(request.clone()));
+    let load = Load::start(envoy.port, Plan::keep_alive(CLIENTS, 200), Arc::new(request.clone()));
     wait_until("the load", Duration::from_secs(60), || load.answered() == CLIENTS * 200);
-    let answers = load.stop();
+    let answers = load.stop().samples;
     assert!(answers.iter().all(|a| a.response.as_ref().is_some_and(|r| r.status == 429)), "every request denied by a");
     let (undos, failed) = (stat(&envoy, "cluster.undos"), stat(&envoy, "cluster.undo_failed"));
     assert_eq!((undos, failed), ((CLIENTS * 200) as u64, 0), "every record of b undone");
@@ -274,13 +270,13 @@ fn the_spurious_denial_window_and_what_a_proxy_killed_between_the_steps_leaves()
     // wait), so every client's request has recorded `b` and waits for `a`
     // (the store timeout is 1 s here); then the proxy is killed.
     let envoy = cluster.envoy(&config_with(1, (100_000, "2s"), "1s"), 2);
-    let load = Steady::start(envoy.port, CLIENTS, 100_000, Arc::new(request));
+    let load = Load::start(envoy.port, Plan::keep_alive(CLIENTS, 100_000), Arc::new(request));
     wait_until("load on the second proxy", Duration::from_secs(30), || load.answered() >= 200);
     cluster.masters[0].cmd(&["CLIENT", "PAUSE", "800", "ALL"]);
     let b_records = || -> i64 { users.iter().map(|u| cluster.masters[1].int(&["ZCARD", &key("b", u)])).sum() };
     wait_until("every client's request recorded in b", Duration::from_millis(700), || b_records() == CLIENTS as i64);
     drop(envoy);
-    let answers = load.stop();
+    let answers = load.stop().samples;
     assert!(answers.iter().all(|a| a.response.as_ref().is_none_or(|r| r.status == 429)), "nothing admitted");
     let kept = b_records();
     println!(

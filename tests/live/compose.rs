@@ -20,11 +20,9 @@
 use crate::support;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::docker::{container_ip, docker, engine_and_images, Project};
-use support::load::{send_raw, Request};
+use support::load::{self, Load, Plan, Request};
 use support::{admin_get, http, repo_root, try_command, wait_until, Response};
 use tollgate::resp::Value;
 
@@ -255,14 +253,6 @@ fn registry_profile_runs_the_module_of_the_image_byte_for_byte() {
     println!("compose registry profile: up (push included) in {up:?}, whole test {:?}", started.elapsed());
 }
 
-/// One request of the failover load.
-#[derive(Debug, Clone, Copy)]
-struct Outcome {
-    at: Instant,
-    status: u16,
-    decided: bool,
-}
-
 fn master_ip(sentinel: u16) -> Option<String> {
     match command(sentinel, &["SENTINEL", "get-master-addr-by-name", "tollgate"])? {
         Value::Array(items) => match items.first()? {
@@ -328,27 +318,9 @@ fn sentinel_profile_follows_a_failover_without_over_admission() {
     let up = started.elapsed();
 
     // Light load on one bucket: 2 clients, a request every 2 ms each at most.
-    let stop = Arc::new(AtomicBool::new(false));
-    let outcomes = Arc::new(Mutex::new(Vec::<Outcome>::new()));
-    let threads: Vec<_> = (0..2)
-        .map(|_| {
-            let (stop, outcomes) = (stop.clone(), outcomes.clone());
-            std::thread::spawn(move || {
-                let request = Request::new("POST", "/auth/token", &[("x-user-id", "hot")]);
-                for _ in 0..20_000 {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let r = send_raw(port, &request, Duration::from_secs(5)).expect("every request is answered");
-                    let decided = r.header("ratelimit").is_some();
-                    outcomes.lock().unwrap().push(Outcome { at: Instant::now(), status: r.status, decided });
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            })
-        })
-        .collect();
-    let admitted = |o: &[Outcome]| o.iter().filter(|o| o.status == 200 && o.decided).count();
-    wait_until("half the limit admitted", WAIT, || admitted(&outcomes.lock().unwrap()) >= LIMIT / 2);
+    let hot = load::repeat(Request::new("POST", "/auth/token", &[("x-user-id", "hot")]));
+    let load = Load::start(port, Plan::paced(2, 20_000, Duration::from_millis(2)), hot);
+    wait_until("half the limit admitted", WAIT, || load.admitted() >= LIMIT / 2);
 
     let stopping = Instant::now();
     project.ok(&["stop", "valkey"]);
@@ -357,20 +329,13 @@ fn sentinel_profile_follows_a_failover_without_over_admission() {
         sentinels.iter().any(|&s| master_ip(s).as_deref() == Some(&replica_addr))
     });
     let promoted_at = Instant::now();
-    wait_until("denials on the new master", WAIT, || {
-        outcomes.lock().unwrap().iter().filter(|o| o.at > promoted_at && o.status == 429).count() >= 20
-    });
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
-
-    let outcomes = outcomes.lock().unwrap().clone();
-    let resumed_at = outcomes.iter().filter(|o| o.at > promoted_at && o.decided).map(|o| o.at).min();
+    wait_until("denials on the new master", WAIT, || load.count_after(promoted_at, 429) >= 20);
+    let outcomes = load.stop().all_answered();
+    let resumed_at = outcomes.iter().filter(|o| o.at > promoted_at && o.decided()).map(|o| o.at).min();
     let resumed_after = resumed_at.expect("decisions after the promotion").saturating_duration_since(promoted_at);
-    let total_admitted = admitted(&outcomes);
-    let undecided_200 = outcomes.iter().filter(|o| o.status == 200 && !o.decided).count();
-    let unavailable = outcomes.iter().filter(|o| o.status == 503).count();
+    let total_admitted = outcomes.iter().filter(|o| o.status() == Some(200) && o.decided()).count();
+    let undecided_200 = outcomes.iter().filter(|o| o.status() == Some(200) && !o.decided()).count();
+    let unavailable = outcomes.iter().filter(|o| o.status() == Some(503)).count();
     let stored = command(replica, &["ZCARD", "tollgate:{auth.createToken:hot}:log"]);
     let timeouts = stat(admin, "wasmcustom.tollgate.store.errors.timeout").unwrap_or(0) as usize;
     let switches = stat(admin, "wasmcustom.tollgate.sentinel.switches").unwrap_or(0);

@@ -10,7 +10,7 @@ use crate::support;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
-use support::load::{self, Load, Report, Request};
+use support::load::{self, Load, Plan, Report, Request};
 use support::{Envoy, EnvoyOptions, Valkey};
 
 const TIMEOUT_MS: u64 = 100;
@@ -106,7 +106,7 @@ fn refused_connections_follow_failure_mode_and_recover() {
         let mut valkey = Valkey::start();
         valkey.stop(); // its port now refuses connections
         let envoy = envoy(valkey.port, mode);
-        let report = load::run(envoy.port, THREADS, 25, unique_users("refused"));
+        let report = load::run(envoy.port, Plan::closed(THREADS, 25), unique_users("refused"));
         assert_bounded(&report, &format!("refused ({mode})"));
         let failed = assert_failure_mode(&report, mode);
         assert_eq!(failed, report.samples.len(), "nothing can be decided");
@@ -123,8 +123,8 @@ fn refused_connections_follow_failure_mode_and_recover() {
 fn valkey_stopped_mid_load_then_back() {
     let mut valkey = Valkey::start();
     let envoy = envoy(valkey.port, "deny");
-    let load = Load::start(envoy.port, THREADS, 60, unique_users("mid"));
-    load.wait_completed(60);
+    let load = Load::start(envoy.port, Plan::closed(THREADS, 60), unique_users("mid"));
+    load.wait_answered(60);
     valkey.stop();
     let report = load.join();
     assert_bounded(&report, "stopped mid-load (deny)");
@@ -140,7 +140,7 @@ fn valkey_stopped_mid_load_then_back() {
     valkey.restart();
     assert_resumes(&envoy, "after-stop");
     let errors = stat(&envoy, "store.errors");
-    let report = load::run(envoy.port, THREADS, 20, unique_users("back"));
+    let report = load::run(envoy.port, Plan::closed(THREADS, 20), unique_users("back"));
     assert_bounded(&report, "back after the stop (deny)");
     assert_eq!(report.decided(), 80, "every request is decided again");
     assert_eq!(stat(&envoy, "store.errors"), errors, "no new failure");
@@ -157,7 +157,7 @@ fn blackholed_port_is_bounded_by_the_timeout_and_recovers() {
     let blackhole = TcpListener::bind(("127.0.0.1", valkey.port)).unwrap();
     blackhole.set_nonblocking(true).unwrap();
     let envoy = envoy(valkey.port, "allow");
-    let report = load::run(envoy.port, THREADS, 15, unique_users("blackhole"));
+    let report = load::run(envoy.port, Plan::closed(THREADS, 15), unique_users("blackhole"));
     assert_bounded(&report, "blackholed (allow)");
     assert_eq!(assert_failure_mode(&report, "allow"), 60);
     assert_eq!(stat(&envoy, "failure_mode.allowed"), 60);
@@ -185,7 +185,7 @@ fn debug_sleep_requests_time_out_then_limiting_resumes() {
         std::io::Write::write_all(&mut s, b"PING\r\n").unwrap();
         std::io::Read::read(&mut s, &mut [0u8; 16]).is_err()
     });
-    let report = load::run(envoy.port, THREADS, 4, unique_users("asleep"));
+    let report = load::run(envoy.port, Plan::closed(THREADS, 4), unique_users("asleep"));
     sleeper.join().unwrap().unwrap();
     assert_bounded(&report, "DEBUG SLEEP (allow)");
     let failed = assert_failure_mode(&report, "allow");
@@ -208,7 +208,7 @@ fn client_pause_fails_within_the_timeout_then_limiting_resumes() {
     let envoy = envoy(valkey.port, "deny");
     assert_limiting(&envoy, "before-pause");
     valkey.cmd(&["CLIENT", "PAUSE", "3000", "ALL"]);
-    let report = load::run(envoy.port, THREADS, 10, unique_users("paused"));
+    let report = load::run(envoy.port, Plan::closed(THREADS, 10), unique_users("paused"));
     assert_bounded(&report, "CLIENT PAUSE ALL (deny)");
     let failed = assert_failure_mode(&report, "deny");
     assert_eq!(failed, 40, "no call is decided while paused");
@@ -233,7 +233,7 @@ fn restart_loses_scripts_and_keys_but_no_request_fails() {
     let envoy = Envoy::start(&EnvoyOptions { plugin_config: no_cache, valkey_port: valkey.port, concurrency: 2 });
     let shared: Arc<load::RequestFn> = Arc::new(|_, _| Request::new("GET", "/", &[("x-user-id", "shared")]));
     for phase in ["before restart", "after restart"] {
-        let report = load::run(envoy.port, THREADS, 10, Arc::clone(&shared));
+        let report = load::run(envoy.port, Plan::closed(THREADS, 10), Arc::clone(&shared));
         println!("{}", report.summary(phase));
         assert!(report.errors().is_empty());
         assert_eq!((report.count(200), report.count(429)), (5, 35), "{phase}: exactly the limit, from fresh state");

@@ -9,8 +9,7 @@ use crate::support;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::load::Request;
-use support::paced::Paced;
+use support::load::{self, Load, Plan, Request};
 use support::{try_command, wait_until, Bootstrap, Envoy, EnvoyOptions, Valkey};
 use tollgate::resp::Value;
 
@@ -166,7 +165,8 @@ fn limiting_resumes_on_the_promoted_replica_after_the_master_is_killed() {
     // millisecond (while the store is down, requests fail in microseconds:
     // unpaced, the load would be over before the promotion) and at most
     // 15,000 requests each.
-    let load = Paced::start(envoy.port, 4, 15_000, Request::new("GET", "/", &[("x-user-id", "hot")]));
+    let hot = load::repeat(Request::new("GET", "/", &[("x-user-id", "hot")]));
+    let load = Load::start(envoy.port, Plan::paced(4, 15_000, Duration::from_millis(1)), hot);
 
     wait_until("half the limit admitted", Duration::from_secs(20), || load.admitted() >= LIMIT / 2);
     let admitted_before_kill = load.admitted();
@@ -178,17 +178,17 @@ fn limiting_resumes_on_the_promoted_replica_after_the_master_is_killed() {
     let promoted_at = Instant::now();
     // Keep the load on until the limit binds again on the new master.
     wait_until("denials on the new master", Duration::from_secs(20), || load.count_after(promoted_at, 429) >= 50);
-    let outcomes = load.stop();
+    let outcomes = load.stop().all_answered();
     let resumed_at = outcomes
         .iter()
-        .filter(|o| o.at > promoted_at && o.decided)
+        .filter(|o| o.at > promoted_at && o.decided())
         .map(|o| o.at)
         .min()
         .expect("decisions after the promotion");
     let resumed_after = resumed_at.saturating_duration_since(promoted_at);
-    let total_admitted = outcomes.iter().filter(|o| o.status == 200 && o.decided).count();
-    let undecided_200 = outcomes.iter().filter(|o| o.status == 200 && !o.decided).count();
-    let failed = outcomes.iter().filter(|o| o.status == 503).count();
+    let total_admitted = outcomes.iter().filter(|o| o.status() == Some(200) && o.decided()).count();
+    let undecided_200 = outcomes.iter().filter(|o| o.status() == Some(200) && !o.decided()).count();
+    let failed = outcomes.iter().filter(|o| o.status() == Some(503)).count();
     let stored = match replica.cmd(&["ZCARD", "tollgate:{hot:hot}:log"]) {
         Value::Integer(n) => n as usize,
         other => panic!("{other:?}"),

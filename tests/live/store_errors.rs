@@ -9,7 +9,7 @@ use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;
-use support::load::{self, Report, Request};
+use support::load::{self, Plan, Report, Request};
 use support::plugin::plugin;
 use support::{Envoy, EnvoyOptions, Valkey};
 use tollgate::resp::Value;
@@ -33,7 +33,7 @@ fn stat(envoy: &Envoy, name: &str) -> u64 {
 
 /// 20 requests from 2 threads, none decided.
 fn twenty_failing(envoy: &Envoy, user: &'static str, failure_mode: &str) -> Report {
-    let report = load::run(envoy.port, 2, 10, as_user(user));
+    let report = load::run(envoy.port, Plan::closed(2, 10), as_user(user));
     println!("{}", report.summary(user));
     assert_eq!(report.decided(), 0);
     for s in &report.samples {
@@ -132,7 +132,7 @@ fn out_of_memory_valkey_still_runs_the_script() {
         .json();
     let envoy = Envoy::start(&EnvoyOptions { plugin_config: config, valkey_port: valkey.port, concurrency: 1 });
     let limit = fill(&valkey);
-    let report = load::run(envoy.port, 2, 10, as_user("alice"));
+    let report = load::run(envoy.port, Plan::closed(2, 10), as_user("alice"));
     println!("{}", report.summary("out of memory, evalsha"));
     assert_eq!(report.decided(), 20, "every request decided");
     assert_eq!((report.count(200), report.count(429)), (5, 15));

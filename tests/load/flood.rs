@@ -11,8 +11,7 @@ use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;
-use support::flood::{raise_fd_limit, Class, Flood};
-use support::load::Request;
+use support::load::{raise_fd_limit, Class, Load, Plan, Request, Tally};
 use support::{wait_until, Envoy, EnvoyOptions, Valkey};
 
 const CONNECTIONS: usize = 2_048;
@@ -35,14 +34,14 @@ fn config() -> String {
 }
 
 /// Floods `envoy` with a new user per request for `seconds`.
-fn flood(envoy: &Envoy, tag: &'static str, seconds: u64) -> Arc<support::flood::Tally> {
+fn flood(envoy: &Envoy, tag: &'static str, seconds: u64) -> Arc<Tally> {
     let request =
         Arc::new(move |t: usize, i: usize| Request::new("GET", "/", &[("x-user-id", &format!("{tag}{t}-{i}"))]));
-    let flood = Flood::start(envoy.port, CONNECTIONS, 1_000_000, request);
+    let flood = Load::start(envoy.port, Plan::flood(CONNECTIONS, 1_000_000), request);
     wait_until("the flood's duration", Duration::from_secs(seconds + 10), || {
         flood.started.elapsed() >= Duration::from_secs(seconds)
     });
-    flood.stop()
+    flood.stop().tally
 }
 
 #[test]
@@ -123,7 +122,7 @@ fn a_store_killed_in_a_flood_is_stood_in_for_by_the_local_limiter() {
     });
     let request =
         Arc::new(move |t: usize, i: usize| Request::new("GET", "/", &[("x-user-id", &format!("u{}", user(t, i)))]));
-    let flood = Flood::start_with(envoy.port, 512, 1_000_000, request, on_answer);
+    let flood = Load::start(envoy.port, Plan::flood(512, 1_000_000).on_answer(on_answer), request);
     let phase = |what: &str, until: Duration| {
         wait_until(what, until + Duration::from_secs(10), || flood.started.elapsed() >= until)
     };
@@ -139,7 +138,7 @@ fn a_store_killed_in_a_flood_is_stood_in_for_by_the_local_limiter() {
     });
     let back_after = restarted.elapsed();
     phase("the store deciding again", Duration::from_secs(7));
-    let tally = flood.stop();
+    let tally = flood.stop().tally;
 
     let bound = LIMIT + u64::from(WORKERS) * LIMIT.div_ceil(10);
     let most = admitted.iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).max().unwrap();

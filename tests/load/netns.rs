@@ -14,10 +14,9 @@
 use crate::support;
 
 use std::sync::Arc;
-use std::time::Duration;
-use support::load::Request;
+use std::time::{Duration, Instant};
+use support::load::{Load, Plan, Report, Request, Sample};
 use support::netns::NetPair;
-use support::steady::{Answer, Steady};
 use support::{wait_until, Envoy, EnvoyOptions, Valkey};
 
 const WORKERS: u32 = 1;
@@ -54,12 +53,12 @@ fn stat(envoy: &Envoy, name: &str) -> u64 {
 }
 
 /// A steady load with a new `x-user-id` on every request: every request
-/// needs the store. Returns every answer.
-fn steady_new_users(envoy: &Envoy, threads: usize, seconds: u64) -> Vec<Answer> {
+/// needs the store.
+fn steady_new_users(envoy: &Envoy, threads: usize, seconds: u64) -> Report {
     let port = envoy.port;
     envoy.net(|| {
         let request = Arc::new(|t: usize, i: usize| Request::new("GET", "/", &[("x-user-id", &format!("t{t}-{i}"))]));
-        let load = Steady::start(port, threads, 2_000_000, request);
+        let load = Load::start(port, Plan::keep_alive(threads, 2_000_000), request);
         wait_until("the load's duration", Duration::from_secs(seconds + 5), || {
             load.started.elapsed() >= Duration::from_secs(seconds)
         });
@@ -80,9 +79,11 @@ fn over_a_real_link_one_stream_carries_every_decision_without_churn() {
     let envoy = envoy(&pair, config.to_string());
     let accepted_before = info(&valkey, "total_connections_received");
     let seconds = seconds();
-    let answers = steady_new_users(&envoy, 8, seconds);
+    let report = steady_new_users(&envoy, 8, seconds);
+    let answers = &report.samples;
     let third = Duration::from_secs(seconds) / 3;
-    let in_third = |n: u32| answers.iter().filter(|a| a.at >= third * n && a.at < third * (n + 1)).count();
+    let since_start = |a: &Sample| a.at - report.started;
+    let in_third = |n: u32| answers.iter().filter(|a| (third * n..third * (n + 1)).contains(&since_start(a))).count();
     let (first, last) = (in_third(0), in_third(2));
     // Minus one: the INFO that reads the counter is a connection too.
     let accepted = info(&valkey, "total_connections_received") - accepted_before - 1;
@@ -142,20 +143,18 @@ fn a_silently_cut_link_is_declared_dead_and_replaced_and_no_reply_goes_astray() 
     let port = envoy.port;
     let load = envoy.net(|| {
         let request = Arc::new(|t: usize, _| Request::new("GET", "/", &[("x-thread", &t.to_string())]));
-        Steady::start(port, THREADS, 200_000, request)
+        Load::start(port, Plan::keep_alive(THREADS, 200_000), request)
     });
     wait_until("decisions before the cut", Duration::from_secs(10), || load.answered() >= 2_000);
-    let cut_at = load.started.elapsed();
+    let cut_at = Instant::now();
     pair.cut();
-    wait_until("two seconds of a cut link", Duration::from_secs(5), || {
-        load.started.elapsed() >= cut_at + Duration::from_secs(2)
-    });
-    let restored_at = load.started.elapsed();
+    wait_until("two seconds of a cut link", Duration::from_secs(5), || cut_at.elapsed() >= Duration::from_secs(2));
+    let restored_at = Instant::now();
     pair.restore();
     wait_until("decisions after the restore", Duration::from_secs(10), || {
-        load.started.elapsed() >= restored_at + Duration::from_secs(2)
+        restored_at.elapsed() >= Duration::from_secs(2)
     });
-    let answers = load.stop();
+    let answers = load.stop().samples;
 
     let slowest = answers.iter().map(|a| a.took).max().unwrap();
     let during = answers.iter().filter(|a| a.at > cut_at && a.at < restored_at).count();

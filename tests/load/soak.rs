@@ -4,11 +4,11 @@
 
 use crate::support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::admin_get;
-use support::load::{send_raw, Request};
+use support::load::{Load, Plan, Request};
 use support::plugin::plugin;
 use support::{Envoy, EnvoyOptions, Valkey};
 
@@ -18,7 +18,7 @@ fn config() -> String {
 
 /// Requests per second, over all threads.
 const RATE: u64 = 200;
-const THREADS: u64 = 2;
+const THREADS: usize = 2;
 
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -40,39 +40,23 @@ fn soak_steady_load_keeps_memory_flat_and_nothing_pending() {
     let valkey = Valkey::start();
     let envoy = Envoy::start(&EnvoyOptions { plugin_config: config(), valkey_port: valkey.port, concurrency: 2 });
     let pid = envoy.pid().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
     let counts: Arc<[AtomicU64; 4]> = Arc::new(Default::default()); // 200, 429, other, errors
-    let port = envoy.port;
-    let workers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (stop, counts) = (Arc::clone(&stop), Arc::clone(&counts));
-            std::thread::spawn(move || {
-                let interval = Duration::from_micros(1_000_000 * THREADS / RATE);
-                let start = Instant::now();
-                let mut n: u64 = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    // 100 users, each asking twice a second: the 10s window denies a quarter.
-                    let user = format!("user-{}", (n * THREADS + t) % 100);
-                    let slot = match send_raw(
-                        port,
-                        &Request::new("GET", "/", &[("x-user-id", &user)]),
-                        Duration::from_secs(5),
-                    ) {
-                        Ok(r) if r.status == 200 => 0,
-                        Ok(r) if r.status == 429 => 1,
-                        Ok(_) => 2,
-                        Err(_) => 3,
-                    };
-                    counts[slot].fetch_add(1, Ordering::Relaxed);
-                    n += 1;
-                    // Paced: the n-th request of this thread leaves at n * interval.
-                    if let Some(wait) = (interval * n as u32).checked_sub(start.elapsed()) {
-                        std::thread::sleep(wait);
-                    }
-                }
-            })
-        })
-        .collect();
+    let counted = Arc::clone(&counts);
+    let count = Arc::new(move |_: usize, _: usize, r: Option<&support::Response>| {
+        let slot = match r.map(|r| r.status) {
+            Some(200) => 0,
+            Some(429) => 1,
+            Some(_) => 2,
+            None => 3,
+        };
+        counted[slot].fetch_add(1, Ordering::Relaxed);
+    });
+    // 100 users, each asking twice a second: the 10s window denies a quarter.
+    let user = |t: usize, i: usize| format!("user-{}", (i * THREADS + t) % 100);
+    let request = Arc::new(move |t: usize, i: usize| Request::new("GET", "/", &[("x-user-id", &user(t, i))]));
+    let interval = Duration::from_micros(1_000_000 * THREADS as u64 / RATE);
+    let plan = Plan { keep: false, ..Plan::paced(THREADS, usize::MAX, interval) }.on_answer(count);
+    let load = Load::start(envoy.port, plan, request);
 
     println!(
         "t_s,requests,ok,limited,other,errors,rss_kib,heap_bytes,decisions_in_flight,downstream_active,store_errors"
@@ -97,10 +81,7 @@ fn soak_steady_load_keeps_memory_flat_and_nothing_pending() {
         );
         samples.push((t, rss, heap, pending));
     }
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
+    load.stop();
     let c: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     assert!(c[0] > 0 && c[1] > 0, "both admitted and limited requests: {c:?}");
     assert_eq!((c[2], c[3]), (0, 0), "no other status, no error: {c:?}");
@@ -118,5 +99,5 @@ fn soak_steady_load_keeps_memory_flat_and_nothing_pending() {
         last.2
     );
     assert!(last.1 * 100 <= first.1 * 105, "RSS grew from {} to {} KiB", first.1, last.1);
-    assert!(max_pending <= THREADS, "decisions in flight bounded by the clients in flight: {max_pending}");
+    assert!(max_pending <= THREADS as u64, "decisions in flight bounded by the clients in flight: {max_pending}");
 }
