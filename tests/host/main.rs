@@ -12,5 +12,6 @@ mod cli;
 mod config_fixtures;
 mod config_limits;
 mod docs_examples;
+mod docs_links;
 mod resp_properties;
 mod schema;
