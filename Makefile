@@ -10,12 +10,6 @@ export TOLLGATE_WASM := $(CURDIR)/$(WASM)
 export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-test-runner
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
-# The files of tests/ that need no Envoy, no Valkey, no built module and
-# nothing from .tools/: `make unit` runs them. `make integration` runs every
-# other tests/*.rs, so a new file runs there unless it is listed here;
-# tests/test_split.rs checks both lists against tests/ and these files' purity.
-PURE_TESTS := cli config_fixtures config_limits docs_examples resp_properties schema test_split
-INTEGRATION_TESTS := $(filter-out $(PURE_TESTS),$(basename $(notdir $(wildcard tests/*.rs))))
 
 .PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
 
@@ -25,7 +19,7 @@ all: build
 tools:
 	@scripts/install-tools.sh
 
-# Debian's Redis 7 with TLS, for tests/tls_redis7.rs only (apt-get: needs root).
+# Debian's Redis 7 with TLS, for tests/live/tls_redis7.rs only (apt-get: needs root).
 redis7:
 	@scripts/install-redis.sh
 
@@ -78,9 +72,9 @@ compose-registry: image
 
 # Regenerates envoy/compose/ from envoy/envoy-dynamic.yaml,
 # envoy/dynamic/listeners.yaml, envoy/envoy-sentinel.yaml and
-# envoy/envoy-cluster.yaml (the edits are listed in tests/packaging_compose.rs).
+# envoy/envoy-cluster.yaml (the edits are listed in tests/live/packaging_compose.rs).
 compose-configs:
-	TOLLGATE_WRITE_COMPOSE_CONFIGS=1 cargo test --quiet --test packaging_compose compose_envoy_configs
+	TOLLGATE_WRITE_COMPOSE_CONFIGS=1 cargo test --quiet --test live packaging_compose::compose_envoy_configs
 
 demo: build
 	cargo run --quiet --example demo
@@ -115,9 +109,10 @@ lint:
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --target wasm32-wasip1 --lib -- -D warnings
 
-# The unit tests, the doc tests and the pure files of tests/ (PURE_TESTS).
+# The unit tests, the host tests (tests/host: no Envoy, no Valkey, no built
+# module) and the doc tests. docs/testing.md describes the test binaries.
 unit:
-	cargo test --lib $(addprefix --test ,$(PURE_TESTS))
+	cargo test --lib --test host
 	cargo test --doc
 
 # The pure modules' unit tests again, compiled to wasm32 and run under node.
@@ -130,26 +125,31 @@ validate: build
 	  echo "envoy --mode validate: $$f OK"; \
 	done
 
+# The tests with real processes (tests/live), two at a time, then the heavy
+# loads (tests/load), one at a time with nothing beside them.
 integration: build image redis7 docker-tools netns-tools
-	cargo test $(addprefix --test ,$(INTEGRATION_TESTS)) -- --test-threads 2
+	cargo test --test live -- --test-threads 2
+	cargo test --test load -- --test-threads 1
 
 # Not part of `make test`: cargo fuzz (nightly) on the RESP decoder, the store
 # reply and the config parser, FUZZ_RUNS (10 million) executions per target.
 fuzz:
 	@scripts/fuzz.sh
 
-# Not part of `make test`: tests/flood.rs with 20 s floods (5 s in make test).
+# Not part of `make test`: tests/load/flood.rs with 20 s floods (5 s in make test).
 flood: build
-	TOLLGATE_FLOOD_SECONDS=20 cargo test --test flood -- --nocapture --test-threads 1
+	TOLLGATE_FLOOD_SECONDS=20 cargo test --test load flood:: -- --nocapture --test-threads 1
 
-# iproute2 and iptables for tests/netns.rs (apt-get as root when missing).
+# iproute2 and iptables for tests/load/netns.rs (apt-get as root when missing).
 netns-tools:
 	@scripts/install-netns-tools.sh
 
-# Not part of `make test`: tests/netns.rs with a 60 s steady load across the
-# veth link (make test runs it for 12 s).
+# Not part of `make test`: tests/load/netns.rs with a 60 s steady load across the
+# veth link (make test runs it for 12 s), its throughput held: the last third
+# of the load at least 0.8 x the first. make test prints that ratio only (it
+# measures the machine as much as the filter).
 netns-load: build netns-tools
-	TOLLGATE_NETNS_SECONDS=60 cargo test --test netns -- --nocapture --test-threads 1
+	TOLLGATE_NETNS_SECONDS=60 TOLLGATE_NETNS_HELD=0.8 cargo test --test load netns:: -- --nocapture --test-threads 1
 
 # Not part of `make test`: 10 minutes of steady load through Envoy, sampling
 # memory and pending store calls (SOAK_SECONDS to change the duration).

@@ -8,11 +8,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-#[path = "../tests/harness/mod.rs"]
-mod harness;
-
-use harness::{check, store_decide};
 use std::fmt::Write as _;
+use support::differential::{check, store_decide};
 use support::Valkey;
 use tollgate::limiter::{Algorithm, Check};
 use tollgate::resp::Value;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# iproute2 (ip, ss) and iptables, for tests/netns.rs: Envoy and Valkey in two
+# iproute2 (ip, ss) and iptables, for tests/load/netns.rs: Envoy and Valkey in two
 # network namespaces joined by a veth pair, and a silently cut link. Skipped
 # when present; otherwise installed with apt-get, which needs root (CI runs as
 # root, and the test itself needs root to create namespaces).
@@ -10,5 +10,5 @@ for tool in ip ss iptables; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
-APT_HINT="  (tests/netns.rs needs ${missing[*]}; CI runs as root)" \
+APT_HINT="  (tests/load/netns.rs needs ${missing[*]}; CI runs as root)" \
   apt_install --root-only --no-recommends install-netns-tools iproute2 iptables

@@ -4,4 +4,4 @@
 # pending store calls every 10 s. Prints a CSV and a summary. Not part of `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec cargo test --test soak -- --ignored --nocapture
+exec cargo test --test load soak:: -- --ignored --nocapture

@@ -34,13 +34,10 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-#[path = "../../tests/harness/mod.rs"]
-mod harness;
-
 mod parts;
 mod report;
 
-use harness::valkey_stats::{Conn, Stats};
+use support::valkey_stats::{Conn, Stats};
 use support::Valkey;
 use tollgate::limiter::script::{encode_load, is_missing, limiter, Invocation, Script};
 use tollgate::limiter::{reply, Algorithm, Check};
@@ -147,7 +144,7 @@ pub struct Row {
 }
 
 fn checks(algorithm: Algorithm, windows: &[(u64, u64)], key: &str, cost: u64) -> Vec<Check> {
-    vec![harness::check(algorithm, 0, key, windows, cost)]
+    vec![support::differential::check(algorithm, 0, key, windows, cost)]
 }
 
 /// Sends one decision per check set and checks every verdict; returns how

@@ -3,11 +3,9 @@
 //! JSON rows (for `scripts/script_cost.py`).
 
 use super::parts::Measured;
+use super::support::valkey_stats::Stats;
 use super::{Path, Row, Target};
-use harness::valkey_stats::Stats;
 use std::fmt::Write as _;
-
-use super::harness;
 
 /// Per decision: µs (commandstats) and µs (CPU), each the median over the
 /// rounds, and the limiter's inner commands (over all rounds).

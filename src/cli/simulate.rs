@@ -4,7 +4,7 @@
 //! ([`ModelStore`]): plan, the denial cache, the decision, shadow mode and the
 //! response a client sees. Time is the trace's, as `testing.now_header` makes
 //! it in Envoy, so a replay through a real Envoy and Valkey gives the same
-//! table (`tests/cli_simulate_envoy.rs`).
+//! table (`tests/live/cli_simulate_envoy.rs`).
 
 use std::io::Write;
 use std::path::Path;

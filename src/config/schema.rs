@@ -4,7 +4,7 @@
 //! from it; each field's description and simple value rules (ranges, enums,
 //! patterns, "exactly one of") from [`super::schema_fields`], built from the
 //! same constants the validator uses. Host-only: the wasm module never holds
-//! it. Committed as `schema/tollgate.schema.json`; `tests/schema.rs` checks
+//! it. Committed as `schema/tollgate.schema.json`; `tests/host/schema.rs` checks
 //! it is current.
 //!
 //! The schema accepts every valid configuration; it cannot see everything

@@ -48,7 +48,7 @@
 //! * The reply of a call that ran: [`super::reply::parse`].
 //!
 //! `FCALL` needs Valkey (any version) or Redis 7.0 and later. The smallest ACL
-//! (`tests/script_acl.rs`): `~<key prefix>:* +time +zadd +zcount
+//! (`tests/live/script_acl.rs`): `~<key prefix>:* +time +zadd +zcount
 //! +zrangebyscore +zremrangebyscore +hmget +hset +pexpire`, plus `+fcall
 //! +function|load` for the library, `+evalsha +eval` for the script. Redis 6
 //! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.

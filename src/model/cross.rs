@@ -6,7 +6,7 @@
 //! 0, at the time the group's reply gave). A request whose proxy crashed
 //! between the steps never undoes. The stores are [`Shard`]s: the pure
 //! models here (`cross/tests.rs` checks the guarantees on them), or real
-//! Valkey servers in `tests/differential_cross.rs`, which must give the
+//! Valkey servers in `tests/live/differential_cross.rs`, which must give the
 //! same reply at every step.
 
 use crate::limiter::model::Model;

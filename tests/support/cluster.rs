@@ -8,7 +8,6 @@
 
 use super::envoy::{Bootstrap, Envoy, EnvoyOptions};
 use super::load::{send_raw, Request};
-pub use super::paced::{Outcome, Paced};
 use super::{repo_root, wait_until, Valkey};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

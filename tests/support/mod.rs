@@ -1,23 +1,27 @@
-//! Real processes for the integration tests: a Valkey server and Envoy with the
-//! built `tollgate.wasm`, each on free ports, ready when they answer (polled,
-//! never slept for), stopped when dropped. Also a tiny HTTP/1.1 client and a
-//! RESP client built on the crate's own codec.
+//! What the tests of `tests/live` and `tests/load` share (and the examples
+//! that include it by path): real processes (Valkey, Envoy with the built
+//! `tollgate.wasm`, a Valkey Cluster, Docker Compose projects, network
+//! namespaces), each on free ports, ready when they answer (polled, never
+//! slept for), stopped when dropped; clients (HTTP/1.1, RESP on the crate's
+//! own codec); the one load generator ([`load`]); the differential harness
+//! (the Lua limiter next to the pure model, [`differential`]). The host
+//! tests (`tests/host`) must not use it: they start no process.
 #![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 pub mod cluster;
+pub mod differential;
 pub mod docker;
 mod envoy;
-pub mod flood;
 mod http;
 pub mod load;
 pub mod netns;
-pub mod paced;
 #[path = "../../src/testing/plugin.rs"]
 pub mod plugin;
-pub mod steady;
+pub mod props;
 pub mod tls;
 pub mod upstream;
 mod valkey;
+pub mod valkey_stats;
 
 pub use envoy::{
     demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Extras, Ports,
@@ -111,6 +115,15 @@ pub fn replace_ports(text: &str, map: &[(u16, u16)]) -> String {
         }
     }
     out
+}
+
+/// Held by a heavy load (a flood, a steady load measured) for its whole
+/// test: two loads at once on two cores would measure each other. Their
+/// binary (`tests/load`) runs one test at a time as well; this holds when a
+/// filter or `--test-threads` says otherwise.
+pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_LOAD_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_LOAD_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Polls `ready` every 20 ms until it holds or `timeout` passes.

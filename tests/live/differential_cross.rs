@@ -1,0 +1,109 @@
+//! The decision across cluster slots (`src/worker/cross_slot.rs`) run by its
+//! reference (`src/model/cross.rs`) over three real Valkey servers
+//! standing in for a cluster's masters (a group's slot modulo 3 picks its
+//! server): random requests over shared buckets of any algorithm, their
+//! steps (record if it fits, per slot; undo where recorded once a group
+//! denied; crashes between the steps) interleaved at random, with injected
+//! time. At every step the pure model of that server must give the same
+//! reply (`support::differential::Differential`: answers and the log's
+//! entries), so the two-step protocol on Lua is the protocol on the models,
+//! whose guarantees `src/model/cross/tests.rs` checks. One server answers
+//! through the script, the others through the function library.
+
+use crate::support;
+
+use proptest::prelude::*;
+use proptest::test_runner::{FileFailurePersistence, TestRunner};
+use std::sync::atomic::{AtomicU64, Ordering};
+use support::differential::{check, Differential, Path};
+use support::props::{rule, Rule, GAPS};
+use support::Valkey;
+use tollgate::limiter::{Adjustment, Check, Decision};
+use tollgate::model::cross::{Action, Run, Shard};
+use tollgate::worker::cross_slot::Fate;
+
+/// A Valkey server and the model beside it.
+struct Both<'a>(Differential<'a>);
+
+impl Shard for Both<'_> {
+    fn decide(&mut self, checks: &[Check], now_ms: u64) -> Decision {
+        self.0.step(checks, now_ms)
+    }
+
+    fn adjust(&mut self, adjustments: &[Adjustment], at_ms: u64, now_ms: u64) -> Decision {
+        self.0.adjust(adjustments, at_ms, now_ms)
+    }
+}
+
+/// Requests: which rules each matches (a non-empty bitmask), and whether
+/// its proxy crashes between the steps.
+fn requests() -> impl Strategy<Value = Vec<(u8, bool)>> {
+    prop::collection::vec((1..16u8, prop::bool::weighted(0.2)), 2..8)
+}
+
+fn schedule() -> impl Strategy<Value = Vec<(u64, u32)>> {
+    prop::collection::vec((prop::sample::select(GAPS.to_vec()), any::<u32>()), 1..40)
+}
+
+static CASE: AtomicU64 = AtomicU64::new(0);
+/// Undos run, over every case.
+static UNDOS: AtomicU64 = AtomicU64::new(0);
+
+fn run_case(servers: &[Valkey; 3], rules: &[Rule], start: u64, requests: &[(u8, bool)], schedule: &[(u64, u32)]) {
+    let case = CASE.fetch_add(1, Ordering::Relaxed);
+    let checks: Vec<Check> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| check(r.algorithm, i, &format!("x:{{c{case}:r{i}}}:{}", r.algorithm.id()), &r.windows, r.cost))
+        .collect();
+    let requests: Vec<(Vec<Check>, bool)> = requests
+        .iter()
+        .map(|&(mask, crashed)| {
+            let chosen = checks.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, c)| c.clone());
+            (chosen.collect::<Vec<_>>(), crashed)
+        })
+        .filter(|(c, _)| !c.is_empty())
+        .collect();
+    let paths = [Path::Script, Path::Function, Path::Function];
+    let shards = servers.iter().zip(paths).map(|(v, path)| Both(Differential::via(v, path))).collect();
+    let mut run = Run::new(shards, requests);
+    run.run(start, schedule);
+    assert!(run.available().is_empty());
+    let undos = run.events.iter().filter(|e| matches!(e.action, Action::Undo(..))).count();
+    UNDOS.fetch_add(undos as u64, Ordering::Relaxed);
+    for (r, q) in run.requests.iter().enumerate() {
+        let (fate, _, answer) = q.answer().unwrap_or_else(|| panic!("request {r} unanswered"));
+        assert_eq!(answer.allowed, fate == Fate::Admit, "request {r}");
+        let undone = run.events.iter().filter(|e| matches!(e.action, Action::Undo(o, _) if o == r)).count();
+        let recorded = q.steps.iter().filter(|s| s.recorded()).count();
+        match fate {
+            Fate::Admit => assert_eq!(undone, 0, "request {r}: an admitted request keeps its records"),
+            _ if q.crashed => assert_eq!(undone, 0, "request {r} crashed"),
+            _ => assert_eq!(undone, recorded, "request {r}: every record undone"),
+        }
+    }
+}
+
+const REGRESSIONS: &str = "tests/differential_cross.proptest-regressions";
+
+#[test]
+fn interleaved_requests_across_three_servers_agree_with_the_models() {
+    let servers = [Valkey::start(), Valkey::start(), Valkey::start()];
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(300),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
+        ..ProptestConfig::default()
+    });
+    let strategy =
+        (prop::collection::vec(rule(), 2..=4), 1_600_000_000_000u64..1_900_000_000_000, requests(), schedule());
+    let result = runner.run(&strategy, |(rules, start, requests, schedule)| {
+        run_case(&servers, &rules, start, &requests, &schedule);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let (cases, undos) = (CASE.load(Ordering::Relaxed), UNDOS.load(Ordering::Relaxed));
+    println!("{cases} cases, {undos} undos");
+    assert!(undos >= cases / 2, "the cases undo: {undos} undos in {cases} cases");
+}

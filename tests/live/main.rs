@@ -1,0 +1,42 @@
+//! The tests that run real processes: Envoy with the built module, Valkey
+//! (standalone, Sentinel, cluster; Redis 7 with TLS), Docker Compose stacks.
+//! `make integration` runs them, two at a time, after `make build`. One
+//! module per topic; what they share (the processes, clients, builders) is
+//! `tests/support`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod auth;
+mod charges;
+mod cli_simulate_envoy;
+mod cluster;
+mod cluster_changes;
+mod cluster_count;
+mod cluster_cross;
+mod compose;
+mod compose_cluster;
+mod config_limits_envoy;
+mod differential;
+mod differential_adjust;
+mod differential_cross;
+mod differential_props;
+mod e2e;
+mod e2e_algorithms;
+mod e2e_fast;
+mod e2e_logins;
+mod e2e_rules;
+mod e2e_tokens;
+mod failures;
+mod hostile_requests;
+mod istio;
+mod packaging;
+mod packaging_compose;
+mod packaging_ecds;
+mod request_cost;
+mod script_acl;
+mod script_cost;
+mod sentinel;
+mod store_errors;
+mod tls_redis7;

@@ -1,0 +1,209 @@
+//! What the module costs Envoy per request, through a real Envoy whose
+//! limiter VM counts it (`TOLLGATE_COUNT_HOST_CALLS=1`, see
+//! `src/filter/calls.rs`): host calls, callbacks and buffers on the no-match,
+//! denied and allowed paths, pinned so that a change that adds one fails
+//! here (the figures are in docs/performance.md, "Where the time goes"); the
+//! callbacks the module exports; and a route whose filter is disabled, which
+//! never enters the module (docs/deploy.md).
+
+use crate::support;
+
+use std::time::Duration;
+use support::plugin::{plugin, rule};
+use support::{repo_root, wait_until, wasm_path, Envoy, EnvoyOptions, Valkey};
+
+/// The limiter VM's cost counters (`wasmcustom.tollgate.cost.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Counters {
+    requests: u64,
+    host_calls: u64,
+    callbacks: u64,
+    buffers: u64,
+}
+
+/// `envoy/envoy.yaml` rendered, with the limiter's VM counting its cost.
+fn counting(text: String) -> String {
+    let mut out = String::new();
+    let mut in_tollgate = false;
+    for line in text.lines() {
+        out.push_str(line);
+        out.push('\n');
+        in_tollgate |= line.trim() == "- name: tollgate";
+        if in_tollgate && line.trim() == "vm_config:" {
+            let indent = " ".repeat(line.len() - line.trim_start().len() + 2);
+            out.push_str(&format!(
+                "{indent}environment_variables: {{ key_values: {{ TOLLGATE_COUNT_HOST_CALLS: \"1\" }} }}\n"
+            ));
+            in_tollgate = false;
+        }
+    }
+    assert!(out.contains("TOLLGATE_COUNT_HOST_CALLS"), "the tollgate filter has a vm_config");
+    out
+}
+
+fn start(valkey: &Valkey, plugin_config: String, edit: &dyn Fn(String) -> String) -> Envoy {
+    let options = EnvoyOptions { plugin_config, valkey_port: valkey.port, concurrency: 1 };
+    let envoy = Envoy::try_start_edited(&options, &|text| counting(edit(text))).unwrap();
+    wait_until("the cost counters", Duration::from_secs(10), || {
+        envoy.stat("wasmcustom.tollgate.cost.requests_done").is_some()
+    });
+    envoy
+}
+
+/// The counters once every request context so far is deleted (a deletion
+/// reports `requests_done` after the rest, so they then hold every
+/// request's whole cost).
+fn settled(envoy: &Envoy) -> Counters {
+    let stat = |name: &str| envoy.stat(&format!("wasmcustom.tollgate.cost.{name}")).unwrap();
+    let mut counters = None;
+    wait_until("every request context deleted", Duration::from_secs(10), || {
+        let done = stat("requests_done");
+        let c = Counters {
+            requests: stat("requests"),
+            host_calls: stat("host_calls"),
+            callbacks: stat("callbacks"),
+            buffers: stat("buffers"),
+        };
+        counters = Some(c);
+        done == c.requests
+    });
+    counters.unwrap()
+}
+
+/// Host calls, callbacks and buffers of `n` requests made by `send`, each
+/// in its own sequence (one connection each, one after the other).
+fn cost(envoy: &Envoy, n: u64, send: impl Fn(u64)) -> (u64, u64, u64) {
+    let before = settled(envoy);
+    for i in 0..n {
+        send(i);
+    }
+    let after = settled(envoy);
+    assert_eq!(after.requests - before.requests, n, "one request context per request");
+    (after.host_calls - before.host_calls, after.callbacks - before.callbacks, after.buffers - before.buffers)
+}
+
+#[test]
+fn host_calls_and_vm_entries_per_request_on_each_path() {
+    let valkey = Valkey::start();
+    let limited = rule("limited").path_prefix("/limited").header("x-user").limit(1, "1h");
+    let envoy = start(&valkey, plugin().timeout("2s").with(limited).json(), &|text| text);
+    let get = |path: &str, user: &str| envoy.request("GET", path, &[("x-user", user)]).status;
+    // Open the store stream and put user `u` in the denial cache.
+    assert_eq!(get("/limited", "u"), 200);
+    assert_eq!(get("/limited", "u"), 429);
+    let n = 20;
+
+    // No rule matches: the prefilter reads `:path` (one host call, one
+    // buffer) and lets it go. Six callbacks: context creation, request
+    // headers, response headers, the upstream's response body (its data,
+    // then its end) and the context's deletion.
+    let no_match = cost(&envoy, n, |_| assert_eq!(get("/other", "u"), 200));
+    assert_eq!(no_match, (n, 6 * n, n), "(host calls, callbacks, buffers) of {n} unmatched requests");
+
+    // Denied from the denial cache: `:path` and `x-user` (two buffers), the
+    // clock, two counters (rule denied, cache hit) and the local reply. Five
+    // callbacks: the local reply's body comes in one piece.
+    let denied = cost(&envoy, n, |_| assert_eq!(get("/limited", "u"), 429));
+    assert_eq!(denied, (6 * n, 5 * n, 2 * n), "(host calls, callbacks, buffers) of {n} denials from the cache");
+
+    // Admitted by the store, one at a time: 21 host calls, 7 callbacks and 3
+    // buffers. The request's own callbacks, the stream message of the
+    // store's reply (the resume, the counters, the gauges and the tick going
+    // on and off) and the two RateLimit headers. A tick that falls within a
+    // slow round trip adds a callback and a host call or two, hence the
+    // ranges.
+    let allowed = cost(&envoy, n, |i| assert_eq!(get("/limited", &format!("user-{i}")), 200));
+    let per_request = |total: u64| total as f64 / n as f64;
+    let (host_calls, callbacks, buffers) = (per_request(allowed.0), per_request(allowed.1), per_request(allowed.2));
+    println!("per admitted request: {host_calls} host calls, {callbacks} callbacks, {buffers} buffers");
+    assert!((21.0..=22.5).contains(&host_calls), "host calls per admitted request: {host_calls} ({allowed:?})");
+    assert!((7.0..=8.0).contains(&callbacks), "callbacks per admitted request: {callbacks} ({allowed:?})");
+    assert!((3.0..=3.25).contains(&buffers), "buffers per admitted request: {buffers} ({allowed:?})");
+}
+
+/// The names of a module's exports.
+fn exports(module: &[u8]) -> Vec<String> {
+    fn leb(bytes: &[u8], at: &mut usize) -> usize {
+        let (mut value, mut shift) = (0usize, 0);
+        loop {
+            let byte = bytes[*at];
+            *at += 1;
+            value |= usize::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return value;
+            }
+            shift += 7;
+        }
+    }
+    assert_eq!(&module[..8], b"\0asm\x01\0\0\0", "a wasm module");
+    let mut at = 8;
+    while at < module.len() {
+        let id = module[at];
+        at += 1;
+        let size = leb(module, &mut at);
+        let end = at + size;
+        if id == 7 {
+            let mut names = Vec::new();
+            for _ in 0..leb(module, &mut at) {
+                let len = leb(module, &mut at);
+                names.push(String::from_utf8(module[at..at + len].to_vec()).unwrap());
+                at += len + 1;
+                leb(module, &mut at);
+            }
+            return names;
+        }
+        at = end;
+    }
+    Vec::new()
+}
+
+#[test]
+fn the_module_exports_only_the_callbacks_it_needs() {
+    let module = std::fs::read(wasm_path()).expect("the built module (make build)");
+    let mut exported = exports(&module);
+    exported.sort();
+    let graph = std::fs::read_to_string(repo_root().join("src/filter/exports.json")).unwrap();
+    let graph: serde_json::Value = serde_json::from_str(&graph).unwrap();
+    let mut kept: Vec<String> =
+        graph.as_array().unwrap().iter().map(|n| n["export"].as_str().unwrap().to_owned()).collect();
+    kept.sort();
+    assert_eq!(exported, kept, "make build keeps exactly the exports of src/filter/exports.json");
+    for callback in ["proxy_on_log", "proxy_on_done", "proxy_on_http_call_response"] {
+        assert!(!exported.iter().any(|e| e == callback), "{callback} is not exported");
+    }
+}
+
+/// The routes of the example in docs/deploy.md ("Routes without limits").
+fn documented_routes() -> Vec<String> {
+    let doc = std::fs::read_to_string(repo_root().join("docs/deploy.md")).unwrap();
+    let section = doc.split("## Routes without limits: skip the filter").nth(1).expect("the section");
+    let block = section.split("```yaml\n").nth(1).unwrap().split("```").next().unwrap();
+    assert!(block.starts_with("routes:\n") && block.contains("disabled: true"), "{block}");
+    block.lines().map(str::to_owned).collect()
+}
+
+/// The demo listener's routes replaced by `routes` (at the same indent).
+fn with_routes(text: String, routes: &[String]) -> String {
+    let demo = "                      routes:\n                        - match: { prefix: \"/\" }\n                          route: { cluster: demo_upstream }\n";
+    assert_eq!(text.matches(demo).count(), 1, "the demo listener's routes");
+    let indented: String = routes.iter().map(|l| format!("                      {l}\n")).collect();
+    text.replace(demo, &indented)
+}
+
+#[test]
+fn a_route_with_the_filter_disabled_never_enters_the_module() {
+    let valkey = Valkey::start();
+    let routes = documented_routes();
+    let everything = rule("everything").header("x-user").limit(1, "1h");
+    let envoy = start(&valkey, plugin().timeout("2s").with(everything).json(), &|text| with_routes(text, &routes));
+    let get = |path: &str| envoy.request("GET", path, &[("x-user", "u")]).status;
+    let before = settled(&envoy);
+    for _ in 0..5 {
+        assert_eq!(get("/healthz"), 200, "the rule (1 per hour) never sees /healthz");
+    }
+    let after = settled(&envoy);
+    assert_eq!(after, before, "no request to /healthz created a context in the module or called it");
+    assert_eq!(get("/"), 200);
+    assert_eq!(get("/"), 429, "the filter still limits the other routes");
+    assert_eq!(settled(&envoy).requests, before.requests + 2);
+}

@@ -1,0 +1,238 @@
+//! The differential harness of the differential and script tests (and of the
+//! `script_cost` and `algorithms_report` examples): the limiter called
+//! directly in a real Valkey next to the pure model, with injected time,
+//! through either path the filter may use ([`Path`]). It uses only `limiter::script` (encoding,
+//! the missing-code predicate) and `limiter::reply` (parsing), as the
+//! transport does.
+
+use super::valkey_stats::Conn;
+use super::{try_command, Valkey};
+use std::collections::BTreeMap;
+use std::num::NonZeroU64;
+use tollgate::limiter::model::Model;
+use tollgate::limiter::script::{encode_adjust, encode_call, encode_load, is_loaded, is_missing, limiter, Invocation};
+use tollgate::limiter::{reply, Adjustment, Algorithm, Check, Decision, Window};
+use tollgate::resp::Value;
+
+/// How the limiter is invoked: the script (`EVALSHA`, then `EVAL` when
+/// missing) or the function library (`FCALL`, then `FUNCTION LOAD` and
+/// `FCALL` again when missing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Script,
+    Function,
+}
+
+impl Path {
+    pub const ALL: [Path; 2] = [Path::Script, Path::Function];
+
+    /// The first invocation, and the one after loading.
+    pub fn invocations(self) -> [Invocation; 2] {
+        match self {
+            Path::Script => [Invocation::EvalSha, Invocation::Eval],
+            Path::Function => [Invocation::FCall, Invocation::FCall],
+        }
+    }
+}
+
+/// The limiter's raw reply to one call through `path` (loading the code when
+/// the server says it is missing). `now_ms` `None` means Valkey's clock.
+pub fn store_reply(port: u16, path: Path, checks: &[Check], now_ms: Option<u64>) -> Value {
+    decide_on(&mut Conn::connect(port), path, checks, now_ms)
+}
+
+/// [`store_reply`] on a given connection (e.g. one that has authenticated).
+/// A failed load is returned as the reply.
+pub fn decide_on(conn: &mut Conn, path: Path, checks: &[Check], now_ms: Option<u64>) -> Value {
+    let [first, retry] = path.invocations();
+    let reply = call(conn, first, checks, now_ms);
+    if !is_missing(&reply) {
+        return reply;
+    }
+    if path == Path::Function {
+        let mut load = Vec::new();
+        encode_load(&mut load, limiter());
+        let loaded = conn.pipeline(&load, 1).remove(0);
+        if !is_loaded(&loaded, limiter()) {
+            return loaded;
+        }
+    }
+    let reply = call(conn, retry, checks, now_ms);
+    assert!(!is_missing(&reply), "{path:?}: still missing after loading: {reply:?}");
+    reply
+}
+
+/// One decision through `path`.
+pub fn store_decide_via(valkey: &Valkey, path: Path, checks: &[Check], now_ms: Option<u64>) -> Decision {
+    let reply = store_reply(valkey.port, path, checks, now_ms);
+    assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
+    reply::parse(&reply, checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
+}
+
+/// The limiter through the function library; `now_ms` `None` means Valkey's clock.
+pub fn store_decide_at(valkey: &Valkey, checks: &[Check], now_ms: Option<u64>) -> Decision {
+    store_decide_via(valkey, Path::Function, checks, now_ms)
+}
+
+pub fn store_decide(valkey: &Valkey, checks: &[Check], now_ms: u64) -> Decision {
+    store_decide_at(valkey, checks, Some(now_ms))
+}
+
+/// One `adjust` through `path` (loading the code when missing): the state
+/// after it, as a decision.
+pub fn store_adjust_via(
+    valkey: &Valkey,
+    path: Path,
+    adjustments: &[Adjustment],
+    at_ms: u64,
+    now_ms: Option<u64>,
+) -> Decision {
+    let mut conn = Conn::connect(valkey.port);
+    let encode = |how| {
+        let mut body = Vec::new();
+        encode_adjust(&mut body, limiter(), how, adjustments, at_ms, now_ms);
+        body
+    };
+    let [first, retry] = path.invocations();
+    let mut reply = conn.pipeline(&encode(first), 1).remove(0);
+    if is_missing(&reply) {
+        if path == Path::Function {
+            let mut load = Vec::new();
+            encode_load(&mut load, limiter());
+            assert!(is_loaded(&conn.pipeline(&load, 1).remove(0), limiter()));
+        }
+        reply = conn.pipeline(&encode(retry), 1).remove(0);
+    }
+    assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
+    let checks: Vec<Check> = adjustments.iter().map(|a| a.check.clone()).collect();
+    reply::parse(&reply, &checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
+}
+
+fn call(conn: &mut Conn, how: Invocation, checks: &[Check], now_ms: Option<u64>) -> Value {
+    let mut body = Vec::new();
+    encode_call(&mut body, limiter(), how, checks, now_ms);
+    conn.pipeline(&body, 1).remove(0)
+}
+
+/// Sends one encoded command (re-split into arguments for the test client).
+pub fn raw_call(port: u16, body: &[u8]) -> Value {
+    let (Value::Array(items), used) = tollgate::resp::decode(body, &Default::default()).unwrap() else {
+        panic!("not one command")
+    };
+    assert_eq!(used, body.len(), "not one command");
+    let args: Vec<&[u8]> = items.iter().map(|v| v.as_bytes().unwrap()).collect();
+    try_command(port, &args).unwrap()
+}
+
+pub fn nz(n: u64) -> NonZeroU64 {
+    NonZeroU64::new(n).unwrap()
+}
+
+/// The checks builder the unit tests use (`Check::for_test`).
+#[path = "../../src/testing/check.rs"]
+mod checks;
+pub use checks::check;
+
+/// How long after its last admission a bucket's key lives (the script's
+/// `PEXPIRE`, without the injected-clock slack).
+pub fn ttl_ms(check: &Check) -> u64 {
+    let max = check.windows.iter().map(|w| w.period_ms.get()).max().unwrap_or(0);
+    match check.algorithm {
+        Algorithm::SlidingWindow => 2 * max,
+        _ => max,
+    }
+}
+
+/// Model and script side by side. Keys whose TTL has run out in injected
+/// time are deleted from Valkey only, as real expiry would: the model keeps
+/// its stale state, so agreement proves the TTLs are long enough.
+pub struct Differential<'a> {
+    pub valkey: &'a Valkey,
+    pub path: Path,
+    pub model: Model,
+    /// Per key: the time of its last admission and its TTL.
+    written: BTreeMap<String, (u64, u64)>,
+    pub steps: usize,
+    pub expired: usize,
+}
+
+impl<'a> Differential<'a> {
+    /// Through the function library.
+    pub fn new(valkey: &'a Valkey) -> Self {
+        Self::via(valkey, Path::Function)
+    }
+
+    pub fn via(valkey: &'a Valkey, path: Path) -> Self {
+        Self { valkey, path, model: Model::new(), written: BTreeMap::new(), steps: 0, expired: 0 }
+    }
+
+    /// Adjusts what a decision at `at` recorded, at `now`, in both, and
+    /// asserts identical answers and stored entries.
+    pub fn adjust(&mut self, adjustments: &[Adjustment], at: u64, now: u64) -> Decision {
+        self.expire(now);
+        let expected = self.model.adjust(adjustments, at, now);
+        let got = store_adjust_via(self.valkey, self.path, adjustments, at, Some(now));
+        assert_eq!(
+            got, expected,
+            "{:?} step {} at {now} ms: store and model disagree on adjusting (at {at}) {adjustments:#?}",
+            self.path, self.steps
+        );
+        for a in adjustments {
+            self.check_entries(&a.check);
+            if a.to > a.from {
+                self.written.insert(a.check.key.clone(), (now, ttl_ms(&a.check)));
+            }
+        }
+        self.steps += 1;
+        got
+    }
+
+    fn check_entries(&self, c: &Check) {
+        if c.algorithm == Algorithm::SlidingLog {
+            let zcard = self.valkey.int(&["ZCARD", &c.key]);
+            assert_eq!(zcard as usize, self.model.entries(&c.key), "step {}: entries of {}", self.steps, c.key);
+        }
+    }
+
+    /// Deletes from Valkey the keys whose TTL ran out by `now`.
+    fn expire(&mut self, now: u64) {
+        let due: Vec<String> = self
+            .written
+            .iter()
+            .filter(|(_, &(at, ttl))| now.saturating_sub(at) >= ttl)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            self.valkey.cmd(&["DEL", &key]);
+            self.written.remove(&key);
+            self.expired += 1;
+        }
+    }
+
+    /// Decides `checks` at `now` in both and asserts identical answers.
+    pub fn step(&mut self, checks: &[Check], now: u64) -> Decision {
+        self.expire(now);
+        let expected = self.model.decide(checks, now);
+        let got = store_decide_via(self.valkey, self.path, checks, Some(now));
+        assert_eq!(
+            got, expected,
+            "{:?} step {} at {now} ms: store and model disagree on {checks:#?}",
+            self.path, self.steps
+        );
+        for c in checks {
+            self.check_entries(c);
+            if got.allowed && !c.check_only {
+                self.written.insert(c.key.clone(), (now, ttl_ms(c)));
+            }
+        }
+        self.steps += 1;
+        got
+    }
+
+    /// Runs `(time, checks)` steps.
+    pub fn run(&mut self, steps: &[(u64, Vec<Check>)]) {
+        for (now, checks) in steps {
+            self.step(checks, *now);
+        }
+    }
+}
