@@ -155,7 +155,7 @@ fn mutate(doc: &mut J, kind: u8, pick: usize, value: usize, name: usize) {
 }
 
 fn new_stage1(bytes: &[u8]) -> Result<(), String> {
-    read::document(bytes).map(|_| ()).map_err(|e| e.to_string())
+    read::document::<super::super::raw::RawConfig>(bytes).map(|_| ()).map_err(|e| e.to_string())
 }
 
 #[test]
