@@ -96,6 +96,12 @@ pub(crate) trait Shaped: Sized {
     fn from_slot(slot: Option<Node>) -> Option<Self> {
         Self::from_node(slot?)
     }
+
+    /// The value of the field in `slot`, taken out of it (one call per
+    /// field type, not per field: the code stays small).
+    fn take(slot: Option<&mut Option<Node>>) -> Option<Self> {
+        Self::from_slot(slot.and_then(Option::take))
+    }
 }
 
 /// A struct read from a JSON object, declared with [`objects!`].
@@ -114,11 +120,11 @@ impl<T: Shaped> Shaped for Option<T> {
         T::from_node(node).map(Some)
     }
 
+    /// Never `None` (a node of another kind, which the reader never gives,
+    /// reads as absent): only required fields can fail an object, which
+    /// keeps the module smaller.
     fn from_slot(slot: Option<Node>) -> Option<Self> {
-        match slot {
-            None => Some(None),
-            Some(node) => Self::from_node(node),
-        }
+        Some(slot.and_then(T::from_node))
     }
 }
 
@@ -127,7 +133,11 @@ impl<T: Shaped> Shaped for Vec<T> {
 
     fn from_node(node: Node) -> Option<Self> {
         let Node::Arr(items) = node else { return None };
-        items.into_iter().map(T::from_node).collect()
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            out.push(T::from_node(item)?);
+        }
+        Some(out)
     }
 }
 
@@ -257,9 +267,14 @@ macro_rules! objects {
                 },)*],
             };
 
-            fn from_slots(slots: Vec<Option<$crate::config::read::Node>>) -> Option<Self> {
-                let [$($field,)*] = <[_; <$name as $crate::config::shape::Object>::SHAPE.fields.len()]>::try_from(slots).ok()?;
-                Some($name { $($field: <$ty as $crate::config::shape::Shaped>::from_slot($field)?,)* })
+            fn from_slots(mut slots: Vec<Option<$crate::config::read::Node>>) -> Option<Self> {
+                let mut slots = slots.iter_mut();
+                $(let $field = <$ty as $crate::config::shape::Shaped>::take(slots.next());)*
+                // One exit for all fields, not one per field: less code.
+                match ($($field,)*) {
+                    ($(Some($field),)*) => Some($name { $($field,)* }),
+                    _ => None,
+                }
             }
         }
 
