@@ -2,7 +2,7 @@
 
 use super::error::ConfigError;
 use super::primitives::{fail, header_name};
-use super::raw::{RawKeyPart, RawPrefixes};
+use super::raw::{RawKeyPart, StrOrObj};
 
 /// Most key parts in one rule.
 pub const MAX_KEY_PARTS: usize = 8;
@@ -94,7 +94,7 @@ const SOURCES: &str = "header, query, cookie, remote_address, forwarded_for, lit
 
 fn key_part(path: &str, raw: RawKeyPart) -> Result<KeyPart, ConfigError> {
     let part = match raw {
-        RawKeyPart::Named(name) => {
+        StrOrObj::Str(name) => {
             let source = match name.as_str() {
                 "path" => KeySource::Path,
                 "method" => KeySource::Method,
@@ -103,7 +103,7 @@ fn key_part(path: &str, raw: RawKeyPart) -> Result<KeyPart, ConfigError> {
             };
             return Ok(KeyPart { source, on_missing: OnMissing::SkipRule });
         }
-        RawKeyPart::Object(part) => part,
+        StrOrObj::Obj(part) => part,
     };
     let mut sources: Vec<KeySource> = Vec::new();
     if let Some(name) = &part.header {
@@ -116,7 +116,7 @@ fn key_part(path: &str, raw: RawKeyPart) -> Result<KeyPart, ConfigError> {
         sources.push(KeySource::Cookie(non_empty(&format!("{path}.cookie"), name)?));
     }
     if let Some(p) = part.remote_address {
-        sources.push(KeySource::RemoteAddress(prefixes(&format!("{path}.remote_address"), &p)?));
+        sources.push(KeySource::RemoteAddress(prefixes(&format!("{path}.remote_address"), p.v4_prefix, p.v6_prefix)?));
     }
     if let Some(f) = part.forwarded_for {
         let base = format!("{path}.forwarded_for");
@@ -125,7 +125,7 @@ fn key_part(path: &str, raw: RawKeyPart) -> Result<KeyPart, ConfigError> {
             Some(n) if n <= 32 => n,
             Some(_) => return fail(format!("{base}.trusted_hops"), "must be <= 32"),
         };
-        sources.push(KeySource::ForwardedFor { trusted_hops, prefixes: prefixes(&base, &f.prefixes)? });
+        sources.push(KeySource::ForwardedFor { trusted_hops, prefixes: prefixes(&base, f.v4_prefix, f.v6_prefix)? });
     }
     if let Some(value) = part.literal {
         sources.push(KeySource::Literal(bounded(&format!("{path}.literal"), value)?));
@@ -142,14 +142,14 @@ fn key_part(path: &str, raw: RawKeyPart) -> Result<KeyPart, ConfigError> {
     };
     let on_missing = match part.on_missing {
         None => OnMissing::SkipRule,
-        Some(Ok(s)) if s == "skip_rule" => OnMissing::SkipRule,
-        Some(Ok(s)) => {
+        Some(StrOrObj::Str(s)) if s == "skip_rule" => OnMissing::SkipRule,
+        Some(StrOrObj::Str(s)) => {
             return fail(
                 format!("{path}.on_missing"),
                 format!("unknown value {s:?}, expected \"skip_rule\" or {{\"default\": VALUE}}"),
             )
         }
-        Some(Err(default)) => OnMissing::Default(bounded(&format!("{path}.on_missing.default"), default)?),
+        Some(StrOrObj::Obj(d)) => OnMissing::Default(bounded(&format!("{path}.on_missing.default"), d.default)?),
     };
     Ok(KeyPart { source, on_missing })
 }
@@ -168,7 +168,7 @@ fn bounded(path: &str, value: String) -> Result<String, ConfigError> {
     Ok(value)
 }
 
-fn prefixes(path: &str, raw: &RawPrefixes) -> Result<Prefixes, ConfigError> {
+fn prefixes(path: &str, v4_prefix: Option<u32>, v6_prefix: Option<u32>) -> Result<Prefixes, ConfigError> {
     let bits = |value: Option<u32>, max: u8, field: &str| -> Result<u8, ConfigError> {
         match value.map(u8::try_from) {
             None => Ok(max),
@@ -176,7 +176,7 @@ fn prefixes(path: &str, raw: &RawPrefixes) -> Result<Prefixes, ConfigError> {
             Some(_) => fail(format!("{path}.{field}"), format!("must be <= {max}")),
         }
     };
-    Ok(Prefixes { v4: bits(raw.v4_prefix, 32, "v4_prefix")?, v6: bits(raw.v6_prefix, 128, "v6_prefix")? })
+    Ok(Prefixes { v4: bits(v4_prefix, 32, "v4_prefix")?, v6: bits(v6_prefix, 128, "v6_prefix")? })
 }
 
 fn property(path: &str, segments: Vec<String>) -> Result<Vec<String>, ConfigError> {

@@ -37,10 +37,11 @@
 //! # Document
 //!
 //! The reference of every field, with an example of each match condition and
-//! key part, is `docs/configuration.md`; the JSON Schema generated from the
-//! shape table (`shape.rs`) is `schema/tollgate.schema.json`. Every error
-//! message has a fixture in `tests/fixtures/config/invalid/` (the file's JSON
-//! and its exact message), so the fixtures are the catalogue of errors.
+//! key part, is `docs/configuration.md`; the JSON Schema, generated from the
+//! shapes of the structs declared in `raw.rs`, is
+//! `schema/tollgate.schema.json`. Every error message has a fixture in
+//! `tests/fixtures/config/invalid/` (the file's JSON and its exact message),
+//! so the fixtures are the catalogue of errors.
 //!
 //! # Errors
 //!
@@ -49,8 +50,9 @@
 //! are not plain identifiers are quoted (`rules[0]["per od"]`); problems with
 //! the document as a whole have the path `(root)`.
 //!
-//! Parsing has two stages. `read` parses the JSON against the shape table in
-//! one streaming pass and stops at the first problem of syntax or shape
+//! Parsing has two stages. `read` parses the JSON against the shapes of the
+//! structs of `raw.rs` (each field named once there) in one streaming pass,
+//! into those structs, and stops at the first problem of syntax or shape
 //! (unknown, repeated or missing field, wrong JSON type). `validate` then
 //! checks meaning and builds the public types, in which invalid states cannot
 //! be represented ([`NonZeroU64`] limits and periods). It checks each section
@@ -204,13 +206,11 @@ impl Config {
     /// first of syntax or shape alone (parsing stops there), or else the first
     /// of each section and of each rule, in document order (never empty).
     pub fn from_json_all(bytes: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
-        let fields = read::document(bytes).map_err(|err| vec![err])?;
-        let unshaped = || vec![ConfigError::new(error::ROOT, "invalid configuration")];
-        let raw = raw::RawConfig::from_fields(fields).ok_or_else(unshaped)?;
+        let raw = read::document::<raw::RawConfig>(bytes).map_err(|err| vec![err])?;
         let mut errors = Vec::new();
         match validate::config(raw, env, &mut errors) {
             Some(config) if errors.is_empty() => Ok(config),
-            _ if errors.is_empty() => Err(unshaped()),
+            _ if errors.is_empty() => Err(vec![ConfigError::new(error::ROOT, "invalid configuration")]),
             _ => Err(errors),
         }
     }

@@ -8,7 +8,7 @@ use serde_json::Number;
 
 use super::duration::{self, DurationError};
 use super::error::ConfigError;
-use super::read::Loose;
+use super::raw::{Loose, RawDuration};
 use super::{Bounds, MAX_ACCESS_NAME_BYTES, MAX_CLUSTER_BYTES, MAX_LIMIT, MAX_NAME_CHARS};
 
 const NAME_CHARS: &str = "allowed are A-Z, a-z, 0-9, '.', '_', ':' and '-'";
@@ -133,12 +133,12 @@ pub(crate) fn limit_count(path: &str, number: &Number) -> Result<NonZeroU64, Con
 /// A duration in `(0, max_ms]` and its label (the string as written, or
 /// `"<N>s"` for an integer); `max_label` spells `max_ms` in messages.
 pub(crate) fn duration(
-    value: &Loose,
+    value: &RawDuration,
     path: &str,
     max_ms: u64,
     max_label: &str,
 ) -> Result<(NonZeroU64, String), ConfigError> {
-    let (parsed, label) = match value {
+    let (parsed, label) = match &value.0 {
         Loose::Str(text) => (duration::parse_str(text), text.clone()),
         Loose::Num(n) => match n.as_u64() {
             Some(seconds) => (duration::from_seconds(seconds), format!("{seconds}s")),

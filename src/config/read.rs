@@ -1,8 +1,9 @@
-//! Stage 1: reading the JSON document against [`shape`](super::shape), in one
-//! streaming pass over serde_json's parser.
+//! Stage 1: reading the JSON document against the shapes of the structs of
+//! [`raw`](super::raw) ([`shape`](super::shape)), in one streaming pass over
+//! serde_json's parser, into those structs.
 //!
-//! One generic reader (a `DeserializeSeed` driven by the shape table) replaces
-//! a derived deserializer per struct: the module stays small, and the reader
+//! One generic reader (a `DeserializeSeed` driven by the shapes) replaces a
+//! derived deserializer per struct: the module stays small, and the reader
 //! knows the path of every value, so shape errors carry it. Errors come in
 //! document order, as the parser meets them: a JSON syntax error, an unknown
 //! or repeated field, a value of the wrong JSON type, and, at the end of an
@@ -15,7 +16,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde_json::Number;
 
 use super::error::{from_json_syntax, render, ConfigError, Seg};
-use super::shape::{Kind, Shape, CONFIG};
+use super::shape::{Kind, Object, Shape};
 
 /// A value that passed the shape check.
 #[derive(Debug)]
@@ -25,12 +26,14 @@ pub(crate) enum Node {
     /// `Kind::Number`, `Kind::U64` and `Kind::U32` (the last two in range).
     Num(Number),
     /// `Kind::Duration` and `Kind::Any`: any JSON value, checked later.
-    Duration(Loose),
-    Obj(Fields),
+    Loose(Loose),
+    /// An object's fields, by position in its shape; `None` when absent or
+    /// `null` (optional fields only: required ones are always there).
+    Obj(Vec<Option<Node>>),
     Arr(Vec<Node>),
 }
 
-/// A duration as written: any JSON value (checked by `primitives::duration`).
+/// Any JSON value, as far as later checks need it (durations, status codes).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Loose {
     Str(String),
@@ -41,105 +44,22 @@ pub(crate) enum Loose {
     Object,
 }
 
-/// The fields of an object, by position in its shape; `None` when absent or
-/// `null` (optional fields only: required ones are always there).
-#[derive(Debug)]
-pub(crate) struct Fields {
-    shape: &'static Shape,
-    slots: Vec<Option<Node>>,
-}
-
-impl Fields {
-    fn take(&mut self, name: &str) -> Option<Node> {
-        let index = self.shape.index(name)?;
-        self.slots.get_mut(index)?.take()
-    }
-
-    pub(crate) fn str(&mut self, name: &str) -> Option<String> {
-        match self.take(name)? {
-            Node::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn bool(&mut self, name: &str) -> Option<bool> {
-        match self.take(name)? {
-            Node::Bool(b) => Some(b),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn number(&mut self, name: &str) -> Option<Number> {
-        match self.take(name)? {
-            Node::Num(n) => Some(n),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn u64(&mut self, name: &str) -> Option<u64> {
-        self.number(name)?.as_u64()
-    }
-
-    pub(crate) fn u32(&mut self, name: &str) -> Option<u32> {
-        u32::try_from(self.u64(name)?).ok()
-    }
-
-    pub(crate) fn duration(&mut self, name: &str) -> Option<Loose> {
-        match self.take(name)? {
-            Node::Duration(d) => Some(d),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn obj(&mut self, name: &str) -> Option<Fields> {
-        match self.take(name)? {
-            Node::Obj(f) => Some(f),
-            _ => None,
-        }
-    }
-
-    /// A `Kind::StrOrObj` field.
-    pub(crate) fn str_or_obj(&mut self, name: &str) -> Option<Result<String, Fields>> {
-        match self.take(name)? {
-            Node::Str(s) => Some(Ok(s)),
-            Node::Obj(f) => Some(Err(f)),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn arr(&mut self, name: &str) -> Option<Vec<Node>> {
-        match self.take(name)? {
-            Node::Arr(items) => Some(items),
-            _ => None,
-        }
-    }
-
-    /// A `Kind::Arr(&Kind::Any)` field.
-    pub(crate) fn loose_items(&mut self, name: &str) -> Option<Vec<Loose>> {
-        let items = self.arr(name)?;
-        Some(items.into_iter().filter_map(|n| if let Node::Duration(l) = n { Some(l) } else { None }).collect())
-    }
-
-    /// A `Kind::Arr(&Kind::Str)` field.
-    pub(crate) fn strings(&mut self, name: &str) -> Option<Vec<String>> {
-        let items = self.arr(name)?;
-        Some(items.into_iter().filter_map(|n| if let Node::Str(s) = n { Some(s) } else { None }).collect())
-    }
-}
-
-/// Reads `bytes` as a document of shape [`CONFIG`].
-pub(crate) fn document(bytes: &[u8]) -> Result<Fields, ConfigError> {
+/// Reads `bytes` as a document of `T`'s shape, into a `T`.
+pub(crate) fn document<T: Object>(bytes: &[u8]) -> Result<T, ConfigError> {
     let reader = Reader::default();
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let seed = Seed { reader: &reader, kind: Kind::Obj(&CONFIG), optional: false };
+    let seed = Seed { reader: &reader, kind: Kind::Obj(&T::SHAPE), optional: false };
     let root = match seed.deserialize(&mut deserializer) {
         Ok(root) => root,
         Err(err) => return Err(reader.error.take().unwrap_or_else(|| from_json_syntax(&err))),
     };
     deserializer.end().map_err(|err| from_json_syntax(&err))?;
+    // The reader checked every node against the shape `T` was declared
+    // with, so the conversion cannot fail.
+    let unshaped = || ConfigError::new(super::error::ROOT, "invalid configuration");
     match root {
-        Some(Node::Obj(fields)) => Ok(fields),
-        _ => Err(ConfigError::new(super::error::ROOT, "invalid type: expected an object")),
+        Some(Node::Obj(slots)) => T::from_slots(slots).ok_or_else(unshaped),
+        _ => Err(unshaped()),
     }
 }
 
@@ -212,7 +132,7 @@ impl Seed<'_> {
         Err(self.reader.fail(None, format!("invalid value: {found}, expected {}", self.kind.expected())))
     }
 
-    fn fields<'de, A: MapAccess<'de>>(self, shape: &'static Shape, mut map: A) -> Result<Fields, A::Error> {
+    fn fields<'de, A: MapAccess<'de>>(self, shape: &'static Shape, mut map: A) -> Result<Vec<Option<Node>>, A::Error> {
         let mut slots: Vec<Option<Node>> = shape.fields.iter().map(|_| None).collect();
         let mut seen = vec![false; shape.fields.len()];
         while let Some(key) = map.next_key::<String>()? {
@@ -242,7 +162,7 @@ impl Seed<'_> {
         if let Some((field, _)) = shape.fields.iter().zip(&seen).find(|(f, seen)| f.required && !**seen) {
             return Err(self.reader.fail(Some(field.name), "missing field".to_owned()));
         }
-        Ok(Fields { shape, slots })
+        Ok(slots)
     }
 }
 
@@ -264,7 +184,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
         match self.kind {
             _ if self.optional => Ok(None),
-            Kind::Duration | Kind::Any => Ok(Some(Node::Duration(Loose::Null))),
+            Kind::Duration | Kind::Any => Ok(Some(Node::Loose(Loose::Null))),
             _ => self.wrong_type(Found::Null),
         }
     }
@@ -272,7 +192,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Self::Value, E> {
         match self.kind {
             Kind::Bool => Ok(Some(Node::Bool(b))),
-            Kind::Duration | Kind::Any => Ok(Some(Node::Duration(Loose::Bool(b)))),
+            Kind::Duration | Kind::Any => Ok(Some(Node::Loose(Loose::Bool(b)))),
             _ => self.wrong_type(Found::Bool(b)),
         }
     }
@@ -281,7 +201,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
         match self.kind {
             Kind::U32 if u32::try_from(n).is_err() => self.wrong_value(Found::Unsigned(n)),
             Kind::U64 | Kind::U32 | Kind::Number => Ok(Some(Node::Num(n.into()))),
-            Kind::Duration | Kind::Any => Ok(Some(Node::Duration(Loose::Num(n.into())))),
+            Kind::Duration | Kind::Any => Ok(Some(Node::Loose(Loose::Num(n.into())))),
             _ => self.wrong_type(Found::Unsigned(n)),
         }
     }
@@ -291,7 +211,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
             (Kind::U64 | Kind::U32, Ok(n)) => self.visit_u64(n),
             (Kind::U64 | Kind::U32, Err(_)) => self.wrong_value(Found::Signed(n)),
             (Kind::Number, _) => Ok(Some(Node::Num(n.into()))),
-            (Kind::Duration | Kind::Any, _) => Ok(Some(Node::Duration(Loose::Num(n.into())))),
+            (Kind::Duration | Kind::Any, _) => Ok(Some(Node::Loose(Loose::Num(n.into())))),
             _ => self.wrong_type(Found::Signed(n)),
         }
     }
@@ -299,8 +219,8 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<Self::Value, E> {
         match (self.kind, Number::from_f64(x)) {
             (Kind::Number, Some(n)) => Ok(Some(Node::Num(n))),
-            (Kind::Duration | Kind::Any, Some(n)) => Ok(Some(Node::Duration(Loose::Num(n)))),
-            (Kind::Duration | Kind::Any, None) => Ok(Some(Node::Duration(Loose::Null))),
+            (Kind::Duration | Kind::Any, Some(n)) => Ok(Some(Node::Loose(Loose::Num(n)))),
+            (Kind::Duration | Kind::Any, None) => Ok(Some(Node::Loose(Loose::Null))),
             _ => self.wrong_type(Found::Float(x)),
         }
     }
@@ -308,7 +228,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
         match self.kind {
             Kind::Str | Kind::StrOrObj(_) => Ok(Some(Node::Str(s.to_owned()))),
-            Kind::Duration | Kind::Any => Ok(Some(Node::Duration(Loose::Str(s.to_owned())))),
+            Kind::Duration | Kind::Any => Ok(Some(Node::Loose(Loose::Str(s.to_owned())))),
             _ => self.wrong_type(Found::Str(s)),
         }
     }
@@ -320,7 +240,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
                 // Read through the same seed, so serde_json's recursion
                 // limit applies to nested values as everywhere else.
                 while seq.next_element_seed(self)?.is_some() {}
-                return Ok(Some(Node::Duration(Loose::Array)));
+                return Ok(Some(Node::Loose(Loose::Array)));
             }
             _ => return self.wrong_type(Found::Array),
         };
@@ -345,7 +265,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
                 while map.next_key::<IgnoredAny>()?.is_some() {
                     map.next_value_seed(self)?;
                 }
-                Ok(Some(Node::Duration(Loose::Object)))
+                Ok(Some(Node::Loose(Loose::Object)))
             }
             _ => self.wrong_type(Found::Object),
         }

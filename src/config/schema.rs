@@ -1,5 +1,5 @@
 //! The JSON Schema (draft 2020-12) of the plugin configuration, generated
-//! from the shape table the parser reads with ([`super::shape`]): objects,
+//! from the shapes the parser reads with (declared in [`super::raw`]): objects,
 //! field names, JSON types, required fields and `null` for optional ones come
 //! from it; each field's description and simple value rules (ranges, enums,
 //! patterns, "exactly one of") from [`super::schema_fields`], built from the
@@ -13,8 +13,9 @@
 
 use serde_json::{json, Map, Value};
 
+use super::raw::RawConfig;
 use super::schema_fields::{field_facts, DURATION_PATTERN};
-use super::shape::{Kind, Shape, CONFIG};
+use super::shape::{Kind, Object, Shape};
 
 /// Where the committed schema lives, relative to the repository root.
 pub const SCHEMA_PATH: &str = "schema/tollgate.schema.json";
@@ -28,7 +29,7 @@ pub fn json_schema_text() -> String {
 
 /// The schema.
 pub fn json_schema() -> Value {
-    let mut root = object_schema(&CONFIG, "");
+    let mut root = object_schema(&RawConfig::SHAPE, "");
     if let Value::Object(map) = &mut root {
         let mut head = Map::new();
         head.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
@@ -153,7 +154,7 @@ fn nullable(schema: Value) -> Value {
     }
 }
 
-/// Every path the shape table has, in table order (for the test that each
+/// Every path the shapes have, in field order (for the test that each
 /// one is described).
 pub fn field_paths() -> Vec<String> {
     fn walk(kind: Kind, path: &str, out: &mut Vec<String>) {
@@ -170,6 +171,6 @@ pub fn field_paths() -> Vec<String> {
         }
     }
     let mut out = Vec::new();
-    walk(Kind::Obj(&CONFIG), "", &mut out);
+    walk(Kind::Obj(&RawConfig::SHAPE), "", &mut out);
     out
 }

@@ -1,11 +1,19 @@
 //! The shape of the document: every object, its fields in order, and the JSON
-//! type each field must have. One table, read twice: [`super::read`] enforces
-//! it while parsing (shape errors, with their paths), and the JSON Schema
+//! type each field must have. The shapes are not written by hand: the
+//! [`objects!`] macro derives each one from the struct that receives the
+//! object (`super::raw`), so a field's name is written once, as a Rust field
+//! name, and stage 2 can only read fields that exist (a wrong name does not
+//! compile). The shape is read twice: [`super::read`] enforces it while
+//! parsing (shape errors, with their paths), and the JSON Schema
 //! (`schema/tollgate.schema.json`, host-only `super::schema`) is generated
 //! from it, so the two cannot disagree on names, types or required fields.
 //!
 //! Field order matters: it is the order of "expected one of ..." in unknown
 //! field errors and the order in which missing fields are reported.
+
+use serde_json::Number;
+
+use super::read::{Loose, Node};
 
 /// The JSON type a field must have.
 #[derive(Debug, Clone, Copy)]
@@ -73,155 +81,216 @@ impl Shape {
     }
 }
 
-const fn req(name: &'static str, kind: Kind) -> Field {
-    Field { name, kind, required: true }
+/// A type a field is read into: the JSON kind the reader checks, whether the
+/// field is required, and the value of a node that passed the check.
+pub(crate) trait Shaped: Sized {
+    const KIND: Kind;
+    /// `Option<T>` fields are optional, every other field is required.
+    const REQUIRED: bool = true;
+
+    /// The value of a node of kind [`Self::KIND`] (`None` only if the reader
+    /// broke its own shape).
+    fn from_node(node: Node) -> Option<Self>;
+
+    /// The value of a field: its node, or `None` when it was left out.
+    fn from_slot(slot: Option<Node>) -> Option<Self> {
+        Self::from_node(slot?)
+    }
+
+    /// The value of the field in `slot`, taken out of it (one call per
+    /// field type, not per field: the code stays small).
+    fn take(slot: Option<&mut Option<Node>>) -> Option<Self> {
+        Self::from_slot(slot.and_then(Option::take))
+    }
 }
 
-const fn opt(name: &'static str, kind: Kind) -> Field {
-    Field { name, kind, required: false }
+/// A struct read from a JSON object, declared with [`objects!`].
+pub(crate) trait Object: Sized {
+    const SHAPE: Shape;
+
+    /// The struct from the object's fields, in shape order.
+    fn from_slots(slots: Vec<Option<Node>>) -> Option<Self>;
 }
 
-/// The whole document.
-pub(crate) const CONFIG: Shape = Shape {
-    fields: &[
-        req("valkey", Kind::Obj(&VALKEY)),
-        opt("failure_mode", Kind::Str),
-        opt("local_limiter", Kind::Obj(&LOCAL_LIMITER)),
-        opt("overload", Kind::Str),
-        req("rules", Kind::Arr(&RULE_OBJ)),
-        opt("response", Kind::Obj(&RESPONSE)),
-        opt("shadow", Kind::Bool),
-        opt("denial_cache", Kind::Obj(&DENIAL_CACHE)),
-        opt("max_body_bytes", Kind::U64),
-        opt("testing", Kind::Obj(&TESTING)),
-    ],
-};
+impl<T: Shaped> Shaped for Option<T> {
+    const KIND: Kind = T::KIND;
+    const REQUIRED: bool = false;
 
-pub(crate) const VALKEY: Shape = Shape {
-    fields: &[
-        req("cluster", Kind::Str),
-        opt("timeout", Kind::Duration),
-        opt("key_prefix", Kind::Str),
-        opt("max_in_flight", Kind::U64),
-        opt("max_batch", Kind::U64),
-        opt("max_queue", Kind::U64),
-        opt("invoke", Kind::Str),
-        opt("username", Kind::Str),
-        opt("password_env", Kind::Str),
-        opt("sentinel", Kind::Obj(&SENTINEL)),
-        opt("cluster_mode", Kind::Obj(&CLUSTER_MODE)),
-    ],
-};
+    fn from_node(node: Node) -> Option<Self> {
+        T::from_node(node).map(Some)
+    }
 
-pub(crate) const SENTINEL: Shape =
-    Shape { fields: &[req("cluster", Kind::Str), req("master_name", Kind::Str), opt("refresh", Kind::Duration)] };
+    /// Never `None` (a node of another kind, which the reader never gives,
+    /// reads as absent): only required fields can fail an object, which
+    /// keeps the module smaller.
+    fn from_slot(slot: Option<Node>) -> Option<Self> {
+        Some(slot.and_then(T::from_node))
+    }
+}
 
-pub(crate) const CLUSTER_MODE: Shape = Shape { fields: &[req("seeds", Kind::Str), opt("refresh", Kind::Duration)] };
+impl<T: Shaped> Shaped for Vec<T> {
+    const KIND: Kind = Kind::Arr(&T::KIND);
 
-pub(crate) const DENIAL_CACHE: Shape = Shape { fields: &[opt("max_keys", Kind::U64)] };
+    fn from_node(node: Node) -> Option<Self> {
+        let Node::Arr(items) = node else { return None };
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            out.push(T::from_node(item)?);
+        }
+        Some(out)
+    }
+}
 
-pub(crate) const LOCAL_LIMITER: Shape = Shape { fields: &[opt("share", Kind::Number), opt("max_keys", Kind::U64)] };
+/// A field that is a string or an object (`rules[].key[]`, `on_missing`).
+#[derive(Debug)]
+pub(crate) enum StrOrObj<T> {
+    Str(String),
+    Obj(T),
+}
 
-const RULE_OBJ: Kind = Kind::Obj(&RULE);
+impl<T: Object> Shaped for StrOrObj<T> {
+    const KIND: Kind = Kind::StrOrObj(&T::SHAPE);
 
-pub(crate) const RULE: Shape = Shape {
-    fields: &[
-        req("name", Kind::Str),
-        opt("match", Kind::Obj(&MATCH)),
-        opt("key", Kind::Arr(&KEY_PART_ITEM)),
-        req("limits", Kind::Arr(&LIMIT_OBJ)),
-        opt("algorithm", Kind::Str),
-        opt("cost", Kind::Number),
-        opt("shadow", Kind::Bool),
-        opt("hash_tag", Kind::U64),
-        opt("count", Kind::Obj(&COUNT)),
-    ],
-};
+    fn from_node(node: Node) -> Option<Self> {
+        match node {
+            Node::Str(s) => Some(StrOrObj::Str(s)),
+            Node::Obj(slots) => T::from_slots(slots).map(StrOrObj::Obj),
+            _ => None,
+        }
+    }
+}
 
-const ANY: Kind = Kind::Any;
+/// A duration as written: any JSON value (checked by `primitives::duration`).
+#[derive(Debug)]
+pub(crate) struct RawDuration(pub(crate) Loose);
 
-/// `rules[].count`: the rule counts what the response says.
-pub(crate) const COUNT: Shape = Shape {
-    fields: &[
-        opt("status", Kind::Arr(&ANY)),
-        opt("header", Kind::Obj(&HEADER_MATCH)),
-        opt("reserve", Kind::Obj(&RESERVE)),
-        opt("cost", Kind::Obj(&COST)),
-    ],
-};
+impl Shaped for RawDuration {
+    const KIND: Kind = Kind::Duration;
 
-pub(crate) const RESERVE: Shape = Shape {
-    fields: &[
-        opt("units", Kind::Number),
-        opt("header", Kind::Str),
-        opt("body", Kind::Str),
-        opt("default", Kind::Number),
-    ],
-};
+    fn from_node(node: Node) -> Option<Self> {
+        Loose::from_node(node).map(RawDuration)
+    }
+}
 
-pub(crate) const COST: Shape = Shape { fields: &[opt("header", Kind::Str), opt("body", Kind::Str)] };
+impl Shaped for Loose {
+    const KIND: Kind = Kind::Any;
 
-const STR: Kind = Kind::Str;
-const HEADER_MATCH_OBJ: Kind = Kind::Obj(&HEADER_MATCH);
+    fn from_node(node: Node) -> Option<Self> {
+        match node {
+            Node::Loose(value) => Some(value),
+            _ => None,
+        }
+    }
+}
 
-pub(crate) const MATCH: Shape = Shape {
-    fields: &[
-        opt("path", Kind::Str),
-        opt("path_prefix", Kind::Str),
-        opt("path_regex", Kind::Str),
-        opt("methods", Kind::Arr(&STR)),
-        opt("authority", Kind::Str),
-        opt("headers", Kind::Arr(&HEADER_MATCH_OBJ)),
-    ],
-};
+impl Shaped for String {
+    const KIND: Kind = Kind::Str;
 
-pub(crate) const HEADER_MATCH: Shape = Shape {
-    fields: &[
-        req("name", Kind::Str),
-        opt("present", Kind::Bool),
-        opt("exact", Kind::Str),
-        opt("prefix", Kind::Str),
-        opt("regex", Kind::Str),
-        opt("invert", Kind::Bool),
-    ],
-};
+    fn from_node(node: Node) -> Option<Self> {
+        match node {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
 
-const KEY_PART_ITEM: Kind = Kind::StrOrObj(&KEY_PART);
+impl Shaped for bool {
+    const KIND: Kind = Kind::Bool;
 
-/// A key part in object form (the string forms are `"path"`, `"method"` and
-/// `"authority"`).
-pub(crate) const KEY_PART: Shape = Shape {
-    fields: &[
-        opt("header", Kind::Str),
-        opt("query", Kind::Str),
-        opt("cookie", Kind::Str),
-        opt("remote_address", Kind::Obj(&PREFIXES)),
-        opt("forwarded_for", Kind::Obj(&FORWARDED_FOR)),
-        opt("literal", Kind::Str),
-        opt("property", Kind::Arr(&STR)),
-        opt("on_missing", Kind::StrOrObj(&ON_MISSING)),
-    ],
-};
+    fn from_node(node: Node) -> Option<Self> {
+        match node {
+            Node::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+}
 
-pub(crate) const PREFIXES: Shape = Shape { fields: &[opt("v4_prefix", Kind::U32), opt("v6_prefix", Kind::U32)] };
+impl Shaped for Number {
+    const KIND: Kind = Kind::Number;
 
-pub(crate) const FORWARDED_FOR: Shape =
-    Shape { fields: &[opt("trusted_hops", Kind::U32), opt("v4_prefix", Kind::U32), opt("v6_prefix", Kind::U32)] };
+    fn from_node(node: Node) -> Option<Self> {
+        match node {
+            Node::Num(n) => Some(n),
+            _ => None,
+        }
+    }
+}
 
-pub(crate) const ON_MISSING: Shape = Shape { fields: &[req("default", Kind::Str)] };
+impl Shaped for u64 {
+    const KIND: Kind = Kind::U64;
 
-const LIMIT_OBJ: Kind = Kind::Obj(&LIMIT);
+    fn from_node(node: Node) -> Option<Self> {
+        Number::from_node(node)?.as_u64()
+    }
+}
 
-pub(crate) const LIMIT: Shape = Shape { fields: &[req("limit", Kind::Number), req("period", Kind::Duration)] };
+impl Shaped for u32 {
+    const KIND: Kind = Kind::U32;
 
-pub(crate) const RESPONSE: Shape = Shape {
-    fields: &[
-        opt("status", Kind::U64),
-        opt("headers", Kind::Arr(&STR)),
-        opt("body", Kind::Str),
-        opt("text", Kind::Str),
-        opt("on_allowed", Kind::Bool),
-    ],
-};
+    fn from_node(node: Node) -> Option<Self> {
+        u32::try_from(u64::from_node(node)?).ok()
+    }
+}
 
-pub(crate) const TESTING: Shape = Shape { fields: &[opt("now_header", Kind::Str)] };
+/// The JSON name of a Rust field name: `r#match` is `match`.
+pub(crate) const fn json_name(ident: &'static str) -> &'static str {
+    match ident.as_bytes() {
+        [b'r', b'#', rest @ ..] => match std::str::from_utf8(rest) {
+            Ok(name) => name,
+            Err(_) => ident,
+        },
+        _ => ident,
+    }
+}
+
+/// Declares structs read from JSON objects: each struct, its [`Shape`] (the
+/// field names are the Rust names, `r#` dropped; the kinds and whether a
+/// field is required come from the field types through [`Shaped`]) and the
+/// reading of its fields, all from one list.
+macro_rules! objects {
+    ($(
+        $(#[$meta:meta])*
+        $name:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ty),* $(,)? }
+    )*) => {$(
+        $(#[$meta])*
+        #[derive(Debug)]
+        pub(crate) struct $name {
+            $($(#[$field_meta])* pub(crate) $field: $ty,)*
+        }
+
+        impl $crate::config::shape::Object for $name {
+            const SHAPE: $crate::config::shape::Shape = $crate::config::shape::Shape {
+                fields: &[$($crate::config::shape::Field {
+                    name: $crate::config::shape::json_name(stringify!($field)),
+                    kind: <$ty as $crate::config::shape::Shaped>::KIND,
+                    required: <$ty as $crate::config::shape::Shaped>::REQUIRED,
+                },)*],
+            };
+
+            fn from_slots(mut slots: Vec<Option<$crate::config::read::Node>>) -> Option<Self> {
+                let mut slots = slots.iter_mut();
+                $(let $field = <$ty as $crate::config::shape::Shaped>::take(slots.next());)*
+                // One exit for all fields, not one per field: less code.
+                match ($($field,)*) {
+                    ($(Some($field),)*) => Some($name { $($field,)* }),
+                    _ => None,
+                }
+            }
+        }
+
+        impl $crate::config::shape::Shaped for $name {
+            const KIND: $crate::config::shape::Kind =
+                $crate::config::shape::Kind::Obj(&<$name as $crate::config::shape::Object>::SHAPE);
+
+            fn from_node(node: $crate::config::read::Node) -> Option<Self> {
+                match node {
+                    $crate::config::read::Node::Obj(slots) => {
+                        <$name as $crate::config::shape::Object>::from_slots(slots)
+                    }
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+pub(crate) use objects;

@@ -50,7 +50,7 @@ pub(crate) fn config(
         errors,
         bounded_count(
             "denial_cache.max_keys",
-            raw.denial_cache_max_keys.flatten(),
+            raw.denial_cache.and_then(|c| c.max_keys),
             DEFAULT_DENIAL_CACHE_KEYS,
             DENIAL_CACHE_KEYS_BOUNDS,
         ),
@@ -182,7 +182,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
         return fail(path, format!("duplicate rule name {name:?} (also rules[{first}].name)"));
     }
     seen.insert(name.clone(), i);
-    let matcher = matcher(i, raw.matcher)?;
+    let matcher = matcher(i, raw.r#match)?;
     let key = key(i, raw.key)?;
     let limits = limits(i, raw.limits)?;
     let algorithm = algorithm(i, raw.algorithm)?;

@@ -8,6 +8,8 @@ mod invalid_values;
 mod oracle;
 #[cfg(not(target_family = "wasm"))]
 mod oracle_raw;
+#[cfg(not(target_family = "wasm"))]
+mod oracle_shape;
 mod valid;
 
 use super::Config;

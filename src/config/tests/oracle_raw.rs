@@ -2,6 +2,10 @@
 //! through serde_path_to_error, with serde's messages rewritten. Kept as the
 //! oracle of `oracle.rs` (host-only): the new reader must give the same
 //! result for every document.
+//!
+//! Frozen: this is the file as first written (commit a0e17ef), a copy of
+//! the reader then in production, and is not updated with the reader or the
+//! configuration's fields, so that it stays independent evidence.
 #![allow(dead_code)]
 
 use std::fmt;
@@ -76,13 +80,10 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for StrOrObj<T> {
 struct RawConfig {
     valkey: Obj<RawValkey>,
     failure_mode: Option<String>,
-    local_limiter: Option<Obj<RawLocalLimiter>>,
-    overload: Option<String>,
     rules: Vec<Obj<RawRule>>,
     response: Option<Obj<RawResponse>>,
     shadow: Option<bool>,
     denial_cache: Option<Obj<RawDenialCache>>,
-    max_body_bytes: Option<u64>,
     testing: Option<Obj<RawTesting>>,
 }
 
@@ -96,19 +97,9 @@ struct RawValkey {
     max_in_flight: Option<u64>,
     max_batch: Option<u64>,
     max_queue: Option<u64>,
-    invoke: Option<String>,
     username: Option<String>,
     password_env: Option<String>,
     sentinel: Option<Obj<RawSentinel>>,
-    cluster_mode: Option<Obj<RawClusterMode>>,
-}
-
-/// `valkey.cluster_mode`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawClusterMode {
-    seeds: String,
-    refresh: Option<Value>,
 }
 
 /// `valkey.sentinel`.
@@ -118,14 +109,6 @@ struct RawSentinel {
     cluster: String,
     master_name: String,
     refresh: Option<Value>,
-}
-
-/// `local_limiter`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLocalLimiter {
-    share: Option<Number>,
-    max_keys: Option<u64>,
 }
 
 /// `denial_cache`.
@@ -147,36 +130,6 @@ struct RawRule {
     algorithm: Option<String>,
     cost: Option<Number>,
     shadow: Option<bool>,
-    hash_tag: Option<u64>,
-    count: Option<Obj<RawCount>>,
-}
-
-/// `rules[i].count`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCount {
-    status: Option<Vec<Value>>,
-    header: Option<Obj<RawHeaderMatch>>,
-    reserve: Option<Obj<RawReserve>>,
-    cost: Option<Obj<RawCost>>,
-}
-
-/// `rules[i].count.reserve`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawReserve {
-    units: Option<Number>,
-    header: Option<String>,
-    body: Option<String>,
-    default: Option<Number>,
-}
-
-/// `rules[i].count.cost`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCost {
-    header: Option<String>,
-    body: Option<String>,
 }
 
 /// `rules[i].match`.
