@@ -10,7 +10,7 @@
 
 use crate::response::LocalReply;
 use crate::store::FailureKind;
-use crate::worker::respond::RuleOutcome;
+use crate::worker::request::ruling::RuleOutcome;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;

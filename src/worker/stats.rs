@@ -6,7 +6,7 @@
 //! the total of store errors, two gauges and the store-time histogram.
 
 use super::host::{CountStat, Gauge, Reset, Stat};
-use super::respond::RuleOutcome;
+use super::request::ruling::RuleOutcome;
 use crate::config::Config;
 use crate::store::FailureKind;
 

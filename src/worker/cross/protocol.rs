@@ -12,8 +12,8 @@
 //!    ([`merge`]), the undone ones as their undo's reply reports them: what
 //!    one decision of all the checks would have said.
 //!
-//! The worker (`super::cluster_cross`) carries this out; the reference
-//! (`super::cross_model`) interleaves requests' steps over models of
+//! The worker (`crate::worker::cross::crossings`) carries this out; the reference
+//! (`crate::worker::cross_model`) interleaves requests' steps over models of
 //! several shards and checks the guarantees.
 
 use crate::limiter::{Adjustment, Check, Decision, WindowOutcome};

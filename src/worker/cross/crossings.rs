@@ -1,36 +1,32 @@
 //! A request whose checks hash to several slots of a Valkey Cluster,
-//! decided in two steps ([`super::cross_slot`], docs/reliability.md):
+//! decided in two steps ([`crate::worker::cross::protocol`], docs/reliability.md):
 //! one part per slot group, each a call on its slot's master (queued,
 //! sent, redirected and failed as any request), sharing one outcome
 //! ([`Crossing`]); then an undo on each group that recorded, when the
 //! request is not admitted. Replies to the parts are handled in
-//! [`super::cluster_parts`].
+//! [`crate::worker::cross::parts`].
 //!
 //! A request is answered once no part waits and every undo has replied:
 //! a client that was denied never meets its own record. Until then its
 //! records may deny concurrent requests (docs: the spurious-denial window).
-//! Past [`super::MAX_WAIT_MS`] it is answered at once (overload, or its
+//! Past [`crate::worker::MAX_WAIT_MS`] it is answered at once (overload, or its
 //! denial with the undone windows given back) and its parts go on.
 
-use super::cluster_parts::set;
-use super::cross_slot::{groups, Group, Step};
-use super::fail::Held;
-use super::host::{Host, ResponseHeaders, Stat};
-use super::requests::{Call, Part, Pending, ShardId, PARKED};
-use super::respond::Denial;
-use super::{Flow, Settle, Worker};
 use crate::limiter::{Check, Decision};
 use crate::store::Failure;
+use crate::worker::calls::{Arrival, Call, Part, Pending, ShardId, PARKED};
+use crate::worker::cross::parts::set;
+use crate::worker::cross::protocol::{groups, Group, Step};
+use crate::worker::host::{Host, ResponseHeaders, Stat};
+use crate::worker::request::fail::Held;
+use crate::worker::request::rule::answer_now;
+use crate::worker::request::verdict::Verdict;
+use crate::worker::{Flow, Throttle, Worker};
 use std::collections::HashMap;
 
 /// The parts are held under ids with these bits set (context ids count up
 /// from 1 and never reach them).
 pub const PART_IDS: u32 = 0xC000_0000;
-
-/// How long a denial is remembered at most in cluster mode with several
-/// rules (whose buckets can span slots): it may be another request's record
-/// that an undo is about to take back (docs/performance.md).
-pub const CROSS_CACHE_MS: u64 = 100;
 
 /// One request decided across slots.
 #[derive(Debug)]
@@ -53,30 +49,21 @@ pub struct Crossing {
     pub shed: bool,
     /// What a request that could not be decided gets (`failure_mode`,
     /// `overload`), carried out once its undos replied.
-    pub settle: Option<Settle>,
+    pub verdict: Option<Verdict>,
     /// Answered before its parts were done (past its deadline, or gone):
     /// whether it was admitted.
     pub answered: Option<bool>,
-    pub now_override: Option<u64>,
-    pub arrival_ms: u64,
-    pub local_arrival_ms: u64,
+    pub arrival: Arrival,
     pub headers: ResponseHeaders,
 }
 
 impl Crossing {
-    /// `now_ms` (proxy clock) on the request's clock, for `failure_mode`.
-    pub fn at_ms(&self, now_ms: u64) -> u64 {
-        self.now_override.map_or(now_ms, |o| o.saturating_add(now_ms.saturating_sub(self.local_arrival_ms)))
-    }
-
     /// A part's `Pending`: the checks of group `group`, for `shard`.
     fn pending(&self, group: usize, shard: ShardId, asking: bool, part: Part) -> Pending {
         let g = self.groups.get(group);
         Pending {
             checks: g.map(|g| g.of(&self.checks)).unwrap_or_default(),
-            now_override: self.now_override,
-            arrival_ms: self.arrival_ms,
-            local_arrival_ms: self.local_arrival_ms,
+            arrival: self.arrival,
             noscripts: 0,
             headers: self.headers.clone(),
             sent: false,
@@ -94,24 +81,17 @@ impl Crossing {
 pub struct Crossings {
     pub map: HashMap<u32, Crossing>,
     next: u32,
+    /// Logs of undos that failed.
+    pub undo_log: Throttle,
 }
 
 impl Worker {
-    /// Caps how long `denials` are remembered (see [`CROSS_CACHE_MS`]).
-    pub(super) fn cap_denials(&self, denials: &mut [Denial], arrival_ms: u64) {
-        if self.cluster.is_some() && self.config.rules.len() > 1 {
-            for d in denials {
-                d.until_ms = d.until_ms.min(arrival_ms.saturating_add(CROSS_CACHE_MS));
-            }
-        }
-    }
-
     /// A fresh part id, not held by any request.
     fn part_id(&mut self) -> u32 {
         loop {
             self.crossings.next = self.crossings.next.wrapping_add(1);
             let id = PART_IDS | (self.crossings.next & !PART_IDS);
-            if self.requests.get(id).is_none() {
+            if self.calls.get(id).is_none() {
                 return id;
             }
         }
@@ -119,16 +99,11 @@ impl Worker {
 
     /// Decides request `id` (`p`), whose checks hash to several slots, in
     /// its own callback: one part per slot group, queued for its master.
-    pub(super) fn cross_start(&mut self, host: &mut dyn Host, id: u32, p: Pending, now_ms: u64) -> Flow {
+    pub(in crate::worker) fn cross_start(&mut self, host: &mut dyn Host, id: u32, p: Pending, now_ms: u64) -> Flow {
         host.count(Stat::ClusterCrossShard, 1);
-        if self.requests.queued() >= self.config.valkey.max_queue {
-            return match self.overloaded(host, id) {
-                Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
-                Settle::Reply(reply) => {
-                    host.reply(id, &reply);
-                    Flow::Pause
-                }
-            };
+        if self.calls.queued() >= self.config.valkey.max_queue {
+            let verdict = self.overloaded(host, id);
+            return answer_now(host, id, verdict);
         }
         let groups = groups(&p.checks);
         let n = groups.len();
@@ -143,11 +118,9 @@ impl Worker {
             undos: vec![None; n],
             undoing: 0,
             shed: false,
-            settle: None,
+            verdict: None,
             answered: None,
-            now_override: p.now_override,
-            arrival_ms: p.arrival_ms,
-            local_arrival_ms: p.local_arrival_ms,
+            arrival: p.arrival,
             headers: p.headers,
         };
         for g in 0..n {
@@ -161,7 +134,7 @@ impl Worker {
             match shard {
                 Ok(shard) => {
                     let part = self.part_id();
-                    self.requests.push(part, c.pending(g, shard, false, Part::Decide { parent: id, group: g }));
+                    self.calls.push(part, c.pending(g, shard, false, Part::Decide { parent: id, group: g }));
                     set(&mut c.parts, g, Some(part));
                 }
                 Err(failure) => {
@@ -178,7 +151,7 @@ impl Worker {
             for other in failures {
                 host.count(Stat::StoreError(other.kind()), 1);
             }
-            let request = Held { id, checks: &c.checks, at_ms: c.arrival_ms, headers: &c.headers };
+            let request = Held { id, checks: &c.checks, at_ms: c.arrival.request_ms, headers: &c.headers };
             return self.fail_now(host, id, first, &request, now_ms);
         }
         self.crossings.map.insert(id, c);
@@ -197,7 +170,7 @@ impl Worker {
 
     /// Queues the undo of group `g` of request `parent` (it recorded): to
     /// where its call ran, or by the slot map if that shard is gone.
-    pub(super) fn send_undo(&mut self, host: &mut dyn Host, parent: u32, g: usize, now_ms: u64) {
+    pub(in crate::worker) fn send_undo(&mut self, host: &mut dyn Host, parent: u32, g: usize, now_ms: u64) {
         let Some(c) = self.crossings.map.get(&parent) else { return };
         let (Some(Step::Decided(d)), Some(false)) = (c.steps.get(g), c.undo_sent.get(g).copied()) else { return };
         let at_ms = d.now_ms;
@@ -210,24 +183,24 @@ impl Worker {
         let id = self.part_id();
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
         // Its deadlines count from now, not from the request's arrival.
-        let pending =
-            Pending { local_arrival_ms: now_ms, ..c.pending(g, shard, asking, Part::Undo { parent, group: g, at_ms }) };
+        let pending = c.pending(g, shard, asking, Part::Undo { parent, group: g, at_ms });
+        let pending = Pending { arrival: pending.arrival.restarted(now_ms), ..pending };
         set(&mut c.undo_sent, g, true);
         c.undoing += 1;
-        self.requests.push(id, pending);
+        self.calls.push(id, pending);
         host.count(Stat::ClusterUndo, 1);
     }
 
     /// Request `id`'s context is gone: it will not be admitted; its parts
     /// not yet sent are dropped, and what recorded is undone (at the next
     /// tick: there is no host here).
-    pub(super) fn cross_gone(&mut self, id: u32) {
+    pub(in crate::worker) fn cross_gone(&mut self, id: u32) {
         let Some(c) = self.crossings.map.get_mut(&id) else { return };
         c.answered.get_or_insert(false);
         for (g, part) in c.parts.iter_mut().enumerate() {
-            if part.is_some_and(|p| self.requests.get(p).is_some_and(|p| !p.sent)) {
+            if part.is_some_and(|p| self.calls.get(p).is_some_and(|p| !p.sent)) {
                 if let Some(p) = part.take() {
-                    self.requests.remove(p);
+                    self.calls.remove(p);
                 }
                 set(&mut c.steps, g, Step::NotSent);
             }
@@ -237,12 +210,12 @@ impl Worker {
     /// Deadlines of requests decided across slots, at every tick: one
     /// waiting past `max_wait` is answered now (its parts go on); one that
     /// is gone has its undos sent.
-    pub(super) fn expire_crossings(&mut self, host: &mut dyn Host, now_ms: u64) {
+    pub(in crate::worker) fn expire_crossings(&mut self, host: &mut dyn Host, now_ms: u64) {
         let cutoff = now_ms.saturating_sub(self.max_wait_ms);
         let ids: Vec<u32> = self.crossings.map.keys().copied().collect();
         for id in ids {
             let late =
-                self.crossings.map.get(&id).is_some_and(|c| c.answered.is_none() && c.local_arrival_ms <= cutoff);
+                self.crossings.map.get(&id).is_some_and(|c| c.answered.is_none() && c.arrival.local_ms <= cutoff);
             if late {
                 self.answer_late(host, id);
             }

@@ -4,14 +4,14 @@
 //! answering, are refused as overload), and idle streams to former cluster
 //! masters close.
 
-use super::host::{Host, Level, Reset, Stat};
-use super::requests::{ShardId, PARKED};
-use super::Worker;
 use crate::store::Failure;
+use crate::worker::calls::{ShardId, PARKED};
+use crate::worker::host::{Host, Level, Reset, Stat};
+use crate::worker::Worker;
 
 impl Worker {
     /// Deadlines, at every tick.
-    pub(super) fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
+    pub(in crate::worker) fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
         if self.settlements.active {
             // Before a stall fails their settlements: counted as expired.
             self.expire_holds(host, now_ms);
@@ -30,12 +30,12 @@ impl Worker {
                 self.reset_store(host, shard, Reset::Stalled, now_ms);
             }
         }
-        for queue in self.requests.queue_ids() {
+        for queue in self.calls.queue_ids() {
             let link = self.shards.get(queue).map(|s| &s.link);
             let healthy = link.is_some_and(|l| l.ready() && !l.stalled(now_ms, timeout_ms, max_wait_ms));
             let limit = if healthy { max_wait_ms } else { timeout_ms };
             let failure = self.unreachable(queue, now_ms);
-            for id in self.requests.take_queued_before(queue, now_ms.saturating_sub(limit)) {
+            for id in self.calls.take_queued_before(queue, now_ms.saturating_sub(limit)) {
                 if healthy {
                     self.shed(host, id);
                 } else {
@@ -46,7 +46,7 @@ impl Worker {
         // Sent long ago on a stream that keeps answering others: refused as
         // overload; its call may still run.
         for id in self.sent_before(now_ms.saturating_sub(max_wait_ms)) {
-            let shard = self.requests.get(id).map(|p| p.shard);
+            let shard = self.calls.get(id).map(|p| p.shard);
             if let Some(s) = shard.and_then(|shard| self.shards.get_mut(shard)) {
                 s.link.abandon(id);
             }
@@ -60,7 +60,7 @@ impl Worker {
     }
 
     /// Why a request of `shard`'s queue could not be sent in time.
-    pub(super) fn unreachable(&self, shard: ShardId, now_ms: u64) -> Failure {
+    pub(in crate::worker) fn unreachable(&self, shard: ShardId, now_ms: u64) -> Failure {
         if let Some(f) = self.shards.get(shard).and_then(|s| s.link.down(now_ms)) {
             return f.clone();
         }

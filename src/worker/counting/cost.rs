@@ -3,14 +3,14 @@
 //! counting rule (`count.status`, `count.header`, `count.cost`). A cost that
 //! cannot be read (missing, not an integer, a body past `max_body_bytes`)
 //! is the reservation, or the rule's `cost` without one (`cost_fallback`).
-//! The settlement itself: [`super::settle`].
+//! The settlement itself: [`crate::worker::counting::settle`].
 
-use super::body::{integer, BodyReader};
-use super::host::{CountStat, Host, ResponseFlow, ResponseView, Stat};
-use super::settle::{Decided, Phase};
-use super::Worker;
 use crate::config::CostSource;
 use crate::limiter::Check;
+use crate::worker::counting::body::{integer, BodyReader};
+use crate::worker::counting::settle::{Decided, Phase};
+use crate::worker::host::{CountStat, Host, ResponseFlow, ResponseView, Stat};
+use crate::worker::Worker;
 
 impl Worker {
     /// The response headers of request `id` arrived (its own callback).

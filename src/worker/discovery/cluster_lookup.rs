@@ -4,21 +4,21 @@
 //! worker's first request on, every `refresh`, and soon after a `MOVED`, a
 //! `CLUSTERDOWN` or `TRYAGAIN`, or a master that could not be reached), and
 //! keeps the slot map it learns. Routing by that map is in
-//! [`super::cluster_routing`].
+//! [`crate::worker::discovery::routing`].
 
-use super::host::{Host, Level, Stat};
-use super::link::{Link, Slot};
-use super::Throttle;
 use crate::config::ClusterModeConfig;
 use crate::store::cluster::{
     parse_shards, parse_slots, shards_command, shards_unknown, slots_command, Refresh, SlotMap, TopologyError,
 };
 use crate::store::{preamble_failure, Failure, Preamble};
+use crate::worker::host::{Host, Level, Stat};
+use crate::worker::stream::link::{Link, Slot};
+use crate::worker::Throttle;
 use std::net::SocketAddr;
 
 /// The slot map of one worker, and the stream it is read on.
 #[derive(Debug)]
-pub struct Cluster {
+pub struct ClusterLookup {
     seeds: String,
     preamble: Preamble,
     link: Link,
@@ -30,10 +30,10 @@ pub struct Cluster {
     log: Throttle,
 }
 
-impl Cluster {
-    pub fn new(config: &ClusterModeConfig, preamble: Preamble) -> Cluster {
+impl ClusterLookup {
+    pub fn new(config: &ClusterModeConfig, preamble: Preamble) -> ClusterLookup {
         let refresh = u64::try_from(config.refresh.as_millis()).unwrap_or(u64::MAX);
-        Cluster {
+        ClusterLookup {
             seeds: config.seeds.clone(),
             preamble,
             link: Link::default(),

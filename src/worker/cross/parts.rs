@@ -1,4 +1,4 @@
-//! The parts of a request decided across slots ([`super::cluster_cross`]):
+//! The parts of a request decided across slots ([`crate::worker::cross::crossings`]):
 //! their replies, failures and refusals, and what follows for the request
 //! ([`Worker::advance`]): groups not yet sent are dropped once one denied,
 //! every group that recorded is undone when the request will not be
@@ -13,17 +13,25 @@
 //! consequence; it is never sent twice (a second undo could take back
 //! another request's record).
 
-use super::cross_slot::{answer, fate, Fate, Step};
-use super::host::{Host, Level, Stat};
-use super::requests::Part;
-use super::requests::{Call, Pending};
-use super::{Settle, Throttle, Worker};
 use crate::limiter::{Check, Decision};
 use crate::store::{Failure, Outcome};
+use crate::worker::calls::Part;
+use crate::worker::calls::{Call, Pending};
+use crate::worker::cross::protocol::{answer, fate, Fate, Step};
+use crate::worker::host::{Host, Level, Stat};
+use crate::worker::request::verdict::Verdict;
+use crate::worker::{Throttle, Worker};
 
 impl Worker {
     /// The reply to part `id` (`p`, no longer held).
-    pub(super) fn part_answered(&mut self, host: &mut dyn Host, id: u32, p: Pending, outcome: Outcome, now_ms: u64) {
+    pub(in crate::worker) fn part_answered(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        p: Pending,
+        outcome: Outcome,
+        now_ms: u64,
+    ) {
         let decision = match outcome {
             Outcome::Decided(d) => d,
             Outcome::NoScript => return self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
@@ -58,7 +66,7 @@ impl Worker {
     }
 
     /// Part `p` failed with `failure` (no longer held).
-    pub(super) fn part_failed(&mut self, host: &mut dyn Host, p: &Pending, failure: &Failure, now_ms: u64) {
+    pub(in crate::worker) fn part_failed(&mut self, host: &mut dyn Host, p: &Pending, failure: &Failure, now_ms: u64) {
         match p.call {
             Call::Part(Part::Decide { parent, group }) => {
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
@@ -81,7 +89,7 @@ impl Worker {
 
     /// Part `p` was refused as overload before it was sent (the request
     /// moves on at the end of this tick, [`Worker::expire_crossings`]).
-    pub(super) fn part_shed(&mut self, host: &mut dyn Host, p: &Pending) {
+    pub(in crate::worker) fn part_shed(&mut self, host: &mut dyn Host, p: &Pending) {
         match p.call {
             Call::Part(Part::Decide { parent, group }) => {
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
@@ -92,7 +100,7 @@ impl Worker {
             }
             Call::Part(Part::Undo { parent, .. }) => {
                 let failure = Failure::Unavailable("the undo could not be sent in time (overload)".into());
-                self.undo_failed(host, &p.checks, &failure, p.local_arrival_ms);
+                self.undo_failed(host, &p.checks, &failure, p.arrival.local_ms);
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
                     c.undoing = c.undoing.saturating_sub(1);
                 }
@@ -104,7 +112,7 @@ impl Worker {
     fn undo_failed(&mut self, host: &mut dyn Host, checks: &[Check], failure: &Failure, now_ms: u64) {
         host.count(Stat::StoreError(failure.kind()), 1);
         host.count(Stat::ClusterUndoFailed, 1);
-        if self.undo_log.due(now_ms) {
+        if self.crossings.undo_log.due(now_ms) {
             let keys: Vec<&str> = checks.iter().map(|c| c.key.as_str()).collect();
             host.log(
                 Level::Warn,
@@ -118,28 +126,28 @@ impl Worker {
     }
 
     /// What follows for request `parent` from its parts as they stand.
-    pub(super) fn advance(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
+    pub(in crate::worker) fn advance(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
         if fate(&c.steps) == Some(Fate::Deny) || c.answered == Some(false) {
             // The groups still queued are not needed any more.
             for (g, part) in c.parts.iter_mut().enumerate() {
-                if part.is_some_and(|id| self.requests.get(id).is_some_and(|p| !p.sent)) {
+                if part.is_some_and(|id| self.calls.get(id).is_some_and(|p| !p.sent)) {
                     if let Some(id) = part.take() {
-                        self.requests.remove(id);
+                        self.calls.remove(id);
                     }
                     set(&mut c.steps, g, Step::NotSent);
                 }
             }
         }
         let fate = fate(&c.steps);
-        if fate == Some(Fate::Undecided) && c.answered.is_none() && c.settle.is_none() {
+        if fate == Some(Fate::Undecided) && c.answered.is_none() && c.verdict.is_none() {
             self.undecided(host, parent, now_ms);
         }
         let Some(c) = self.crossings.map.get(&parent) else { return };
         let undo = match (c.answered, fate) {
             (Some(keep), _) => !keep,
             (None, Some(Fate::Deny)) => true,
-            (None, Some(Fate::Undecided)) => matches!(c.settle, Some(Settle::Reply(_))),
+            (None, Some(Fate::Undecided)) => matches!(c.verdict, Some(Verdict::Reply(_))),
             _ => false,
         };
         if undo {
@@ -161,27 +169,28 @@ impl Worker {
     /// run, else the first) decides; its records are kept only if admitted.
     fn undecided(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
-        let settle = if c.shed {
+        let verdict = if c.shed {
             None
         } else {
             let chosen = c.failures.iter().position(|f| f.as_ref().is_some_and(Failure::may_have_run));
             let chosen = chosen.or_else(|| c.failures.iter().position(Option::is_some));
             chosen.and_then(|i| c.failures.get_mut(i)).and_then(Option::take).map(|f| (f, c.checks.clone()))
         };
-        let settle = match settle {
+        let verdict = match verdict {
             None => self.overloaded(host, parent),
             Some((failure, checks)) => {
                 let Some(c) = self.crossings.map.get(&parent) else { return };
-                let (at_ms, headers) = (c.at_ms(now_ms), c.headers.clone());
-                let request = super::fail::Held { id: parent, checks: &checks, at_ms, headers: &headers };
+                let (at_ms, headers) = (c.arrival.at(now_ms), c.headers.clone());
+                let request =
+                    crate::worker::request::fail::Held { id: parent, checks: &checks, at_ms, headers: &headers };
                 self.failure(host, &failure, &request, now_ms)
             }
         };
-        if matches!(settle, Settle::Admit(_)) {
+        if matches!(verdict, Verdict::Admit(_)) {
             self.keep_records(host, parent);
         }
         if let Some(c) = self.crossings.map.get_mut(&parent) {
-            c.settle = Some(settle);
+            c.verdict = Some(verdict);
         }
     }
 
@@ -208,14 +217,14 @@ impl Worker {
 
     /// Answers request `id` now, past its deadline: its denial if a group
     /// denied (undone windows given back), else as overload. Its parts go on.
-    pub(super) fn answer_late(&mut self, host: &mut dyn Host, id: u32) {
+    pub(in crate::worker) fn answer_late(&mut self, host: &mut dyn Host, id: u32) {
         let Some(c) = self.crossings.map.get(&id) else { return };
-        let (settle, keep) = if fate(&c.steps) == Some(Fate::Deny) {
+        let (verdict, keep) = if fate(&c.steps) == Some(Fate::Deny) {
             (self.ruled(host, id), false)
         } else {
-            let settle = self.overloaded(host, id);
-            let keep = matches!(settle, Settle::Admit(_));
-            (Some(settle), keep)
+            let verdict = self.overloaded(host, id);
+            let keep = matches!(verdict, Verdict::Admit(_));
+            (Some(verdict), keep)
         };
         if keep {
             self.keep_records(host, id);
@@ -223,30 +232,30 @@ impl Worker {
         if let Some(c) = self.crossings.map.get_mut(&id) {
             c.answered = Some(keep);
         }
-        if let Some(settle) = settle {
-            self.settle(host, id, settle);
+        if let Some(verdict) = verdict {
+            self.deliveries.deliver(host, id, verdict);
         }
     }
 
     /// The ruling on request `id` from its groups' decisions (an undone
     /// group as its undo's reply, or given back), as one decision.
-    fn ruled(&mut self, host: &mut dyn Host, id: u32) -> Option<Settle> {
+    fn ruled(&mut self, host: &mut dyn Host, id: u32) -> Option<Verdict> {
         let c = self.crossings.map.get(&id)?;
         let (indices, decision): (Vec<usize>, Decision) = answer(&c.checks, &c.groups, &c.steps, &c.undos);
         let checks: Vec<Check> = indices.iter().filter_map(|&i| c.checks.get(i)).cloned().collect();
-        let (arrival_ms, headers) = (c.arrival_ms, c.headers.clone());
-        let settle = self.rule_decided(host, id, &checks, &decision, arrival_ms, &headers);
+        let (arrival_ms, headers) = (c.arrival.request_ms, c.headers.clone());
+        let verdict = self.rule_decided(host, id, &checks, &decision, arrival_ms, &headers);
         if decision.allowed {
             // Each group recorded at its own time.
             self.keep_records(host, id);
         }
-        Some(settle)
+        Some(verdict)
     }
 
     /// Request `parent` is done: counts its groups' failures and answers it
     /// (unless it was answered already).
     fn close_crossing(&mut self, host: &mut dyn Host, parent: u32) {
-        let settle = match self.crossings.map.get(&parent) {
+        let verdict = match self.crossings.map.get(&parent) {
             Some(c) if c.answered.is_none() => match fate(&c.steps) {
                 Some(Fate::Undecided) => None,
                 _ => self.ruled(host, parent),
@@ -263,8 +272,8 @@ impl Worker {
         if c.answered.is_some() {
             return;
         }
-        if let Some(settle) = settle.or(c.settle) {
-            self.settle(host, parent, settle);
+        if let Some(verdict) = verdict.or(c.verdict) {
+            self.deliveries.deliver(host, parent, verdict);
         }
     }
 }
@@ -274,7 +283,7 @@ fn recorded(steps: &[Step], g: usize) -> bool {
     steps.get(g).is_some_and(Step::recorded)
 }
 
-pub(super) fn set<T>(items: &mut [T], i: usize, value: T) {
+pub(in crate::worker) fn set<T>(items: &mut [T], i: usize, value: T) {
     if let Some(slot) = items.get_mut(i) {
         *slot = value;
     }

@@ -3,11 +3,11 @@
 //! one per node an `ASK` sends a call to). Each holds its stream ([`Link`])
 //! and whether the server behind it lacks the limiter's code (`FUNCTION
 //! LOAD` is per server). The requests waiting for a shard are in its queue
-//! ([`super::requests`]).
+//! ([`crate::worker::calls`]).
 
-use super::link::Link;
-use super::requests::ShardId;
 use crate::store::Failure;
+use crate::worker::calls::ShardId;
+use crate::worker::stream::link::Link;
 use std::net::SocketAddr;
 
 /// What carries the limiter's code to a store that lacks it.

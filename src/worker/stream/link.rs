@@ -286,5 +286,4 @@ impl Link {
 }
 
 #[cfg(test)]
-#[path = "link_tests.rs"]
 mod tests;

@@ -1,0 +1,11 @@
+//! Counting on the response (`rules[].count`): what a request reserves on
+//! admission ([`reserve`]), what its response says it cost ([`cost`],
+//! [`body`]), and the settlement that corrects the store's record
+//! ([`settle`], [`settle_reply`]). Owns what admitted requests owe
+//! ([`settle::Settlements`]).
+
+pub(super) mod body;
+pub(super) mod cost;
+pub(super) mod reserve;
+pub(super) mod settle;
+pub(super) mod settle_reply;
