@@ -87,7 +87,7 @@ pub enum Stat {
         allowed: bool,
     },
     /// Messages sent on the store stream.
-    StoreMessages,
+    StoreCalls,
     /// Decisions sent on the store stream.
     StoreRequests,
     CacheHit,

@@ -26,7 +26,7 @@ const OTHERS: [(Stat, &str); 23] = [
     (Stat::FailureMode { allowed: false }, "failure_mode.denied"),
     (Stat::Local { allowed: true }, "local.allowed"),
     (Stat::Local { allowed: false }, "local.denied"),
-    (Stat::StoreMessages, "store.calls"),
+    (Stat::StoreCalls, "store.calls"),
     (Stat::StoreRequests, "store.requests"),
     (Stat::CacheHit, "cache.hits"),
     (Stat::Overloaded, "overloaded"),

@@ -8,7 +8,7 @@
 use crate::config::CostSource;
 use crate::limiter::Check;
 use crate::worker::counting::body::{integer, BodyReader};
-use crate::worker::counting::settle::{Decided, Phase};
+use crate::worker::counting::settle::{Decided, Stage};
 use crate::worker::host::{CountStat, Host, ResponseFlow, ResponseView, Stat};
 use crate::worker::Worker;
 
@@ -63,7 +63,7 @@ impl Worker {
         let flow = if body_paths.iter().any(Option::is_some) {
             let sse = response.header("content-type").is_some_and(|t| t.starts_with(b"text/event-stream"));
             let reader = BodyReader::new(sse, self.config.max_body_bytes, body_paths);
-            owed.phase = Phase::Body { reader, costs };
+            owed.stage = Stage::Body { reader, costs };
             self.settlements.owed.insert(id, owed);
             ResponseFlow::ReadBody
         } else {
@@ -78,13 +78,13 @@ impl Worker {
     /// the last one.
     pub fn on_response_body(&mut self, host: &mut dyn Host, id: u32, chunk: &[u8], end: bool, now_ms: u64) {
         let Some(owed) = self.settlements.owed.get_mut(&id) else { return };
-        let Phase::Body { reader, .. } = &mut owed.phase else { return };
+        let Stage::Body { reader, .. } = &mut owed.stage else { return };
         reader.feed(chunk);
         if !end {
             return;
         }
         let Some(mut owed) = self.settlements.owed.remove(&id) else { return };
-        let Phase::Body { reader, costs } = std::mem::replace(&mut owed.phase, Phase::Waiting) else { return };
+        let Stage::Body { reader, costs } = std::mem::replace(&mut owed.stage, Stage::Waiting) else { return };
         self.begin(host, true);
         let (found, too_large) = reader.finish();
         if too_large {

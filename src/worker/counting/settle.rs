@@ -61,7 +61,7 @@ pub(in crate::worker) enum Decided {
 }
 
 #[derive(Debug)]
-pub(in crate::worker) enum Phase {
+pub(in crate::worker) enum Stage {
     /// Waiting for the response.
     Waiting,
     /// Reading the body for the costs still unknown (`None`).
@@ -70,7 +70,7 @@ pub(in crate::worker) enum Phase {
     /// `valkey.timeout`, [`Settlements`]'s holds); `changes` per check;
     /// `waiting`: calls not answered yet; `now`: the admission's decision
     /// with the windows of the replies so far.
-    Held { changes: Vec<Option<(u64, u64)>>, waiting: usize, now: Decision },
+    Holding { changes: Vec<Option<(u64, u64)>>, waiting: usize, now: Decision },
 }
 
 /// An admitted request's debt to its counting rules.
@@ -83,7 +83,7 @@ pub(in crate::worker) struct Owed {
     pub arrival: Arrival,
     pub headers: ResponseHeaders,
     pub decided: Decided,
-    pub phase: Phase,
+    pub stage: Stage,
 }
 
 /// One worker's settlements.
@@ -136,7 +136,7 @@ impl Worker {
             arrival: p.arrival,
             headers: p.headers.clone(),
             decided: Decided::Not,
-            phase: Phase::Waiting,
+            stage: Stage::Waiting,
         };
         self.settlements.owed.insert(id, owed);
     }
@@ -262,7 +262,7 @@ impl Worker {
             let until_ms = now_ms.saturating_add(self.timeout_ms);
             self.settlements.holds.push_back((until_ms, id));
             let now = decision.clone();
-            self.settlements.owed.insert(id, Owed { phase: Phase::Held { changes, waiting: sent, now }, ..owed });
+            self.settlements.owed.insert(id, Owed { stage: Stage::Holding { changes, waiting: sent, now }, ..owed });
             return ResponseFlow::Hold;
         }
         if at_headers {

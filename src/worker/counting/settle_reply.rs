@@ -9,7 +9,7 @@ use crate::limiter::{Check, Decision};
 use crate::response::{allowed_headers, policy_names};
 use crate::store::Outcome;
 use crate::worker::calls::{Call, Pending};
-use crate::worker::counting::settle::{corrected, Owed, Phase};
+use crate::worker::counting::settle::{corrected, Owed, Stage};
 use crate::worker::host::{CountStat, Host, Stat};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;
@@ -29,7 +29,7 @@ impl Worker {
     }
 
     /// The store answered settlement `p` (taken off the stream).
-    pub(in crate::worker) fn settled(&mut self, host: &mut dyn Host, p: &Pending, outcome: Outcome) {
+    pub(in crate::worker) fn settlement_replied(&mut self, host: &mut dyn Host, p: &Pending, outcome: Outcome) {
         let Call::Settle(call) = &p.call else { return };
         let Outcome::Decided(reply) = outcome else {
             self.settle_failed(host, p);
@@ -40,7 +40,7 @@ impl Worker {
         if self.config.failure_mode == FailureMode::Local {
             self.local.learn(&p.checks, &reply, p.arrival.request_ms);
         }
-        let Some(Owed { checks, phase: Phase::Held { waiting, now, .. }, .. }) =
+        let Some(Owed { checks, stage: Stage::Holding { waiting, now, .. }, .. }) =
             self.settlements.owed.get_mut(&call.context)
         else {
             return;
@@ -56,12 +56,12 @@ impl Worker {
     /// buckets' state the settlement's replies reported (`fresh`), else with
     /// the admission's headers corrected by its own change.
     fn release(&mut self, host: &mut dyn Host, context: u32, fresh: bool) {
-        let held = matches!(self.settlements.owed.get(&context), Some(Owed { phase: Phase::Held { .. }, .. }));
+        let held = matches!(self.settlements.owed.get(&context), Some(Owed { stage: Stage::Holding { .. }, .. }));
         if !held {
             return;
         }
         let Some(owed) = self.settlements.owed.remove(&context) else { return };
-        let Phase::Held { changes, now, .. } = &owed.phase else { return };
+        let Stage::Holding { changes, now, .. } = &owed.stage else { return };
         let headers = if fresh {
             let names = policy_names(&self.config, &owed.checks, now);
             allowed_headers(&self.config, &names, now)
@@ -79,7 +79,7 @@ impl Worker {
             }
             self.settlements.holds.pop_front();
             // (Released already, or gone: nothing to do.)
-            if matches!(self.settlements.owed.get(&context), Some(Owed { phase: Phase::Held { .. }, .. })) {
+            if matches!(self.settlements.owed.get(&context), Some(Owed { stage: Stage::Holding { .. }, .. })) {
                 host.count(Stat::HoldExpired, 1);
                 self.release(host, context, false);
             }
@@ -89,7 +89,7 @@ impl Worker {
     /// Whether request `id`'s response is held (or its resumption waits
     /// for the next VM entry).
     pub fn holding(&self, id: u32) -> bool {
-        matches!(self.settlements.owed.get(&id), Some(Owed { phase: Phase::Held { .. }, .. }))
+        matches!(self.settlements.owed.get(&id), Some(Owed { stage: Stage::Holding { .. }, .. }))
             || self.deliveries.resume_waits(id)
     }
 }

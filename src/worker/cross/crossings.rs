@@ -18,7 +18,7 @@ use crate::worker::calls::{Arrival, Call, Part, Pending, ShardId, PARKED};
 use crate::worker::cross::parts::set;
 use crate::worker::cross::protocol::{groups, Group, Step};
 use crate::worker::host::{Host, ResponseHeaders, Stat};
-use crate::worker::request::fail::Held;
+use crate::worker::request::fail::Failing;
 use crate::worker::request::rule::answer_now;
 use crate::worker::request::verdict::Verdict;
 use crate::worker::{Flow, Throttle, Worker};
@@ -151,7 +151,7 @@ impl Worker {
             for other in failures {
                 host.count(Stat::StoreError(other.kind()), 1);
             }
-            let request = Held { id, checks: &c.checks, at_ms: c.arrival.request_ms, headers: &c.headers };
+            let request = Failing { id, checks: &c.checks, at_ms: c.arrival.request_ms, headers: &c.headers };
             return self.fail_now(host, id, first, &request, now_ms);
         }
         self.crossings.map.insert(id, c);

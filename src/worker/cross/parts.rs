@@ -182,7 +182,7 @@ impl Worker {
                 let Some(c) = self.crossings.map.get(&parent) else { return };
                 let (at_ms, headers) = (c.arrival.at(now_ms), c.headers.clone());
                 let request =
-                    crate::worker::request::fail::Held { id: parent, checks: &checks, at_ms, headers: &headers };
+                    crate::worker::request::fail::Failing { id: parent, checks: &checks, at_ms, headers: &headers };
                 self.failure(host, &failure, &request, now_ms)
             }
         };

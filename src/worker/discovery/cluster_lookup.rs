@@ -12,7 +12,7 @@ use crate::store::cluster::{
 };
 use crate::store::{preamble_failure, Failure, Preamble};
 use crate::worker::host::{Host, Level, Stat};
-use crate::worker::stream::link::{Link, Slot};
+use crate::worker::stream::link::{Awaited, Link};
 use crate::worker::Throttle;
 use std::net::SocketAddr;
 
@@ -113,9 +113,9 @@ impl ClusterLookup {
         match host.send(token, &message) {
             Ok(()) => {
                 if preamble > 0 {
-                    self.link.sent(Slot::Preamble, preamble, now_ms);
+                    self.link.sent(Awaited::Preamble, preamble, now_ms);
                 }
-                self.link.sent(Slot::Lookup, message.len() - preamble, now_ms);
+                self.link.sent(Awaited::Lookup, message.len() - preamble, now_ms);
                 self.refresh.sent(now_ms);
             }
             Err(e) => {
@@ -129,8 +129,8 @@ impl ClusterLookup {
     pub fn on_message(&mut self, host: &mut dyn Host, bytes: &[u8], now_ms: u64) -> bool {
         let (replies, error) = self.link.feed(bytes, now_ms);
         let mut changed = false;
-        for (slot, _, value) in replies {
-            if slot == Slot::Preamble {
+        for (awaited, _, value) in replies {
+            if awaited == Awaited::Preamble {
                 if let Some(failure) = preamble_failure(&value) {
                     // Refused credentials: this stream is done, and so is
                     // the read behind the `AUTH` (whatever it answered).
@@ -180,7 +180,7 @@ impl ClusterLookup {
     /// The stream is gone: an outstanding read failed.
     fn fail(&mut self, host: &mut dyn Host, why: String, now_ms: u64) {
         let outstanding = self.link.closed(Failure::Unavailable(why.clone()), false, now_ms);
-        if outstanding.contains(&Slot::Lookup) {
+        if outstanding.contains(&Awaited::Lookup) {
             self.failed(host, why, now_ms);
         }
     }

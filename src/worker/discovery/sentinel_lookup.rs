@@ -8,7 +8,7 @@ use crate::config::SentinelConfig;
 use crate::store::sentinel::{lookup_command, parse_lookup, Change, Discovery, LookupError};
 use crate::store::Failure;
 use crate::worker::host::{Host, Level, Stat};
-use crate::worker::stream::link::{Link, Slot};
+use crate::worker::stream::link::{Awaited, Link};
 use crate::worker::Throttle;
 use std::net::SocketAddr;
 
@@ -88,7 +88,7 @@ impl SentinelLookup {
         let command = lookup_command(&self.master_name);
         match host.send(token, &command) {
             Ok(()) => {
-                self.link.sent(Slot::Lookup, command.len(), now_ms);
+                self.link.sent(Awaited::Lookup, command.len(), now_ms);
                 self.discovery.sent(now_ms);
                 host.count(Stat::SentinelLookup, 1);
             }

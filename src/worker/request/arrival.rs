@@ -8,7 +8,7 @@ use crate::response::SHADOW_HEADER;
 use crate::worker::calls::{Arrival, Call, Pending, PARKED};
 use crate::worker::discovery::routing::Route;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
-use crate::worker::request::fail::Held;
+use crate::worker::request::fail::Failing;
 use crate::worker::request::rule::answer_now;
 use crate::worker::request::ruling::deny_from_cache;
 use crate::worker::Worker;
@@ -76,7 +76,7 @@ impl Worker {
         }
         let (route, slot) = self.route(&pending.checks);
         let request =
-            Held { id, checks: &pending.checks, at_ms: pending.arrival.request_ms, headers: &pending.headers };
+            Failing { id, checks: &pending.checks, at_ms: pending.arrival.request_ms, headers: &pending.headers };
         let shard = match route {
             Route::Shard(shard) => shard,
             Route::Parked => PARKED,

@@ -26,17 +26,17 @@ fn slots_suspect(kind: FailureKind) -> bool {
 
 /// What `failure_mode: local` needs of a request: its checks, the time on
 /// its clock (the injected one in tests), and where admitted headers go.
-pub(in crate::worker) struct Held<'a> {
+pub(in crate::worker) struct Failing<'a> {
     pub id: u32,
     pub checks: &'a [Check],
     pub at_ms: u64,
     pub headers: &'a ResponseHeaders,
 }
 
-impl<'a> Held<'a> {
+impl<'a> Failing<'a> {
     /// A held request at `now_ms` on the proxy's clock.
-    fn of(id: u32, p: &'a Pending, now_ms: u64) -> Held<'a> {
-        Held { id, checks: &p.checks, at_ms: p.arrival.at(now_ms), headers: &p.headers }
+    fn of(id: u32, p: &'a Pending, now_ms: u64) -> Failing<'a> {
+        Failing { id, checks: &p.checks, at_ms: p.arrival.at(now_ms), headers: &p.headers }
     }
 }
 
@@ -46,7 +46,7 @@ impl Worker {
         &mut self,
         host: &mut dyn Host,
         failure: &Failure,
-        request: &Held<'_>,
+        request: &Failing<'_>,
         now_ms: u64,
     ) -> Verdict {
         if self.log.due(now_ms) {
@@ -88,7 +88,7 @@ impl Worker {
     /// local counts start from the store's answer.
     pub(in crate::worker) fn learn(&mut self, p: &Pending, decision: &Decision, now_ms: u64) {
         if self.config.failure_mode == FailureMode::Local {
-            self.local.learn(&p.checks, decision, Held::of(0, p, now_ms).at_ms);
+            self.local.learn(&p.checks, decision, Failing::of(0, p, now_ms).at_ms);
         }
     }
 
@@ -98,7 +98,7 @@ impl Worker {
         host: &mut dyn Host,
         id: u32,
         failure: &Failure,
-        request: &Held<'_>,
+        request: &Failing<'_>,
         now_ms: u64,
     ) -> Flow {
         self.suspect(failure, now_ms);
@@ -132,7 +132,7 @@ impl Worker {
                 return self.settle_failed(host, p);
             }
         }
-        let verdict = self.failure(host, failure, &Held::of(id, p, now_ms), now_ms);
+        let verdict = self.failure(host, failure, &Failing::of(id, p, now_ms), now_ms);
         self.deliveries.deliver(host, id, verdict);
     }
 

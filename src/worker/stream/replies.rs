@@ -9,7 +9,7 @@ use crate::store::cluster::parse_redirect;
 use crate::store::{interpret_reply, preamble_failure, printable, Failure, Outcome};
 use crate::worker::calls::{Call, ShardId};
 use crate::worker::host::{Host, Level, Reset, Stat};
-use crate::worker::stream::link::Slot;
+use crate::worker::stream::link::Awaited;
 use crate::worker::stream::shards::Carrier;
 use crate::worker::Worker;
 
@@ -24,9 +24,9 @@ impl Worker {
         let (replies, error) = s.link.feed(bytes, now_ms);
         let mut timed = false;
         let mut retry = Vec::new();
-        for (slot, sent_ms, value) in replies {
-            match slot {
-                Slot::Preamble => {
+        for (awaited, sent_ms, value) in replies {
+            match awaited {
+                Awaited::Preamble => {
                     if let Some(failure) = preamble_failure(&value) {
                         self.lose_store(host, shard, Reset::Auth, failure, true, now_ms);
                         return;
@@ -35,7 +35,7 @@ impl Worker {
                         s.link.set_ready();
                     }
                 }
-                Slot::Request(id) => {
+                Awaited::Request(id) => {
                     if !timed {
                         host.record_store_time(now_ms.saturating_sub(sent_ms));
                         timed = true;
@@ -45,11 +45,11 @@ impl Worker {
                         retry.push(id);
                     }
                 }
-                Slot::Abandoned(id) => self.call_answered(shard, id),
-                Slot::Load => self.loaded(host, shard, &value),
+                Awaited::Abandoned(id) => self.call_answered(shard, id),
+                Awaited::Load => self.loaded(host, shard, &value),
                 // `ASKING` answers `OK`; if it did not, the call after it
                 // is redirected again and says so.
-                Slot::Lookup | Slot::Asking => {}
+                Awaited::Lookup | Awaited::Asking => {}
             }
         }
         self.calls.requeue(&retry);
@@ -110,7 +110,7 @@ impl Worker {
                 if let Outcome::Failed(failure) = &outcome {
                     host.count(Stat::StoreError(failure.kind()), 1);
                 }
-                self.settled(host, &p, outcome);
+                self.settlement_replied(host, &p, outcome);
                 return false;
             }
         }

@@ -11,7 +11,7 @@ use crate::store::sentinel::Change;
 use crate::store::Failure;
 use crate::worker::calls::{ShardId, PARKED};
 use crate::worker::host::{Host, Reset, Stat};
-use crate::worker::stream::link::Slot;
+use crate::worker::stream::link::Awaited;
 use crate::worker::stream::shards::Carrier;
 use crate::worker::{write_call, Worker, MAX_IN_FLIGHT_BYTES};
 
@@ -98,7 +98,7 @@ impl Worker {
                     return;
                 }
                 match host.send(token, &preamble) {
-                    Ok(()) => s.link.sent(Slot::Preamble, preamble.len(), now_ms),
+                    Ok(()) => s.link.sent(Awaited::Preamble, preamble.len(), now_ms),
                     Err(e) => self.lose_store(host, shard, Reset::Closed, Failure::Unavailable(e), false, now_ms),
                 }
             }
@@ -181,19 +181,19 @@ impl Worker {
             self.lose_store(host, shard, Reset::Closed, Failure::Unavailable(e), false, now_ms);
             return false;
         }
-        host.count(Stat::StoreMessages, 1);
+        host.count(Stat::StoreCalls, 1);
         host.count(Stat::StoreRequests, batch.len() as u64);
         if load > 0 {
-            s.link.sent(Slot::Load, load, now_ms);
+            s.link.sent(Awaited::Load, load, now_ms);
         }
         for (id, asking, len) in batch {
             if let Some(p) = self.calls.get_mut(id) {
                 p.sent = true;
             }
             if asking > 0 {
-                s.link.sent(Slot::Asking, asking, now_ms);
+                s.link.sent(Awaited::Asking, asking, now_ms);
             }
-            s.link.sent(Slot::Request(id), len, now_ms);
+            s.link.sent(Awaited::Request(id), len, now_ms);
         }
         true
     }
@@ -252,8 +252,8 @@ impl Worker {
         };
         let mut back = Vec::new();
         let back_off = matches!(cause, Reset::Auth | Reset::Protocol);
-        for slot in s.link.closed(down, back_off, now_ms) {
-            let Slot::Request(id) = slot else { continue };
+        for awaited in s.link.closed(down, back_off, now_ms) {
+            let Awaited::Request(id) = awaited else { continue };
             if requeue {
                 back.push(id);
             } else if let Some(p) = self.calls.remove(id) {
