@@ -65,7 +65,7 @@ use crate::config::{Config, Invoke};
 use crate::limiter::script::{encode_adjust, encode_call, limiter, Invocation, Script};
 use crate::plan::RequestView;
 use crate::store::Preamble;
-use calls::{Call, Calls, Part, Pending, ShardId};
+use calls::{Call, CallId, Calls, Part, Pending, ShardId};
 use counting::settle::Settlements;
 use cross::crossings::Crossings;
 use cross::protocol::undo;
@@ -206,7 +206,7 @@ impl Worker {
     /// Whether request `id` is held for its decision (a request decided on
     /// the first `max_body_bytes` of its body: the rest waits with it).
     pub fn waiting(&self, id: u32) -> bool {
-        self.calls.get(id).is_some()
+        self.calls.get(CallId::Request(id)).is_some()
             || self.crossings.map.get(&id).is_some_and(|c| c.answered.is_none())
             || self.settlements.awaiting_body.contains_key(&id)
             || self.deliveries.waits(id)
@@ -215,9 +215,9 @@ impl Worker {
     /// The request's context is gone (client reset, or done).
     pub fn on_gone(&mut self, id: u32) {
         self.cross_gone(id);
-        if let Some(p) = self.calls.remove(id) {
+        if let Some(p) = self.calls.remove(CallId::Request(id)) {
             if let Some(s) = self.shards.get_mut(p.shard).filter(|_| p.sent) {
-                s.link.abandon(id);
+                s.link.abandon(CallId::Request(id));
             }
         }
         if self.settlements.active {

@@ -15,6 +15,17 @@ pub use table::Calls;
 use crate::limiter::{Adjustment, Check};
 use crate::worker::host::ResponseHeaders;
 
+/// A held call, by what it is for; each kind counts its own ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallId {
+    /// A request's decision, under its context id.
+    Request(u32),
+    /// A part of a request decided across slots (a step of one slot group).
+    Part(u32),
+    /// A settlement of a response.
+    Settlement(u32),
+}
+
 /// A shard of the worker (one store stream), by a number never reused.
 pub type ShardId = u32;
 /// The queue of requests waiting for the slot map (cluster mode).

@@ -22,7 +22,7 @@
 //!   A cost read from the body settles when the body ends; the headers
 //!   already left with the admission's state. (The replies: [`crate::worker::counting::settle_reply`].)
 //! * The settlement is queued like a decision, under an id of its own
-//!   ([`SETTLE_IDS`]), so it outlives the request's context; a failure is
+//!   ([`CallId::Settlement`]), so it outlives the request's context; a failure is
 //!   counted (`settle_failed`), never the response's.
 //! * In cluster mode each slot of the changed checks gets its own call, on
 //!   its master, at the time that slot's decision recorded (a request
@@ -34,17 +34,12 @@ use crate::limiter::{Check, Decision};
 use crate::response::{allowed_headers, policy_names};
 use crate::store::cluster::key_slot;
 use crate::store::FailureKind;
-use crate::worker::calls::{Arrival, Call, Pending, SettleCall, PARKED};
+use crate::worker::calls::{Arrival, Call, CallId, Pending, SettleCall, PARKED};
 use crate::worker::counting::body::BodyReader;
 use crate::worker::discovery::routing::Route;
 use crate::worker::host::{CountStat, Host, ResponseFlow, ResponseHeaders, Stat};
 use crate::worker::Worker;
 use std::collections::{HashMap, VecDeque};
-
-/// Settlements are held under ids from here to `0xBFFF_FFFF` (context ids
-/// count up from 1 and never reach it; the parts of requests decided across
-/// slots are above, `crate::worker::cross::crossings::PART_IDS`).
-pub const SETTLE_IDS: u32 = 0x8000_0000;
 
 /// Who admitted a request, and so what the store recorded for it.
 #[derive(Debug)]
@@ -106,9 +101,9 @@ impl Settlements {
     }
 
     /// A fresh id for a settlement on the stream.
-    fn next_id(&mut self) -> u32 {
+    fn next_id(&mut self) -> CallId {
         self.next = self.next.wrapping_add(1);
-        SETTLE_IDS | (self.next & 0x3FFF_FFFF)
+        CallId::Settlement(self.next)
     }
 
     /// Forgets request `id`'s context (gone).

@@ -14,7 +14,7 @@
 
 use crate::limiter::{Check, Decision};
 use crate::store::Failure;
-use crate::worker::calls::{Arrival, Call, Part, Pending, ShardId, PARKED};
+use crate::worker::calls::{Arrival, Call, CallId, Part, Pending, ShardId, PARKED};
 use crate::worker::cross::parts::set;
 use crate::worker::cross::protocol::{groups, Group, Step};
 use crate::worker::host::{Host, ResponseHeaders, Stat};
@@ -24,10 +24,6 @@ use crate::worker::request::verdict::Verdict;
 use crate::worker::{Flow, Throttle, Worker};
 use std::collections::HashMap;
 
-/// The parts are held under ids with these bits set (context ids count up
-/// from 1 and never reach them).
-pub const PART_IDS: u32 = 0xC000_0000;
-
 /// One request decided across slots.
 #[derive(Debug)]
 pub struct Crossing {
@@ -35,7 +31,7 @@ pub struct Crossing {
     pub groups: Vec<Group>,
     pub steps: Vec<Step>,
     /// Per group: its first step's part while held.
-    pub parts: Vec<Option<u32>>,
+    pub parts: Vec<Option<CallId>>,
     /// Per group: why it failed, counted when the request is settled.
     pub failures: Vec<Option<Failure>>,
     /// Per group: where its call ran (shard, after `ASKING`).
@@ -86,11 +82,11 @@ pub struct Crossings {
 }
 
 impl Worker {
-    /// A fresh part id, not held by any request.
-    fn part_id(&mut self) -> u32 {
+    /// A fresh part id, not held by any call.
+    fn part_id(&mut self) -> CallId {
         loop {
             self.crossings.next = self.crossings.next.wrapping_add(1);
-            let id = PART_IDS | (self.crossings.next & !PART_IDS);
+            let id = CallId::Part(self.crossings.next);
             if self.calls.get(id).is_none() {
                 return id;
             }

@@ -15,8 +15,7 @@
 
 use crate::limiter::{Check, Decision};
 use crate::store::{Failure, Outcome};
-use crate::worker::calls::Part;
-use crate::worker::calls::{Call, Pending};
+use crate::worker::calls::{Call, CallId, Part, Pending};
 use crate::worker::cross::protocol::{answer, fate, Fate, Step};
 use crate::worker::host::{Host, Level, Stat};
 use crate::worker::request::verdict::Verdict;
@@ -27,7 +26,7 @@ impl Worker {
     pub(in crate::worker) fn part_answered(
         &mut self,
         host: &mut dyn Host,
-        id: u32,
+        id: CallId,
         p: Pending,
         outcome: Outcome,
         now_ms: u64,

@@ -10,7 +10,7 @@ use crate::limiter::Check;
 use crate::resp::Value;
 use crate::store::cluster::{common_slot, Redirect};
 use crate::store::{interpret_reply, Failure, Outcome};
-use crate::worker::calls::{ShardId, PARKED};
+use crate::worker::calls::{CallId, ShardId, PARKED};
 use crate::worker::discovery::cluster_lookup::ClusterLookup;
 use crate::worker::host::{Host, Reset, Stat};
 use crate::worker::Worker;
@@ -69,7 +69,7 @@ impl Worker {
             return;
         }
         let ids = self.calls.drain_queue(PARKED);
-        let owners: Vec<(u32, u16, Option<SocketAddr>)> = ids
+        let owners: Vec<(CallId, u16, Option<SocketAddr>)> = ids
             .into_iter()
             .filter_map(|id| {
                 let slot = self.calls.get(id)?.slot?;
@@ -97,7 +97,7 @@ impl Worker {
     pub(in crate::worker) fn redirect(
         &mut self,
         host: &mut dyn Host,
-        id: u32,
+        id: CallId,
         redirect: Result<Redirect, String>,
         reply: &Value,
         now_ms: u64,

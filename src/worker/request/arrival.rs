@@ -5,7 +5,7 @@
 
 use crate::plan::{plan, RequestView};
 use crate::response::SHADOW_HEADER;
-use crate::worker::calls::{Arrival, Call, Pending, PARKED};
+use crate::worker::calls::{Arrival, Call, CallId, Pending, PARKED};
 use crate::worker::discovery::routing::Route;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
 use crate::worker::request::fail::Failing;
@@ -99,7 +99,7 @@ impl Worker {
         }
         pending.shard = shard;
         pending.slot = slot;
-        self.calls.push(id, pending);
+        self.calls.push(CallId::Request(id), pending);
         self.pump(host, false, now_ms);
         Flow::Pause
     }

@@ -6,7 +6,7 @@ use crate::config::{FailureMode, Overload};
 use crate::limiter::{Check, Decision};
 use crate::response::{overloaded, store_unavailable};
 use crate::store::{Failure, FailureKind};
-use crate::worker::calls::{Call, Pending};
+use crate::worker::calls::{Call, CallId, Pending};
 use crate::worker::host::{Host, Level, ResponseHeaders, Stat};
 use crate::worker::request::rule::answer_now;
 use crate::worker::request::ruling::respond;
@@ -107,7 +107,7 @@ impl Worker {
     }
 
     /// `failure_mode` for held request `id`.
-    pub(in crate::worker) fn fail(&mut self, host: &mut dyn Host, id: u32, failure: &Failure, now_ms: u64) {
+    pub(in crate::worker) fn fail(&mut self, host: &mut dyn Host, id: CallId, failure: &Failure, now_ms: u64) {
         if let Some(p) = self.calls.remove(id) {
             self.fail_held(host, id, &p, failure, now_ms);
         }
@@ -117,7 +117,7 @@ impl Worker {
     pub(in crate::worker) fn fail_held(
         &mut self,
         host: &mut dyn Host,
-        id: u32,
+        id: CallId,
         p: &Pending,
         failure: &Failure,
         now_ms: u64,
@@ -132,6 +132,7 @@ impl Worker {
                 return self.settle_failed(host, p);
             }
         }
+        let CallId::Request(id) = id else { return };
         let verdict = self.failure(host, failure, &Failing::of(id, p, now_ms), now_ms);
         self.deliveries.deliver(host, id, verdict);
     }
@@ -165,13 +166,14 @@ impl Worker {
 
     /// Refuses held request `id` (or lets it through, if `overload: allow`):
     /// the worker is overloaded.
-    pub(in crate::worker) fn shed(&mut self, host: &mut dyn Host, id: u32) {
+    pub(in crate::worker) fn shed(&mut self, host: &mut dyn Host, id: CallId) {
         let Some(p) = self.calls.remove(id) else { return };
         match p.call {
             Call::Decide => {}
             Call::Part(_) => return self.part_shed(host, &p),
             Call::Settle(_) => return self.settle_failed(host, &p),
         }
+        let CallId::Request(id) = id else { return };
         let verdict = self.overloaded(host, id);
         self.deliveries.deliver(host, id, verdict);
     }

@@ -16,6 +16,7 @@
 
 use crate::resp::{decode, DecodeError, Limits, Value};
 use crate::store::Failure;
+use crate::worker::calls::CallId;
 use std::collections::VecDeque;
 
 /// The first pause after a stream that never answered; it doubles up to
@@ -33,10 +34,10 @@ pub const MIN_SILENT_TICKS: u32 = 10;
 pub enum Awaited {
     /// A command sent when the stream opened (`AUTH`).
     Preamble,
-    /// The decision of request `id`.
-    Request(u32),
+    /// Held call `id` (a decision, a part across slots, a settlement).
+    Call(CallId),
     /// The decision of request `id`, which left: its reply is read and dropped.
-    Abandoned(u32),
+    Abandoned(CallId),
     /// A Sentinel lookup, or a request for a cluster's slot map.
     Lookup,
     /// `ASKING`, just before the call of a request that follows an `ASK`.
@@ -151,8 +152,8 @@ impl Link {
 
     /// Request `id` left while its command was outstanding: its reply will
     /// be read and dropped.
-    pub fn abandon(&mut self, id: u32) {
-        if let Some(s) = self.sent.iter_mut().find(|s| s.awaited == Awaited::Request(id)) {
+    pub fn abandon(&mut self, id: CallId) {
+        if let Some(s) = self.sent.iter_mut().find(|s| s.awaited == Awaited::Call(id)) {
             s.awaited = Awaited::Abandoned(id);
         }
     }
@@ -250,10 +251,10 @@ impl Link {
         awaited
     }
 
-    /// Decisions outstanding on the stream, oldest first.
-    pub fn requests(&self) -> impl Iterator<Item = u32> + '_ {
+    /// Held calls outstanding on the stream, oldest first.
+    pub fn calls(&self) -> impl Iterator<Item = CallId> + '_ {
         self.sent.iter().filter_map(|s| match s.awaited {
-            Awaited::Request(id) => Some(id),
+            Awaited::Call(id) => Some(id),
             _ => None,
         })
     }

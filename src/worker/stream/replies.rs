@@ -7,7 +7,7 @@ use crate::limiter::script::{is_fcall_refused, is_loaded};
 use crate::resp::Value;
 use crate::store::cluster::parse_redirect;
 use crate::store::{interpret_reply, preamble_failure, printable, Failure, Outcome};
-use crate::worker::calls::{Call, ShardId};
+use crate::worker::calls::{Call, CallId, ShardId};
 use crate::worker::host::{Host, Level, Reset, Stat};
 use crate::worker::stream::link::Awaited;
 use crate::worker::stream::shards::Carrier;
@@ -35,7 +35,7 @@ impl Worker {
                         s.link.set_ready();
                     }
                 }
-                Awaited::Request(id) => {
+                Awaited::Call(id) => {
                     if !timed {
                         host.record_store_time(now_ms.saturating_sub(sent_ms));
                         timed = true;
@@ -60,7 +60,7 @@ impl Worker {
     }
 
     /// Request `id`'s call was answered: if it carried the code, the code is there now.
-    fn call_answered(&mut self, shard: ShardId, id: u32) {
+    fn call_answered(&mut self, shard: ShardId, id: CallId) {
         if let Some(s) = self.shards.get_mut(shard).filter(|s| s.code.carrier == Some(Carrier::Call(id))) {
             s.code.carrier = None;
         }
@@ -70,7 +70,7 @@ impl Worker {
     /// (the code was missing, or `FCALL` is not allowed: nothing ran; at
     /// most twice per request; or a cluster redirection: it goes to the
     /// shard now in its `shard`).
-    fn answer(&mut self, host: &mut dyn Host, shard: ShardId, id: u32, value: &Value, now_ms: u64) -> bool {
+    fn answer(&mut self, host: &mut dyn Host, shard: ShardId, id: CallId, value: &Value, now_ms: u64) -> bool {
         if self.cluster.is_some() {
             let here = self.shards.get(shard).and_then(|s| s.addr).map(|a| a.ip());
             if let Some(redirect) = parse_redirect(value, here) {
@@ -116,9 +116,10 @@ impl Worker {
         }
         match outcome {
             Outcome::Decided(decision) => {
+                let CallId::Request(context) = id else { return false };
                 self.learn(&p, &decision, now_ms);
-                let verdict = self.rule_decided(host, id, &p.checks, &decision, p.arrival.request_ms, &p.headers);
-                self.deliveries.deliver(host, id, verdict);
+                let verdict = self.rule_decided(host, context, &p.checks, &decision, p.arrival.request_ms, &p.headers);
+                self.deliveries.deliver(host, context, verdict);
             }
             Outcome::NoScript => self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
             Outcome::Failed(failure) => self.fail_held(host, id, &p, &failure, now_ms),

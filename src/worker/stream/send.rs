@@ -9,7 +9,7 @@ use crate::limiter::script::{encode_load, Invocation};
 use crate::store::cluster::asking_command;
 use crate::store::sentinel::Change;
 use crate::store::Failure;
-use crate::worker::calls::{ShardId, PARKED};
+use crate::worker::calls::{CallId, ShardId, PARKED};
 use crate::worker::host::{Host, Reset, Stat};
 use crate::worker::stream::link::Awaited;
 use crate::worker::stream::shards::Carrier;
@@ -120,7 +120,7 @@ impl Worker {
         let Some(s) = self.shards.get_mut(shard) else { return false };
         let mut message = Vec::new();
         // Per request: its id, the bytes of its `ASKING` (0 if none), of its call.
-        let mut batch: Vec<(u32, usize, usize)> = Vec::new();
+        let mut batch: Vec<(CallId, usize, usize)> = Vec::new();
         let mut commands = 0;
         // The store lacks the function library: load it ahead of the calls.
         let mut load = 0;
@@ -176,7 +176,7 @@ impl Worker {
         if let Err(e) = host.send(token, &message) {
             // Never sent: back to the queue, and a new stream.
             s.code.forget_carrier();
-            let ids: Vec<u32> = batch.iter().map(|(id, _, _)| *id).collect();
+            let ids: Vec<CallId> = batch.iter().map(|(id, _, _)| *id).collect();
             self.calls.requeue(&ids);
             self.lose_store(host, shard, Reset::Closed, Failure::Unavailable(e), false, now_ms);
             return false;
@@ -193,7 +193,7 @@ impl Worker {
             if asking > 0 {
                 s.link.sent(Awaited::Asking, asking, now_ms);
             }
-            s.link.sent(Awaited::Request(id), len, now_ms);
+            s.link.sent(Awaited::Call(id), len, now_ms);
         }
         true
     }
@@ -253,7 +253,7 @@ impl Worker {
         let mut back = Vec::new();
         let back_off = matches!(cause, Reset::Auth | Reset::Protocol);
         for awaited in s.link.closed(down, back_off, now_ms) {
-            let Awaited::Request(id) = awaited else { continue };
+            let Awaited::Call(id) = awaited else { continue };
             if requeue {
                 back.push(id);
             } else if let Some(p) = self.calls.remove(id) {
@@ -294,10 +294,10 @@ impl Worker {
     /// parts of a request decided across slots and settlements wait for
     /// their replies: the request, or the held response, has its own
     /// deadline).
-    pub(in crate::worker) fn sent_before(&self, cutoff_ms: u64) -> Vec<u32> {
+    pub(in crate::worker) fn sent_before(&self, cutoff_ms: u64) -> Vec<CallId> {
         self.shards
             .iter()
-            .flat_map(|s| s.link.requests())
+            .flat_map(|s| s.link.calls())
             .filter(|id| {
                 self.calls.get(*id).is_some_and(|p| p.arrival.local_ms <= cutoff_ms && !p.call.serves_another())
             })

@@ -6,6 +6,7 @@
 //! ([`crate::worker::calls`]).
 
 use crate::store::Failure;
+use crate::worker::calls::CallId;
 use crate::worker::calls::ShardId;
 use crate::worker::stream::link::Link;
 use std::net::SocketAddr;
@@ -15,8 +16,8 @@ use std::net::SocketAddr;
 pub enum Carrier {
     /// `FUNCTION LOAD`, ahead of the calls.
     Load,
-    /// Request `id`'s call, sent as `EVAL`.
-    Call(u32),
+    /// Held call `id`, sent as `EVAL`.
+    Call(CallId),
 }
 
 /// Whether the server lacks the limiter's code, and what is bringing it.
