@@ -15,8 +15,7 @@
 use crate::limiter::{Check, Decision};
 use crate::store::Failure;
 use crate::worker::calls::{Arrival, Call, CallId, Part, Pending, ShardId, PARKED};
-use crate::worker::cross::parts::set;
-use crate::worker::cross::protocol::{groups, Group, Step};
+use crate::worker::cross::protocol::{answer, fate, groups, Fate, Group, Step};
 use crate::worker::host::{Host, ResponseHeaders, Stat};
 use crate::worker::request::fail::Failing;
 use crate::worker::request::rule::answer_now;
@@ -24,21 +23,36 @@ use crate::worker::request::verdict::Verdict;
 use crate::worker::{Flow, Throttle, Worker};
 use std::collections::HashMap;
 
+/// One slot group of a request decided across slots, and where it stands.
+#[derive(Debug)]
+pub struct Slice {
+    pub group: Group,
+    /// Its first step.
+    pub step: Step,
+    /// Its first step's part while held.
+    pub part: Option<CallId>,
+    /// Why it failed, counted when the request is done.
+    pub failure: Option<Failure>,
+    /// Where its call ran (shard, after `ASKING`).
+    pub ran: Option<(ShardId, bool)>,
+    /// Its undo was sent.
+    pub undo_sent: bool,
+    /// Its undo's reply.
+    pub undo: Option<Decision>,
+}
+
+impl Slice {
+    fn new(group: Group) -> Slice {
+        Slice { group, step: Step::Waiting, part: None, failure: None, ran: None, undo_sent: false, undo: None }
+    }
+}
+
 /// One request decided across slots.
 #[derive(Debug)]
 pub struct Crossing {
     pub checks: Vec<Check>,
-    pub groups: Vec<Group>,
-    pub steps: Vec<Step>,
-    /// Per group: its first step's part while held.
-    pub parts: Vec<Option<CallId>>,
-    /// Per group: why it failed, counted when the request is settled.
-    pub failures: Vec<Option<Failure>>,
-    /// Per group: where its call ran (shard, after `ASKING`).
-    pub ran: Vec<Option<(ShardId, bool)>>,
-    /// Per group: its undo was sent; its reply.
-    pub undo_sent: Vec<bool>,
-    pub undos: Vec<Option<Decision>>,
+    /// Per slot group, in the order of [`groups`].
+    pub slices: Vec<Slice>,
     /// Undos awaiting their replies.
     pub undoing: usize,
     /// A group was refused as overload (not sent in time).
@@ -54,9 +68,27 @@ pub struct Crossing {
 }
 
 impl Crossing {
+    /// Each group's first step, in group order.
+    pub fn steps(&self) -> Vec<Step> {
+        self.slices.iter().map(|s| s.step.clone()).collect()
+    }
+
+    /// The request's fate from its groups' first steps ([`fate`]).
+    pub fn fate(&self) -> Option<Fate> {
+        fate(&self.steps())
+    }
+
+    /// The decision the request is answered with, over the groups that
+    /// have one ([`answer`]).
+    pub fn answer(&self) -> (Vec<usize>, Decision) {
+        let groups: Vec<Group> = self.slices.iter().map(|s| s.group.clone()).collect();
+        let undos: Vec<Option<Decision>> = self.slices.iter().map(|s| s.undo.clone()).collect();
+        answer(&self.checks, &groups, &self.steps(), &undos)
+    }
+
     /// A part's `Pending`: the checks of group `group`, for `shard`.
     fn pending(&self, group: usize, shard: ShardId, asking: bool, part: Part) -> Pending {
-        let g = self.groups.get(group);
+        let g = self.slices.get(group).map(|s| &s.group);
         Pending {
             checks: g.map(|g| g.of(&self.checks)).unwrap_or_default(),
             arrival: self.arrival,
@@ -81,6 +113,13 @@ pub struct Crossings {
     pub undo_log: Throttle,
 }
 
+impl Crossings {
+    /// Group `group` of request `parent`, while it is decided across slots.
+    pub fn slice_mut(&mut self, parent: u32, group: usize) -> Option<&mut Slice> {
+        self.map.get_mut(&parent)?.slices.get_mut(group)
+    }
+}
+
 impl Worker {
     /// A fresh part id, not held by any call.
     fn part_id(&mut self) -> CallId {
@@ -101,17 +140,10 @@ impl Worker {
             let verdict = self.overloaded(host, id);
             return answer_now(host, id, verdict);
         }
-        let groups = groups(&p.checks);
-        let n = groups.len();
+        let slices = groups(&p.checks).into_iter().map(Slice::new).collect();
         let mut c = Crossing {
             checks: p.checks,
-            groups,
-            steps: vec![Step::Waiting; n],
-            parts: vec![None; n],
-            failures: vec![None; n],
-            ran: vec![None; n],
-            undo_sent: vec![false; n],
-            undos: vec![None; n],
+            slices,
             undoing: 0,
             shed: false,
             verdict: None,
@@ -119,8 +151,8 @@ impl Worker {
             arrival: p.arrival,
             headers: p.headers,
         };
-        for g in 0..n {
-            let slot = c.groups.get(g).map_or(0, |g| g.slot);
+        for g in 0..c.slices.len() {
+            let slot = c.slices.get(g).map_or(0, |s| s.group.slot);
             let shard = self.route_slot(slot, now_ms).and_then(|shard| {
                 match self.shards.get(shard).and_then(|s| s.link.down(now_ms)) {
                     Some(failure) => Err(failure.clone()),
@@ -131,18 +163,22 @@ impl Worker {
                 Ok(shard) => {
                     let part = self.part_id();
                     self.calls.push(part, c.pending(g, shard, false, Part::Decide { parent: id, group: g }));
-                    set(&mut c.parts, g, Some(part));
+                    if let Some(s) = c.slices.get_mut(g) {
+                        s.part = Some(part);
+                    }
                 }
                 Err(failure) => {
-                    set(&mut c.steps, g, Step::Failed { may_have_run: false });
-                    set(&mut c.failures, g, Some(failure));
+                    if let Some(s) = c.slices.get_mut(g) {
+                        s.step = Step::Failed { may_have_run: false };
+                        s.failure = Some(failure);
+                    }
                 }
             }
         }
-        if c.parts.iter().all(Option::is_none) {
+        if c.slices.iter().all(|s| s.part.is_none()) {
             // No group could be sent (nothing recorded): `failure_mode` now,
             // in its own callback.
-            let mut failures = c.failures.iter().flatten();
+            let mut failures = c.slices.iter().filter_map(|s| s.failure.as_ref());
             let Some(first) = failures.next() else { return Flow::Continue };
             for other in failures {
                 host.count(Stat::StoreError(other.kind()), 1);
@@ -168,10 +204,11 @@ impl Worker {
     /// where its call ran, or by the slot map if that shard is gone.
     pub(in crate::worker) fn send_undo(&mut self, host: &mut dyn Host, parent: u32, g: usize, now_ms: u64) {
         let Some(c) = self.crossings.map.get(&parent) else { return };
-        let (Some(Step::Decided(d)), Some(false)) = (c.steps.get(g), c.undo_sent.get(g).copied()) else { return };
+        let Some(slice) = c.slices.get(g).filter(|s| !s.undo_sent) else { return };
+        let Step::Decided(d) = &slice.step else { return };
         let at_ms = d.now_ms;
-        let ran = c.ran.get(g).copied().flatten().filter(|(s, _)| self.shards.get(*s).is_some());
-        let slot = c.groups.get(g).map_or(0, |g| g.slot);
+        let ran = slice.ran.filter(|(s, _)| self.shards.get(*s).is_some());
+        let slot = slice.group.slot;
         let (shard, asking) = match ran {
             Some(ran) => ran,
             None => (self.route_slot(slot, now_ms).unwrap_or(PARKED), false),
@@ -181,7 +218,9 @@ impl Worker {
         // Its deadlines count from now, not from the request's arrival.
         let pending = c.pending(g, shard, asking, Part::Undo { parent, group: g, at_ms });
         let pending = Pending { arrival: pending.arrival.restarted(now_ms), ..pending };
-        set(&mut c.undo_sent, g, true);
+        if let Some(s) = c.slices.get_mut(g) {
+            s.undo_sent = true;
+        }
         c.undoing += 1;
         self.calls.push(id, pending);
         host.count(Stat::ClusterUndo, 1);
@@ -193,12 +232,12 @@ impl Worker {
     pub(in crate::worker) fn cross_gone(&mut self, id: u32) {
         let Some(c) = self.crossings.map.get_mut(&id) else { return };
         c.answered.get_or_insert(false);
-        for (g, part) in c.parts.iter_mut().enumerate() {
-            if part.is_some_and(|p| self.calls.get(p).is_some_and(|p| !p.sent)) {
-                if let Some(p) = part.take() {
+        for s in &mut c.slices {
+            if s.part.is_some_and(|p| self.calls.get(p).is_some_and(|p| !p.sent)) {
+                if let Some(p) = s.part.take() {
                     self.calls.remove(p);
                 }
-                set(&mut c.steps, g, Step::NotSent);
+                s.step = Step::NotSent;
             }
         }
     }

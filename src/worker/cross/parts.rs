@@ -16,8 +16,9 @@
 use crate::limiter::{Check, Decision};
 use crate::store::{Failure, Outcome};
 use crate::worker::calls::{Call, CallId, Part, Pending};
-use crate::worker::cross::protocol::{answer, fate, Fate, Step};
+use crate::worker::cross::protocol::{Fate, Step};
 use crate::worker::host::{Host, Level, Stat};
+use crate::worker::request::fail::Failing;
 use crate::worker::request::verdict::Verdict;
 use crate::worker::{Throttle, Worker};
 
@@ -42,20 +43,22 @@ impl Worker {
                 let kept = self.crossings.map.get(&parent).is_some_and(|c| c.answered == Some(true));
                 if kept && decision.allowed && self.settlements.active {
                     // Admitted already (`overload: allow`): its record stays.
-                    let indices = self.crossings.map.get(&parent).and_then(|c| c.groups.get(group));
-                    let indices = indices.map(|g| g.checks.clone()).unwrap_or_default();
+                    let indices = self.crossings.slice_mut(parent, group).map(|s| s.group.checks.clone());
+                    let indices = indices.unwrap_or_default();
                     self.stored(host, parent, &indices, decision.now_ms);
                 }
-                if let Some(c) = self.crossings.map.get_mut(&parent) {
-                    set(&mut c.steps, group, Step::Decided(decision));
-                    set(&mut c.parts, group, None);
-                    set(&mut c.ran, group, Some((p.shard, p.asking)));
+                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                    s.step = Step::Decided(decision);
+                    s.part = None;
+                    s.ran = Some((p.shard, p.asking));
                 }
                 self.advance(host, parent, now_ms);
             }
             Call::Part(Part::Undo { parent, group, .. }) => {
+                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                    s.undo = Some(decision);
+                }
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
-                    set(&mut c.undos, group, Some(decision));
                     c.undoing = c.undoing.saturating_sub(1);
                 }
                 self.advance(host, parent, now_ms);
@@ -68,10 +71,10 @@ impl Worker {
     pub(in crate::worker) fn part_failed(&mut self, host: &mut dyn Host, p: &Pending, failure: &Failure, now_ms: u64) {
         match p.call {
             Call::Part(Part::Decide { parent, group }) => {
-                if let Some(c) = self.crossings.map.get_mut(&parent) {
-                    set(&mut c.steps, group, Step::Failed { may_have_run: failure.may_have_run() });
-                    set(&mut c.failures, group, Some(failure.clone()));
-                    set(&mut c.parts, group, None);
+                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                    s.step = Step::Failed { may_have_run: failure.may_have_run() };
+                    s.failure = Some(failure.clone());
+                    s.part = None;
                 }
                 self.advance(host, parent, now_ms);
             }
@@ -91,9 +94,11 @@ impl Worker {
     pub(in crate::worker) fn part_shed(&mut self, host: &mut dyn Host, p: &Pending) {
         match p.call {
             Call::Part(Part::Decide { parent, group }) => {
+                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                    s.step = Step::NotSent;
+                    s.part = None;
+                }
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
-                    set(&mut c.steps, group, Step::NotSent);
-                    set(&mut c.parts, group, None);
                     c.shed = true;
                 }
             }
@@ -127,18 +132,18 @@ impl Worker {
     /// What follows for request `parent` from its parts as they stand.
     pub(in crate::worker) fn advance(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
-        if fate(&c.steps) == Some(Fate::Deny) || c.answered == Some(false) {
+        if c.fate() == Some(Fate::Deny) || c.answered == Some(false) {
             // The groups still queued are not needed any more.
-            for (g, part) in c.parts.iter_mut().enumerate() {
-                if part.is_some_and(|id| self.calls.get(id).is_some_and(|p| !p.sent)) {
-                    if let Some(id) = part.take() {
+            for s in &mut c.slices {
+                if s.part.is_some_and(|id| self.calls.get(id).is_some_and(|p| !p.sent)) {
+                    if let Some(id) = s.part.take() {
                         self.calls.remove(id);
                     }
-                    set(&mut c.steps, g, Step::NotSent);
+                    s.step = Step::NotSent;
                 }
             }
         }
-        let fate = fate(&c.steps);
+        let fate = c.fate();
         if fate == Some(Fate::Undecided) && c.answered.is_none() && c.verdict.is_none() {
             self.undecided(host, parent, now_ms);
         }
@@ -150,15 +155,15 @@ impl Worker {
             _ => false,
         };
         if undo {
-            let owed: Vec<usize> = (0..c.steps.len())
-                .filter(|&g| recorded(&c.steps, g) && !c.undo_sent.get(g).copied().unwrap_or(true))
+            let owed: Vec<usize> = (0..c.slices.len())
+                .filter(|&g| c.slices.get(g).is_some_and(|s| s.step.recorded() && !s.undo_sent))
                 .collect();
             for g in owed {
                 self.send_undo(host, parent, g, now_ms);
             }
         }
         let Some(c) = self.crossings.map.get(&parent) else { return };
-        if !c.steps.contains(&Step::Waiting) && c.undoing == 0 {
+        if !c.slices.iter().any(|s| s.step == Step::Waiting) && c.undoing == 0 {
             self.close_crossing(host, parent);
         }
     }
@@ -171,17 +176,16 @@ impl Worker {
         let verdict = if c.shed {
             None
         } else {
-            let chosen = c.failures.iter().position(|f| f.as_ref().is_some_and(Failure::may_have_run));
-            let chosen = chosen.or_else(|| c.failures.iter().position(Option::is_some));
-            chosen.and_then(|i| c.failures.get_mut(i)).and_then(Option::take).map(|f| (f, c.checks.clone()))
+            let chosen = c.slices.iter().position(|s| s.failure.as_ref().is_some_and(Failure::may_have_run));
+            let chosen = chosen.or_else(|| c.slices.iter().position(|s| s.failure.is_some()));
+            chosen.and_then(|i| c.slices.get_mut(i)).and_then(|s| s.failure.take()).map(|f| (f, c.checks.clone()))
         };
         let verdict = match verdict {
             None => self.overloaded(host, parent),
             Some((failure, checks)) => {
                 let Some(c) = self.crossings.map.get(&parent) else { return };
                 let (at_ms, headers) = (c.arrival.at(now_ms), c.headers.clone());
-                let request =
-                    crate::worker::request::fail::Failing { id: parent, checks: &checks, at_ms, headers: &headers };
+                let request = Failing { id: parent, checks: &checks, at_ms, headers: &headers };
                 self.failure(host, &failure, &request, now_ms)
             }
         };
@@ -201,11 +205,10 @@ impl Worker {
         }
         let Some(c) = self.crossings.map.get(&parent) else { return };
         let kept: Vec<(Vec<usize>, u64)> = c
-            .groups
+            .slices
             .iter()
-            .zip(&c.steps)
-            .filter_map(|(g, s)| match s {
-                Step::Decided(d) if d.allowed => Some((g.checks.clone(), d.now_ms)),
+            .filter_map(|s| match &s.step {
+                Step::Decided(d) if d.allowed => Some((s.group.checks.clone(), d.now_ms)),
                 _ => None,
             })
             .collect();
@@ -218,7 +221,7 @@ impl Worker {
     /// denied (undone windows given back), else as overload. Its parts go on.
     pub(in crate::worker) fn answer_late(&mut self, host: &mut dyn Host, id: u32) {
         let Some(c) = self.crossings.map.get(&id) else { return };
-        let (verdict, keep) = if fate(&c.steps) == Some(Fate::Deny) {
+        let (verdict, keep) = if c.fate() == Some(Fate::Deny) {
             (self.ruled(host, id), false)
         } else {
             let verdict = self.overloaded(host, id);
@@ -240,7 +243,7 @@ impl Worker {
     /// group as its undo's reply, or given back), as one decision.
     fn ruled(&mut self, host: &mut dyn Host, id: u32) -> Option<Verdict> {
         let c = self.crossings.map.get(&id)?;
-        let (indices, decision): (Vec<usize>, Decision) = answer(&c.checks, &c.groups, &c.steps, &c.undos);
+        let (indices, decision): (Vec<usize>, Decision) = c.answer();
         let checks: Vec<Check> = indices.iter().filter_map(|&i| c.checks.get(i)).cloned().collect();
         let (arrival_ms, headers) = (c.arrival.request_ms, c.headers.clone());
         let verdict = self.rule_decided(host, id, &checks, &decision, arrival_ms, &headers);
@@ -255,14 +258,14 @@ impl Worker {
     /// (unless it was answered already).
     fn close_crossing(&mut self, host: &mut dyn Host, parent: u32) {
         let verdict = match self.crossings.map.get(&parent) {
-            Some(c) if c.answered.is_none() => match fate(&c.steps) {
+            Some(c) if c.answered.is_none() => match c.fate() {
                 Some(Fate::Undecided) => None,
                 _ => self.ruled(host, parent),
             },
             _ => None,
         };
         let Some(c) = self.crossings.map.remove(&parent) else { return };
-        for failure in c.failures.iter().flatten() {
+        for failure in c.slices.iter().filter_map(|s| s.failure.as_ref()) {
             host.count(Stat::StoreError(failure.kind()), 1);
             if failure.may_have_run() {
                 host.count(Stat::UnknownOutcome, 1);
@@ -274,16 +277,5 @@ impl Worker {
         if let Some(verdict) = verdict.or(c.verdict) {
             self.deliveries.deliver(host, parent, verdict);
         }
-    }
-}
-
-/// Group `g` recorded the request's cost.
-fn recorded(steps: &[Step], g: usize) -> bool {
-    steps.get(g).is_some_and(Step::recorded)
-}
-
-pub(in crate::worker) fn set<T>(items: &mut [T], i: usize, value: T) {
-    if let Some(slot) = items.get_mut(i) {
-        *slot = value;
     }
 }
