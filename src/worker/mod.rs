@@ -207,8 +207,8 @@ impl Worker {
     /// the first `max_body_bytes` of its body: the rest waits with it).
     pub fn waiting(&self, id: u32) -> bool {
         self.calls.get(CallId::Request(id)).is_some()
-            || self.crossings.map.get(&id).is_some_and(|c| c.answered.is_none())
-            || self.settlements.awaiting_body.contains_key(&id)
+            || self.crossings.waits(id)
+            || self.settlements.awaits_body(id)
             || self.deliveries.waits(id)
     }
 
@@ -216,11 +216,11 @@ impl Worker {
     pub fn on_gone(&mut self, id: u32) {
         self.cross_gone(id);
         if let Some(p) = self.calls.remove(CallId::Request(id)) {
-            if let Some(s) = self.shards.get_mut(p.shard).filter(|_| p.sent) {
-                s.link.abandon(CallId::Request(id));
+            if p.sent {
+                self.shards.abandon(p.shard, CallId::Request(id));
             }
         }
-        if self.settlements.active {
+        if self.settlements.active() {
             // A reservation whose response never came stands.
             self.settlements.gone(id);
         }

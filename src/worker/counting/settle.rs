@@ -71,27 +71,27 @@ pub(in crate::worker) enum Stage {
 /// An admitted request's debt to its counting rules.
 #[derive(Debug)]
 pub(in crate::worker) struct Owed {
-    pub checks: Vec<Check>,
+    pub(super) checks: Vec<Check>,
     /// Per check: when the store recorded it, on its clock (`None`: the
     /// store recorded nothing for it).
-    pub stored: Vec<Option<u64>>,
-    pub arrival: Arrival,
-    pub headers: ResponseHeaders,
-    pub decided: Decided,
-    pub stage: Stage,
+    pub(super) stored: Vec<Option<u64>>,
+    pub(super) arrival: Arrival,
+    pub(super) headers: ResponseHeaders,
+    pub(super) decided: Decided,
+    pub(super) stage: Stage,
 }
 
 /// One worker's settlements.
 #[derive(Debug, Default)]
 pub(in crate::worker) struct Settlements {
     /// Some rule counts on the response.
-    pub active: bool,
-    pub owed: HashMap<u32, Owed>,
+    pub(super) active: bool,
+    pub(super) owed: HashMap<u32, Owed>,
     /// Requests whose reservation waits for their body.
-    pub awaiting_body: HashMap<u32, Pending>,
+    pub(super) awaiting_body: HashMap<u32, Pending>,
     /// Held responses by deadline (all holds last `valkey.timeout`, so
     /// they expire in the order they began).
-    pub holds: VecDeque<(u64, u32)>,
+    pub(super) holds: VecDeque<(u64, u32)>,
     next: u32,
 }
 
@@ -104,6 +104,16 @@ impl Settlements {
     fn next_id(&mut self) -> CallId {
         self.next = self.next.wrapping_add(1);
         CallId::Settlement(self.next)
+    }
+
+    /// Whether some rule counts on the response.
+    pub fn active(&self) -> bool {
+        self.active
+    }
+
+    /// Whether request `id` waits for its body (its reservation).
+    pub fn awaits_body(&self, id: u32) -> bool {
+        self.awaiting_body.contains_key(&id)
     }
 
     /// Forgets request `id`'s context (gone).
@@ -281,7 +291,7 @@ impl Worker {
     ) -> bool {
         let (route, slot) = self.route(&checks);
         let (shard, down) = match route {
-            Route::Shard(shard) => (shard, self.shards.get(shard).and_then(|s| s.link.down(now_ms)).map(|f| f.kind())),
+            Route::Shard(shard) => (shard, self.shards.down(shard, now_ms).map(|f| f.kind())),
             Route::Parked => (PARKED, None),
             Route::Unserved(slot) => (PARKED, Some(self.unserved(slot, now_ms).kind())),
             // (Never: a call's checks share a slot.)

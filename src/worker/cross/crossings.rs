@@ -26,19 +26,19 @@ use std::collections::HashMap;
 /// One slot group of a request decided across slots, and where it stands.
 #[derive(Debug)]
 pub struct Slice {
-    pub group: Group,
+    pub(super) group: Group,
     /// Its first step.
-    pub step: Step,
+    pub(super) step: Step,
     /// Its first step's part while held.
-    pub part: Option<CallId>,
+    pub(super) part: Option<CallId>,
     /// Why it failed, counted when the request is done.
-    pub failure: Option<Failure>,
+    pub(super) failure: Option<Failure>,
     /// Where its call ran (shard, after `ASKING`).
-    pub ran: Option<(ShardId, bool)>,
+    pub(super) ran: Option<(ShardId, bool)>,
     /// Its undo was sent.
-    pub undo_sent: bool,
+    pub(super) undo_sent: bool,
     /// Its undo's reply.
-    pub undo: Option<Decision>,
+    pub(super) undo: Option<Decision>,
 }
 
 impl Slice {
@@ -50,21 +50,21 @@ impl Slice {
 /// One request decided across slots.
 #[derive(Debug)]
 pub struct Crossing {
-    pub checks: Vec<Check>,
+    pub(super) checks: Vec<Check>,
     /// Per slot group, in the order of [`groups`].
-    pub slices: Vec<Slice>,
+    pub(super) slices: Vec<Slice>,
     /// Undos awaiting their replies.
-    pub undoing: usize,
+    pub(super) undoing: usize,
     /// A group was refused as overload (not sent in time).
-    pub shed: bool,
+    pub(super) shed: bool,
     /// What a request that could not be decided gets (`failure_mode`,
     /// `overload`), carried out once its undos replied.
-    pub verdict: Option<Verdict>,
+    pub(super) verdict: Option<Verdict>,
     /// Answered before its parts were done (past its deadline, or gone):
     /// whether it was admitted.
-    pub answered: Option<bool>,
-    pub arrival: Arrival,
-    pub headers: ResponseHeaders,
+    pub(super) answered: Option<bool>,
+    pub(super) arrival: Arrival,
+    pub(super) headers: ResponseHeaders,
 }
 
 impl Crossing {
@@ -107,13 +107,27 @@ impl Crossing {
 /// The worker's requests decided across slots, by context id.
 #[derive(Debug, Default)]
 pub struct Crossings {
-    pub map: HashMap<u32, Crossing>,
+    pub(super) map: HashMap<u32, Crossing>,
     next: u32,
     /// Logs of undos that failed.
-    pub undo_log: Throttle,
+    pub(super) undo_log: Throttle,
 }
 
 impl Crossings {
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether request `id` waits for its decision across slots.
+    pub fn waits(&self, id: u32) -> bool {
+        self.map.get(&id).is_some_and(|c| c.answered.is_none())
+    }
+
     /// Group `group` of request `parent`, while it is decided across slots.
     pub fn slice_mut(&mut self, parent: u32, group: usize) -> Option<&mut Slice> {
         self.map.get_mut(&parent)?.slices.get_mut(group)
@@ -153,11 +167,9 @@ impl Worker {
         };
         for g in 0..c.slices.len() {
             let slot = c.slices.get(g).map_or(0, |s| s.group.slot);
-            let shard = self.route_slot(slot, now_ms).and_then(|shard| {
-                match self.shards.get(shard).and_then(|s| s.link.down(now_ms)) {
-                    Some(failure) => Err(failure.clone()),
-                    None => Ok(shard),
-                }
+            let shard = self.route_slot(slot, now_ms).and_then(|shard| match self.shards.down(shard, now_ms) {
+                Some(failure) => Err(failure.clone()),
+                None => Ok(shard),
             });
             match shard {
                 Ok(shard) => {

@@ -41,7 +41,7 @@ impl Worker {
             Call::Part(Part::Decide { parent, group }) => {
                 self.learn(&p, &decision, now_ms);
                 let kept = self.crossings.map.get(&parent).is_some_and(|c| c.answered == Some(true));
-                if kept && decision.allowed && self.settlements.active {
+                if kept && decision.allowed && self.settlements.active() {
                     // Admitted already (`overload: allow`): its record stays.
                     let indices = self.crossings.slice_mut(parent, group).map(|s| s.group.checks.clone());
                     let indices = indices.unwrap_or_default();
@@ -200,7 +200,7 @@ impl Worker {
     /// Request `parent` is admitted with what its groups recorded kept:
     /// noted for its settlement, if it owes one.
     fn keep_records(&mut self, host: &mut dyn Host, parent: u32) {
-        if !self.settlements.active {
+        if !self.settlements.active() {
             return;
         }
         let Some(c) = self.crossings.map.get(&parent) else { return };

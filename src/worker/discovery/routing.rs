@@ -148,7 +148,7 @@ impl Worker {
                 let Some(p) = self.calls.get(id).filter(|p| !p.asking) else { continue };
                 let Some(slot) = p.slot else { continue };
                 let owner = map.owner(slot);
-                if owner != shard.addr {
+                if owner != shard.addr() {
                     moves.push((id, owner));
                 }
             }
@@ -167,14 +167,14 @@ impl Worker {
         let idle: Vec<ShardId> = self
             .shards
             .iter()
-            .filter(|s| s.addr.is_some_and(|a| !map.is_master(a)))
-            .filter(|s| s.link.in_flight().0 == 0 && self.calls.queued_ids(s.id).is_empty())
+            .filter(|s| s.addr().is_some_and(|a| !map.is_master(a)))
+            .filter(|s| s.link().in_flight().0 == 0 && self.calls.queued_ids(s.id).is_empty())
             .map(|s| s.id)
             .collect();
         for id in idle {
             let Some(shard) = self.shards.remove(id) else { continue };
             self.calls.drain_queue(id);
-            if let Some(token) = shard.link.token() {
+            if let Some(token) = shard.link().token() {
                 host.cancel(token);
                 host.count(Stat::StreamReset(Reset::Switched), 1);
             }

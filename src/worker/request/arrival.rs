@@ -71,7 +71,7 @@ impl Worker {
         mut pending: Pending,
         now_ms: u64,
     ) -> Flow {
-        if self.settlements.active {
+        if self.settlements.active() {
             self.owe(id, &pending);
         }
         let (route, slot) = self.route(&pending.checks);
@@ -86,7 +86,7 @@ impl Worker {
             }
             Route::CrossSlot => return self.cross_start(host, id, pending, now_ms),
         };
-        let link = self.shards.get(shard).map(|s| &s.link);
+        let link = self.shards.get(shard).map(|s| s.link());
         if let Some(failure) = link.and_then(|l| l.down(now_ms)).cloned() {
             return self.fail_now(host, id, &failure, &request, now_ms);
         }

@@ -59,11 +59,11 @@ impl Worker {
         arrival_ms: u64,
         headers: &ResponseHeaders,
     ) -> Verdict {
-        if self.settlements.active {
+        if self.settlements.active() {
             self.admitted(host, id, Some(decision), false);
         }
         let mut ruling = respond(&self.config, checks, decision, arrival_ms);
-        if self.settlements.active {
+        if self.settlements.active() {
             ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
         }
         self.rule(host, ruling, arrival_ms, headers)
