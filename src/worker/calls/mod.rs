@@ -1,10 +1,12 @@
-//! The calls a worker holds, and their table ([`table::Calls`]) (requests' decisions, the parts of requests
-//! decided across cluster slots, the settlements of responses): each waits
-//! in the queue of its shard (the store stream it goes to, see
-//! [`crate::worker::stream::shards`]) until it is sent, then until its reply. In cluster
-//! mode a call waits in the [`PARKED`] queue until the worker knows the slot
-//! map. Bounded by the worker (the queues by `valkey.max_queue`, the sent
-//! ones by each stream's bounds).
+//! The calls a worker holds, what every room speaks of: a request's
+//! decision, a part of a request decided across cluster slots, a
+//! settlement of a response ([`Call`], by [`CallId`]), each with its
+//! request's clock ([`Arrival`]). Owns their table ([`Calls`]): each call
+//! waits in the queue of its shard (the store stream it goes to, see
+//! [`crate::worker::stream::shards`]) until it is sent, then until its
+//! reply. In cluster mode a call waits in the [`PARKED`] queue until the
+//! worker knows the slot map. Bounded by the worker (the queues by
+//! `valkey.max_queue`, the sent ones by each stream's bounds).
 
 pub(super) mod clock;
 pub(super) mod table;

@@ -1,5 +1,5 @@
 //! Deadlines, at every tick of the worker (see the module documentation of
-//! [`super`]): streams that stalled are reset, requests that waited too long
+//! [`crate::worker`]): streams that stalled are reset, requests that waited too long
 //! for a stream get `failure_mode` (or, on a busy stream that keeps
 //! answering, are refused as overload), and idle streams to former cluster
 //! masters close.

@@ -1,7 +1,7 @@
 //! The worker's store streams: opening each (to the Sentinels' master, or a
-//! cluster master, when configured), sending its queued requests on it
-//! within its bounds, and what a closed, refused or stalled stream means
-//! for the requests on it. Replies are paired with requests in
+//! cluster master, when configured), sending its queued calls on it within
+//! its bounds, and what a closed, refused or stalled stream means for the
+//! calls on it. Replies are paired with requests in
 //! [`crate::worker::stream::replies`].
 
 use crate::config::Invoke;
