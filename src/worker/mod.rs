@@ -57,8 +57,7 @@ mod tests;
 /// path other code knew it by.
 pub use cross::protocol as cross_slot;
 pub use host::{CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, Stat};
-pub use request::ruling;
-pub use request::ruling::CROSS_CACHE_MS;
+pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
 
 use crate::cache::DenialCache;
 use crate::config::{Config, Invoke};

@@ -10,5 +10,5 @@ pub(super) mod deadlines;
 pub(super) mod fail;
 pub(super) mod local;
 pub(super) mod rule;
-pub mod ruling;
+pub(super) mod ruling;
 pub(super) mod verdict;
