@@ -177,6 +177,25 @@ pub enum Level {
     Warn,
 }
 
+/// Logs a kind of event (through [`Host::log`]) at most once per [`Throttle::INTERVAL_MS`].
+#[derive(Debug, Default)]
+pub(crate) struct Throttle {
+    last_ms: Option<u64>,
+}
+
+impl Throttle {
+    pub const INTERVAL_MS: u64 = 10_000;
+
+    /// Whether to log now (and remember that it was).
+    pub fn due(&mut self, now_ms: u64) -> bool {
+        let due = self.last_ms.is_none_or(|last| now_ms.saturating_sub(last) >= Self::INTERVAL_MS);
+        if due {
+            self.last_ms = Some(now_ms);
+        }
+        due
+    }
+}
+
 /// The host the worker runs in.
 pub trait Host {
     /// Opens a stream to `cluster` with `metadata` (e.g. the master's

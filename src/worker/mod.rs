@@ -56,6 +56,7 @@ mod tests;
 /// The pure protocol of a request decided across cluster slots, under the
 /// path other code knew it by.
 pub use cross::protocol as cross_slot;
+use host::Throttle;
 pub use host::{CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, Stat};
 pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
 
@@ -64,8 +65,9 @@ use crate::config::{Config, Invoke};
 use crate::limiter::script::{encode_adjust, encode_call, limiter, Invocation, Script};
 use crate::plan::RequestView;
 use crate::store::Preamble;
-use calls::{Call, CallId, Calls, Part, Pending, ShardId};
-use counting::settle::Settlements;
+use calls::table::Calls;
+use calls::{Call, CallId, Part, Pending, ShardId};
+use counting::owed::Settlements;
 use cross::crossings::Crossings;
 use cross::protocol::undo;
 use discovery::cluster_lookup::ClusterLookup;
@@ -87,25 +89,6 @@ pub const MAX_IN_FLIGHT_BYTES: usize = 256 << 10;
 /// twice `valkey.timeout`, if longer: a store that stops answering is
 /// caught by the timeout first).
 pub const MAX_WAIT_MS: u64 = 1_000;
-
-/// Logs a kind of event at most once per [`Throttle::INTERVAL_MS`].
-#[derive(Debug, Default)]
-pub(crate) struct Throttle {
-    last_ms: Option<u64>,
-}
-
-impl Throttle {
-    pub const INTERVAL_MS: u64 = 10_000;
-
-    /// Whether to log now (and remember that it was).
-    pub fn due(&mut self, now_ms: u64) -> bool {
-        let due = self.last_ms.is_none_or(|last| now_ms.saturating_sub(last) >= Self::INTERVAL_MS);
-        if due {
-            self.last_ms = Some(now_ms);
-        }
-        due
-    }
-}
 
 /// One worker's state.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! The calls a worker holds, what every room speaks of: a request's
 //! decision, a part of a request decided across cluster slots, a
 //! settlement of a response ([`Call`], by [`CallId`]), each with its
-//! request's clock ([`Arrival`]). Owns their table ([`Calls`]): each call
+//! request's clock ([`Arrival`]). Owns their table ([`table::Calls`]): each call
 //! waits in the queue of its shard (the store stream it goes to, see
 //! [`crate::worker::stream::shards`]) until it is sent, then until its
 //! reply. In cluster mode a call waits in the [`PARKED`] queue until the
@@ -12,7 +12,6 @@ pub(super) mod clock;
 pub(super) mod table;
 
 pub use clock::Arrival;
-pub use table::Calls;
 
 use crate::limiter::{Adjustment, Check};
 use crate::worker::host::ResponseHeaders;

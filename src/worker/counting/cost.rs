@@ -8,7 +8,7 @@
 use crate::config::CostSource;
 use crate::limiter::Check;
 use crate::worker::counting::body::{integer, BodyReader};
-use crate::worker::counting::settle::{Decided, Stage};
+use crate::worker::counting::owed::{Decided, Stage};
 use crate::worker::host::{CountStat, Host, ResponseFlow, ResponseView, Stat};
 use crate::worker::Worker;
 

@@ -6,6 +6,7 @@
 
 pub(super) mod body;
 pub(super) mod cost;
+pub(super) mod owed;
 pub(super) mod reserve;
 pub(super) mod settle;
 pub(super) mod settle_reply;

@@ -9,7 +9,7 @@ use crate::limiter::{Check, Decision};
 use crate::response::{allowed_headers, policy_names};
 use crate::store::Outcome;
 use crate::worker::calls::{Call, Pending};
-use crate::worker::counting::settle::{corrected, Owed, Stage};
+use crate::worker::counting::owed::{corrected, Owed, Stage};
 use crate::worker::host::{CountStat, Host, Stat};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;

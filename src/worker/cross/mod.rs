@@ -5,3 +5,4 @@
 pub(super) mod crossings;
 pub(super) mod parts;
 pub mod protocol;
+pub(super) mod start;

@@ -17,10 +17,11 @@ use crate::limiter::{Check, Decision};
 use crate::store::{Failure, Outcome};
 use crate::worker::calls::{Call, CallId, Part, Pending};
 use crate::worker::cross::protocol::{Fate, Step};
+use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, Stat};
 use crate::worker::request::fail::Failing;
 use crate::worker::request::verdict::Verdict;
-use crate::worker::{Throttle, Worker};
+use crate::worker::Worker;
 
 impl Worker {
     /// The reply to part `id` (`p`, no longer held).

@@ -11,9 +11,9 @@ use crate::store::cluster::{
     parse_shards, parse_slots, shards_command, shards_unknown, slots_command, Refresh, SlotMap, TopologyError,
 };
 use crate::store::{preamble_failure, Failure, Preamble};
+use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, Stat};
 use crate::worker::stream::link::{Awaited, Link};
-use crate::worker::Throttle;
 use std::net::SocketAddr;
 
 /// The slot map of one worker, and the stream it is read on.

@@ -7,11 +7,12 @@ use crate::limiter::{Check, Decision};
 use crate::response::{overloaded, store_unavailable};
 use crate::store::{Failure, FailureKind};
 use crate::worker::calls::{Call, CallId, Pending};
+use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, ResponseHeaders, Stat};
 use crate::worker::request::rule::answer_now;
 use crate::worker::request::ruling::respond;
 use crate::worker::request::verdict::Verdict;
-use crate::worker::{Flow, Throttle, Worker};
+use crate::worker::{Flow, Worker};
 
 /// Failure kinds that suggest the master moved: ask the Sentinels again.
 fn master_suspect(kind: FailureKind) -> bool {
