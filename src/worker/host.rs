@@ -247,6 +247,6 @@ pub enum ResponseFlow {
     /// its headers ([`Host::resume_response`]).
     Hold,
     /// Add the request's headers, go on, and hand every body chunk to
-    /// [`Worker::on_response_body`].
+    /// [`crate::worker::Worker::on_response_body`].
     ReadBody,
 }

@@ -29,7 +29,7 @@ pub enum CallId {
 
 /// A shard of the worker (one store stream), by a number never reused.
 pub type ShardId = u32;
-/// The queue of requests waiting for the slot map (cluster mode).
+/// The queue of calls waiting for the slot map (cluster mode).
 pub const PARKED: ShardId = ShardId::MAX;
 
 /// One request waiting for its decision.

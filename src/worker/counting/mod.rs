@@ -2,7 +2,7 @@
 //! admission ([`reserve`]), what its response says it cost ([`cost`],
 //! [`body`]), and the settlement that corrects the store's record
 //! ([`settle`], [`settle_reply`]). Owns what admitted requests owe
-//! ([`settle::Settlements`]).
+//! ([`owed::Settlements`]).
 
 pub(super) mod body;
 pub(super) mod cost;

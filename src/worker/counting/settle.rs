@@ -22,7 +22,7 @@
 //!   A cost read from the body settles when the body ends; the headers
 //!   already left with the admission's state. (The replies: [`crate::worker::counting::settle_reply`].)
 //! * The settlement is queued like a decision, under an id of its own
-//!   ([`CallId::Settlement`]), so it outlives the request's context; a failure is
+//!   ([`crate::worker::calls::CallId::Settlement`]), so it outlives the request's context; a failure is
 //!   counted (`settle_failed`), never the response's.
 //! * In cluster mode each slot of the changed checks gets its own call, on
 //!   its master, at the time that slot's decision recorded (a request
