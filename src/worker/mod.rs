@@ -25,6 +25,14 @@
 //!   admission, the cost the response says, and the settlement that
 //!   corrects the store's record.
 //!
+//! Rooms import one another in one direction only: `calls` ← `stream` ←
+//! `discovery` ← `request` ← `cross`, `counting`. A step that needs several
+//! rooms is a method of [`Worker`] in the room of its concern, and reaches
+//! another room's state only through that room's methods. The events are
+//! here, except those of counting on the response: `on_request_body`
+//! ([`counting::reserve`]), `owes`, `on_response` and `on_response_body`
+//! ([`counting::cost`]), `holding` ([`counting::settle_reply`]).
+//!
 //! Deadlines (see docs/reliability.md):
 //!
 //! * `valkey.timeout`: the stream is stalled when commands are outstanding
