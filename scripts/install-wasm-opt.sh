@@ -47,7 +47,7 @@ dpkg-deb -x "${deb[0]}" "$work/root"
 rm -rf "$TOOLS/binaryen"
 mkdir -p "$TOOLS/binaryen" "$TOOLS/bin"
 mv "$work/root/usr" "$TOOLS/binaryen/usr"
-ln -sf "$TOOLS/binaryen/usr/bin/wasm-opt" "$BIN"
+ln -sfr "$TOOLS/binaryen/usr/bin/wasm-opt" "$BIN"
 have=$("$BIN" --version)
 if [[ $have != "wasm-opt version ${VERSION%-*}"* ]]; then
   echo "install-wasm-opt: unexpected version: $have" >&2
