@@ -31,6 +31,7 @@ mod e2e_tokens;
 mod failures;
 mod hostile_requests;
 mod istio;
+mod monitoring;
 mod packaging;
 mod packaging_compose;
 mod packaging_ecds;
