@@ -28,6 +28,7 @@ mod e2e_fast;
 mod e2e_logins;
 mod e2e_rules;
 mod e2e_tokens;
+mod envoy_gateway;
 mod failures;
 mod hostile_requests;
 mod istio;
