@@ -1,7 +1,7 @@
 //! `rules[i].count`: a rule that counts what the response says (only some
 //! statuses or responses with some header, a cost the response reports),
 //! with an optional reservation on the request that the response settles.
-//! How the worker uses it: `src/worker/settle.rs`.
+//! How the worker uses it: `src/worker/counting/`.
 
 use std::num::NonZeroU64;
 

@@ -1,4 +1,4 @@
-//! The reference of the decision across slots ([`crate::worker::cross_slot`]):
+//! The reference of the decision across slots ([`crate::worker::cross::protocol`]):
 //! several requests' steps interleaved in any order over several shards'
 //! stores. A schedule picks, step after step, one of the actions possible
 //! then ([`Run::available`]): a group's first step (`decide`), a group
@@ -11,7 +11,7 @@
 
 use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Check, Decision};
-use crate::worker::cross_slot::{answer, fate, groups, undo, Fate, Group, Step};
+use crate::worker::cross::protocol::{answer, fate, groups, undo, Fate, Group, Step};
 
 /// One shard's store: the limiter's two calls.
 pub trait Shard {

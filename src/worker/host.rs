@@ -10,7 +10,7 @@
 
 use crate::response::LocalReply;
 use crate::store::FailureKind;
-use crate::worker::respond::RuleOutcome;
+use crate::worker::request::ruling::RuleOutcome;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
@@ -87,7 +87,7 @@ pub enum Stat {
         allowed: bool,
     },
     /// Messages sent on the store stream.
-    StoreMessages,
+    StoreCalls,
     /// Decisions sent on the store stream.
     StoreRequests,
     CacheHit,
@@ -177,6 +177,25 @@ pub enum Level {
     Warn,
 }
 
+/// Logs a kind of event (through [`Host::log`]) at most once per [`Throttle::INTERVAL_MS`].
+#[derive(Debug, Default)]
+pub(crate) struct Throttle {
+    last_ms: Option<u64>,
+}
+
+impl Throttle {
+    pub const INTERVAL_MS: u64 = 10_000;
+
+    /// Whether to log now (and remember that it was).
+    pub fn due(&mut self, now_ms: u64) -> bool {
+        let due = self.last_ms.is_none_or(|last| now_ms.saturating_sub(last) >= Self::INTERVAL_MS);
+        if due {
+            self.last_ms = Some(now_ms);
+        }
+        due
+    }
+}
+
 /// The host the worker runs in.
 pub trait Host {
     /// Opens a stream to `cluster` with `metadata` (e.g. the master's
@@ -228,6 +247,6 @@ pub enum ResponseFlow {
     /// its headers ([`Host::resume_response`]).
     Hold,
     /// Add the request's headers, go on, and hand every body chunk to
-    /// [`Worker::on_response_body`].
+    /// [`crate::worker::Worker::on_response_body`].
     ReadBody,
 }

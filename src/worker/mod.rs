@@ -3,16 +3,37 @@
 //! passed in, in ms of the proxy's clock) and carries out what the worker
 //! asks of its [`Host`].
 //!
-//! A request is planned, denied from the cache or queued ([`arrival`]); queued requests
-//! are sent on the worker's long-lived stream to the store (one per master
-//! of a Valkey Cluster, [`shards`], routed by the slot of the request's
-//! keys, [`cluster_routing`]), one `FCALL` each (or `EVALSHA`,
-//! `valkey.invoke`), pipelined; replies come back in order and are paired
-//! with the requests in order ([`link`], [`answer`]); each reply is ruled on
-//! ([`respond`]) and the request admitted or answered. A request whose keys
-//! hash to several cluster slots is decided in two steps, one call per slot
-//! ([`cross_slot`], [`cluster_cross`]). Deadlines (see
-//! docs/reliability.md):
+//! [`Worker`] composes rooms, each owning its state behind methods:
+//!
+//! * [`calls`]: the calls the worker holds (a request's decision, a part
+//!   across cluster slots, a settlement), their queues and a request's
+//!   clock ([`calls::Arrival`]); what every other room speaks of.
+//! * [`request`]: a request's lifecycle: planned, denied from the cache or
+//!   queued ([`request::arrival`]), ruled on ([`request::ruling`], pure),
+//!   `failure_mode` and `overload` ([`request::fail`]), deadlines, and its
+//!   verdict handed over within each VM entry's budget
+//!   ([`request::verdict`]).
+//! * [`stream`]: the store streams, one per shard (one per master of a
+//!   Valkey Cluster): calls written into pipelined messages
+//!   ([`stream::send`]), replies paired with them in order
+//!   ([`stream::replies`], [`stream::link`]).
+//! * [`discovery`]: the Sentinels' master, the cluster's slot map, and
+//!   routing a call by the slot of its keys.
+//! * [`cross`]: a request whose keys hash to several cluster slots, decided
+//!   in two steps, one call per slot.
+//! * [`counting`]: counting on the response (`count`): a reservation on
+//!   admission, the cost the response says, and the settlement that
+//!   corrects the store's record.
+//!
+//! Rooms import one another in one direction only: `calls` ← `stream` ←
+//! `discovery` ← `request` ← `cross`, `counting`. A step that needs several
+//! rooms is a method of [`Worker`] in the room of its concern, and reaches
+//! another room's state only through that room's methods. The events are
+//! here, except those of counting on the response: `on_request_body`
+//! ([`counting::reserve`]), `owes`, `on_response` and `on_response_body`
+//! ([`counting::cost`]), `holding` ([`counting::settle_reply`]).
+//!
+//! Deadlines (see docs/reliability.md):
 //!
 //! * `valkey.timeout`: the stream is stalled when commands are outstanding
 //!   and no reply came for this long; it is reset, and its requests get
@@ -23,103 +44,52 @@
 //!   never admitted unchecked.
 //! * the queue bound (`valkey.max_queue`): a request that finds it full is
 //!   refused at once (overload).
-//!
-//! Rules counted on the response (`count`) add a request body to read
-//! ([`reserve`]), a response to read ([`cost`]) and a settlement on the same
-//! stream, one per slot in cluster mode ([`settle`], [`settle_reply`]).
 
-mod answer;
-mod arrival;
-mod body;
-mod cluster;
-mod cluster_cross;
-mod cluster_parts;
-mod cluster_routing;
-mod cost;
-pub mod cross_slot;
-mod deadlines;
-mod entry;
-mod fail;
+mod calls;
+mod counting;
+pub mod cross;
+mod discovery;
 pub mod host;
-mod link;
-mod local;
-mod requests;
-mod reserve;
-pub mod respond;
-mod sentinels;
-pub mod settle;
-mod settle_reply;
-mod shards;
+mod request;
 pub mod stats;
-mod store;
+mod stream;
 
 #[cfg(test)]
 mod tests;
 
-pub use cluster_cross::CROSS_CACHE_MS;
+use host::Throttle;
 pub use host::{CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, Stat};
+pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
 
 use crate::cache::DenialCache;
 use crate::config::{Config, Invoke};
-use crate::limiter::script::{limiter, Script};
+use crate::limiter::script::{encode_adjust, encode_call, limiter, Invocation, Script};
 use crate::plan::RequestView;
-use crate::response::LocalReply;
 use crate::store::Preamble;
-use cluster::Cluster;
-use cluster_cross::Crossings;
-use local::LocalLimiter;
-use requests::{Requests, ShardId};
-use respond::{remember, Action, Ruling};
-use sentinels::Sentinels;
-use settle::Settlements;
-use shards::Shards;
-use std::collections::VecDeque;
+use calls::table::Calls;
+use calls::{Call, CallId, Part, Pending, ShardId};
+use counting::owed::Settlements;
+use cross::crossings::Crossings;
+use cross::protocol::undo;
+use discovery::cluster_lookup::ClusterLookup;
+use discovery::sentinel_lookup::SentinelLookup;
+use request::local::LocalLimiter;
+use request::verdict::Deliveries;
 use std::time::Duration;
+use stream::shards::Shards;
 
 /// How often the worker looks at deadlines while it holds requests.
 pub const TICK: Duration = Duration::from_millis(5);
 /// The tick with nothing held, when Sentinel lookups may fall due.
 pub const IDLE_TICK: Duration = Duration::from_millis(100);
-/// The tick while settlements wait for the next VM entry.
+/// The tick while verdicts wait for the next VM entry.
 pub const DEFERRED_TICK: Duration = Duration::from_millis(1);
-/// At most this many requests are resumed or answered per VM entry: Envoy
-/// runs the resumes of one entry nested in one another after it returns,
-/// and V8's stack overflowed at ~384. The rest wait for the next entry.
-pub const MAX_SETTLED_PER_ENTRY: usize = 128;
 /// Bytes of commands awaiting replies on the stream, at most.
 pub const MAX_IN_FLIGHT_BYTES: usize = 256 << 10;
 /// The longest a request waits for a busy store that keeps answering (or
 /// twice `valkey.timeout`, if longer: a store that stops answering is
 /// caught by the timeout first).
 pub const MAX_WAIT_MS: u64 = 1_000;
-
-/// Logs a kind of event at most once per [`Throttle::INTERVAL_MS`].
-#[derive(Debug, Default)]
-pub(crate) struct Throttle {
-    last_ms: Option<u64>,
-}
-
-impl Throttle {
-    pub const INTERVAL_MS: u64 = 10_000;
-
-    /// Whether to log now (and remember that it was).
-    pub fn due(&mut self, now_ms: u64) -> bool {
-        let due = self.last_ms.is_none_or(|last| now_ms.saturating_sub(last) >= Self::INTERVAL_MS);
-        if due {
-            self.last_ms = Some(now_ms);
-        }
-        due
-    }
-}
-
-/// What happens to a request that is leaving the worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Settle {
-    Admit(Option<String>),
-    Reply(LocalReply),
-    /// A held response goes on, with these headers.
-    Resume(Vec<(String, String)>),
-}
 
 /// One worker's state.
 #[derive(Debug)]
@@ -130,27 +100,23 @@ pub struct Worker {
     max_wait_ms: u64,
     script: &'static Script,
     preamble: Preamble,
-    requests: Requests,
+    /// The calls held: requests' decisions, parts across slots, settlements.
+    calls: Calls,
     /// The store streams: one, or one per cluster master.
     shards: Shards,
     /// The one shard of a single store or a Sentinel master (not in cluster
     /// mode).
     home: Option<ShardId>,
-    sentinels: Option<Sentinels>,
+    sentinels: Option<SentinelLookup>,
     /// The slot map of a Valkey Cluster (`valkey.cluster_mode`).
-    cluster: Option<Cluster>,
+    cluster: Option<ClusterLookup>,
     cache: DenialCache,
     /// Stands in for the store under `failure_mode: local`.
     local: LocalLimiter,
     /// Rules counted on the response: what admitted requests owe.
     settlements: Settlements,
-    /// Settlements beyond this VM entry's budget, for the next entries.
-    deferred: VecDeque<(u32, Settle)>,
-    settled: usize,
-    /// The current VM entry is a request's own callback: no local reply may
-    /// be sent for another request in it (Envoy would also stop the current
-    /// request, whose `Continue` it turns into a pause, for good).
-    in_request: bool,
+    /// Verdicts beyond a VM entry's budget, and that budget.
+    deliveries: Deliveries,
     /// How the limiter is called: `valkey.invoke`, until the store refuses
     /// `FUNCTION LOAD` (then the script, for good).
     invoke: Invoke,
@@ -164,8 +130,6 @@ pub struct Worker {
     log: Throttle,
     /// Requests decided across cluster slots, by context id.
     crossings: Crossings,
-    /// Logs of undos across cluster slots that failed.
-    undo_log: Throttle,
 }
 
 impl Worker {
@@ -173,7 +137,7 @@ impl Worker {
         let any_shadow = config.shadow || config.rules.iter().any(|r| r.shadow);
         let timeout_ms = u64::try_from(config.valkey.timeout.as_millis()).unwrap_or(u64::MAX);
         let preamble = Preamble::auth(config.valkey.auth.as_ref());
-        let cluster = config.valkey.cluster_mode.as_ref().map(|c| Cluster::new(c, preamble.clone()));
+        let cluster = config.valkey.cluster_mode.as_ref().map(|c| ClusterLookup::new(c, preamble.clone()));
         let mut shards = Shards::default();
         let home = cluster.is_none().then(|| shards.add(None));
         Worker {
@@ -182,17 +146,15 @@ impl Worker {
             max_wait_ms: MAX_WAIT_MS.max(timeout_ms.saturating_mul(2)),
             script: limiter(),
             preamble,
-            requests: Requests::default(),
+            calls: Calls::default(),
             shards,
             home,
-            sentinels: config.valkey.sentinel.as_ref().map(Sentinels::new),
+            sentinels: config.valkey.sentinel.as_ref().map(SentinelLookup::new),
             cluster,
             cache: DenialCache::new(config.denial_cache_keys),
             local: LocalLimiter::new(&config.local_limiter),
             settlements: Settlements::new(&config),
-            deferred: VecDeque::new(),
-            settled: 0,
-            in_request: false,
+            deliveries: Deliveries::default(),
             invoke: config.valkey.invoke,
             tick: Duration::ZERO,
             serving: false,
@@ -200,7 +162,6 @@ impl Worker {
             reported: [0; 2],
             log: Throttle::default(),
             crossings: Crossings::default(),
-            undo_log: Throttle::default(),
             config,
         }
     }
@@ -228,21 +189,21 @@ impl Worker {
     /// Whether request `id` is held for its decision (a request decided on
     /// the first `max_body_bytes` of its body: the rest waits with it).
     pub fn waiting(&self, id: u32) -> bool {
-        self.requests.get(id).is_some()
-            || self.crossings.map.get(&id).is_some_and(|c| c.answered.is_none())
-            || self.settlements.awaiting_body.contains_key(&id)
-            || self.deferred.iter().any(|(d, _)| *d == id)
+        self.calls.get(CallId::Request(id)).is_some()
+            || self.crossings.waits(id)
+            || self.settlements.awaits_body(id)
+            || self.deliveries.waits(id)
     }
 
     /// The request's context is gone (client reset, or done).
     pub fn on_gone(&mut self, id: u32) {
         self.cross_gone(id);
-        if let Some(p) = self.requests.remove(id) {
-            if let Some(s) = self.shards.get_mut(p.shard).filter(|_| p.sent) {
-                s.link.abandon(id);
+        if let Some(p) = self.calls.remove(CallId::Request(id)) {
+            if p.sent {
+                self.shards.abandon(p.shard, CallId::Request(id));
             }
         }
-        if self.settlements.active {
+        if self.settlements.active() {
             // A reservation whose response never came stands.
             self.settlements.gone(id);
         }
@@ -291,33 +252,76 @@ impl Worker {
         self.finish(host, true, now_ms);
     }
 
-    /// Counts a ruling's rules, remembers its denials, and gives its action.
-    fn rule(&mut self, host: &mut dyn Host, mut ruling: Ruling, arrival_ms: u64, headers: &ResponseHeaders) -> Settle {
-        for (rule, outcome) in &ruling.rules {
-            host.count(Stat::Rule(*rule, *outcome), 1);
+    /// Every VM entry starts here: verdicts left over from the last one
+    /// go first, within this entry's budget.
+    fn begin(&mut self, host: &mut dyn Host, in_request: bool) {
+        self.deliveries.begin(host, in_request);
+    }
+
+    /// Every VM entry ends here: send what can be sent, look up the master
+    /// or the slot map when due (from the worker's own callbacks), report,
+    /// and set the tick.
+    fn finish(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
+        if own {
+            self.lookup(host, now_ms);
         }
-        self.cap_denials(&mut ruling.denials, arrival_ms);
-        remember(&mut self.cache, ruling.denials, arrival_ms);
-        match ruling.action {
-            Action::Admit { shadow_denied, headers: extra } => {
-                if let Ok(mut h) = headers.try_borrow_mut() {
-                    *h = extra;
-                }
-                Settle::Admit(shadow_denied)
+        self.pump(host, own, now_ms);
+        let now = [self.shards.in_flight(), self.calls.len() + self.deliveries.len()];
+        for ((gauge, value), reported) in Gauge::ALL.into_iter().zip(now).zip(&mut self.reported) {
+            let value = i64::try_from(value).unwrap_or(i64::MAX);
+            if value != *reported {
+                host.gauge(gauge, value - *reported);
+                *reported = value;
             }
-            Action::Deny(reply) => Settle::Reply(reply),
+        }
+        let want = if !self.deliveries.is_empty() {
+            DEFERRED_TICK
+        } else if !self.calls.is_empty() || self.shards.in_flight() > 0 || self.discovery_busy() {
+            TICK
+        } else if (self.sentinels.is_some() || self.cluster.is_some()) && self.serving {
+            IDLE_TICK
+        } else {
+            Duration::ZERO
+        };
+        if want != self.tick {
+            host.set_tick(want);
+            self.tick = want;
         }
     }
 
-    /// A ruling for the request being started, in its own callback.
-    fn rule_now(&mut self, host: &mut dyn Host, id: u32, ruling: Ruling, headers: &ResponseHeaders) -> Flow {
-        // Only cache denials are ruled on at once: nothing to remember.
-        match self.rule(host, ruling, 0, headers) {
-            Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
-            Settle::Reply(reply) => {
-                host.reply(id, &reply);
-                Flow::Pause
-            }
+    fn discovery_busy(&self) -> bool {
+        self.sentinels.as_ref().is_some_and(SentinelLookup::busy)
+            || self.cluster.as_ref().is_some_and(ClusterLookup::busy)
+    }
+
+    /// Looks up the master or the slot map when due (from the worker's own
+    /// callbacks, once it serves).
+    fn lookup(&mut self, host: &mut dyn Host, now_ms: u64) {
+        if !self.serving {
+            return;
+        }
+        let timeout_ms = self.timeout_ms;
+        if let Some(s) = &mut self.sentinels {
+            s.lookup(host, now_ms, timeout_ms);
+        }
+        if let Some(c) = &mut self.cluster {
+            c.lookup(host, now_ms, timeout_ms);
+        }
+    }
+}
+
+/// Writes held call `p` into `out`, invoked `how`. The composition's: the
+/// kinds of call come from three rooms (a decision, a step across slots, a
+/// settlement), and all go on the same streams.
+fn write_call(out: &mut Vec<u8>, script: &Script, how: Invocation, p: &Pending) {
+    let now_override = p.arrival.now_override;
+    match &p.call {
+        Call::Decide | Call::Part(Part::Decide { .. }) => encode_call(out, script, how, &p.checks, now_override),
+        Call::Part(Part::Undo { at_ms, .. }) => {
+            encode_adjust(out, script, how, &undo(&p.checks), *at_ms, now_override);
+        }
+        Call::Settle(call) => {
+            encode_adjust(out, script, how, &call.adjustments(&p.checks), call.at_ms, now_override);
         }
     }
 }

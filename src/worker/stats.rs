@@ -6,7 +6,7 @@
 //! the total of store errors, two gauges and the store-time histogram.
 
 use super::host::{CountStat, Gauge, Reset, Stat};
-use super::respond::RuleOutcome;
+use super::request::ruling::RuleOutcome;
 use crate::config::Config;
 use crate::store::FailureKind;
 
@@ -26,7 +26,7 @@ const OTHERS: [(Stat, &str); 23] = [
     (Stat::FailureMode { allowed: false }, "failure_mode.denied"),
     (Stat::Local { allowed: true }, "local.allowed"),
     (Stat::Local { allowed: false }, "local.denied"),
-    (Stat::StoreMessages, "store.calls"),
+    (Stat::StoreCalls, "store.calls"),
     (Stat::StoreRequests, "store.requests"),
     (Stat::CacheHit, "cache.hits"),
     (Stat::Overloaded, "overloaded"),

@@ -276,11 +276,15 @@ fn sentinel_profile_follows_a_failover_without_over_admission() {
     let Some(_engine) = engine_and_images() else { return };
     let started = Instant::now();
     // failure_mode deny, so that nothing passes undecided while no master
-    // answers, and one 1 h window that the whole run fills.
+    // answers, and one 1 h window that the whole run fills. No denial
+    // cache: once the window is full, every request still asks the store,
+    // so the worker must follow the failover (with the cache, the load
+    // could fill the window before the stop and be answered from the cache
+    // throughout, never asking the store).
     let config = edited_config(
         "envoy-sentinel.yaml",
         &[
-            (r#""failure_mode": "allow""#, r#""failure_mode": "deny""#),
+            (r#""failure_mode": "allow""#, r#""failure_mode": "deny", "denial_cache": { "max_keys": 0 }"#),
             (
                 r#""limits": [ { "limit": 20, "period": "60s" }, { "limit": 5, "period": "3s" } ]"#,
                 &format!(r#""limits": [ {{ "limit": {LIMIT}, "period": "1h" }} ]"#),

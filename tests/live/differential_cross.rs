@@ -1,4 +1,4 @@
-//! The decision across cluster slots (`src/worker/cross_slot.rs`) run by its
+//! The decision across cluster slots (`src/worker/cross/protocol.rs`) run by its
 //! reference (`src/model/cross.rs`) over three real Valkey servers
 //! standing in for a cluster's masters (a group's slot modulo 3 picks its
 //! server): random requests over shared buckets of any algorithm, their
@@ -20,7 +20,7 @@ use support::props::{rule, Rule, GAPS};
 use support::Valkey;
 use tollgate::limiter::{Adjustment, Check, Decision};
 use tollgate::model::cross::{Action, Run, Shard};
-use tollgate::worker::cross_slot::Fate;
+use tollgate::worker::cross::protocol::Fate;
 
 /// A Valkey server and the model beside it.
 struct Both<'a>(Differential<'a>);

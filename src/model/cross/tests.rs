@@ -11,7 +11,7 @@ use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Algorithm, Check, Decision};
 use crate::testing::check;
 use crate::testing::Rng;
-use crate::worker::cross_slot::{Fate, Step};
+use crate::worker::cross::protocol::{Fate, Step};
 
 const HOUR: u64 = 3_600_000;
 const START: u64 = 1_800_000_000_000;

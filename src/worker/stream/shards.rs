@@ -3,11 +3,11 @@
 //! one per node an `ASK` sends a call to). Each holds its stream ([`Link`])
 //! and whether the server behind it lacks the limiter's code (`FUNCTION
 //! LOAD` is per server). The requests waiting for a shard are in its queue
-//! ([`super::requests`]).
+//! ([`crate::worker::calls`]).
 
-use super::link::Link;
-use super::requests::ShardId;
 use crate::store::Failure;
+use crate::worker::calls::{CallId, ShardId};
+use crate::worker::stream::link::Link;
 use std::net::SocketAddr;
 
 /// What carries the limiter's code to a store that lacks it.
@@ -15,8 +15,8 @@ use std::net::SocketAddr;
 pub enum Carrier {
     /// `FUNCTION LOAD`, ahead of the calls.
     Load,
-    /// Request `id`'s call, sent as `EVAL`.
-    Call(u32),
+    /// Held call `id`, sent as `EVAL`.
+    Call(CallId),
 }
 
 /// Whether the server lacks the limiter's code, and what is bringing it.
@@ -25,12 +25,12 @@ pub struct Code {
     /// The store lacks the limiter's code: the next message carries it
     /// (`FUNCTION LOAD` before the calls, or one call as `EVAL`), and the
     /// calls after it in the pipeline find it.
-    pub wanted: bool,
+    pub(super) wanted: bool,
     /// What carries the code, until its reply.
-    pub carrier: Option<Carrier>,
+    pub(super) carrier: Option<Carrier>,
     /// Why the last `FUNCTION LOAD` failed, when the store refused it for
     /// now (`OOM`): the failure of the calls behind it.
-    pub load_failure: Option<Failure>,
+    pub(super) load_failure: Option<Failure>,
 }
 
 impl Code {
@@ -49,9 +49,21 @@ pub struct Shard {
     /// The master it goes to (`x-envoy-original-dst-host`), in cluster
     /// mode; `None`: `valkey.cluster` as configured (with the Sentinels'
     /// master, if any, when the stream opens).
-    pub addr: Option<SocketAddr>,
-    pub link: Link,
-    pub code: Code,
+    pub(super) addr: Option<SocketAddr>,
+    pub(super) link: Link,
+    pub(super) code: Code,
+}
+
+impl Shard {
+    /// The master it goes to, in cluster mode.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
+    /// Its stream, to read.
+    pub fn link(&self) -> &Link {
+        &self.link
+    }
 }
 
 /// Every shard of the worker.
@@ -106,6 +118,32 @@ impl Shards {
     pub fn remove(&mut self, id: ShardId) -> Option<Shard> {
         let i = self.list.iter().position(|s| s.id == id)?;
         Some(self.list.swap_remove(i))
+    }
+
+    /// The failure calls for `shard` meet while its stream is down, if it is.
+    pub fn down(&self, shard: ShardId, now_ms: u64) -> Option<&Failure> {
+        self.get(shard).and_then(|s| s.link.down(now_ms))
+    }
+
+    /// Held call `id`, outstanding on `shard`'s stream, left: its reply
+    /// will be read and dropped.
+    pub fn abandon(&mut self, shard: ShardId, id: CallId) {
+        if let Some(s) = self.get_mut(shard) {
+            s.link.abandon(id);
+        }
+    }
+
+    /// The worker ticked: the shards whose streams stalled (see
+    /// [`Link::stalled`]), with what the log says of each.
+    pub fn stalled(&mut self, now_ms: u64, timeout_ms: u64, cap_ms: u64) -> Vec<(ShardId, (usize, u64, u32))> {
+        let mut out = Vec::new();
+        for s in &mut self.list {
+            s.link.tick();
+            if s.link.stalled(now_ms, timeout_ms, cap_ms) {
+                out.push((s.id, s.link.silence(now_ms)));
+            }
+        }
+        out
     }
 
     /// Commands awaiting replies on every stream.

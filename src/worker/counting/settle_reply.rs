@@ -1,34 +1,35 @@
-//! What follows a settlement's call ([`super::settle`]): its reply or its
+//! What follows a settlement's call ([`crate::worker::counting::settle`]): its reply or its
 //! failure, counted; and the held response, resumed once every call of its
 //! settlement replied (with the buckets' state the replies report), at the
 //! first failure, or when its time is up (with the admission's headers
 //! corrected by its own change).
 
-use super::host::{CountStat, Host, Stat};
-use super::requests::{Call, Pending};
-use super::settle::{corrected, Owed, Phase};
-use super::{Settle, Worker};
 use crate::config::FailureMode;
 use crate::limiter::{Check, Decision};
 use crate::response::{allowed_headers, policy_names};
 use crate::store::Outcome;
+use crate::worker::calls::{Call, Pending};
+use crate::worker::counting::owed::{corrected, Owed, Stage};
+use crate::worker::host::{CountStat, Host, Stat};
+use crate::worker::request::verdict::Verdict;
+use crate::worker::Worker;
 
 impl Worker {
     /// A settlement the store did not apply: counted; under `failure_mode:
     /// local` the local limiter records what it would have charged.
-    pub(super) fn settle_failed(&mut self, host: &mut dyn Host, p: &Pending) {
+    pub(in crate::worker) fn settle_failed(&mut self, host: &mut dyn Host, p: &Pending) {
         let Call::Settle(call) = &p.call else { return };
         for (check, (from, to)) in p.checks.iter().zip(&call.units) {
             host.count(Stat::Count(check.rule, CountStat::Failed), 1);
             if self.config.failure_mode == FailureMode::Local && !call.local && to > from {
-                self.local.settle(check, *from, *to, p.arrival_ms);
+                self.local.settle(check, *from, *to, p.arrival.request_ms);
             }
         }
         self.release(host, call.context, false);
     }
 
     /// The store answered settlement `p` (taken off the stream).
-    pub(super) fn settled(&mut self, host: &mut dyn Host, p: &Pending, outcome: Outcome) {
+    pub(in crate::worker) fn settlement_replied(&mut self, host: &mut dyn Host, p: &Pending, outcome: Outcome) {
         let Call::Settle(call) = &p.call else { return };
         let Outcome::Decided(reply) = outcome else {
             self.settle_failed(host, p);
@@ -37,9 +38,9 @@ impl Worker {
         let changes: Vec<Option<(u64, u64)>> = call.units.iter().copied().map(Some).collect();
         self.completed(host, &p.checks, &changes);
         if self.config.failure_mode == FailureMode::Local {
-            self.local.learn(&p.checks, &reply, p.arrival_ms);
+            self.local.learn(&p.checks, &reply, p.arrival.request_ms);
         }
-        let Some(Owed { checks, phase: Phase::Held { waiting, now, .. }, .. }) =
+        let Some(Owed { checks, stage: Stage::Holding { waiting, now, .. }, .. }) =
             self.settlements.owed.get_mut(&call.context)
         else {
             return;
@@ -55,30 +56,30 @@ impl Worker {
     /// buckets' state the settlement's replies reported (`fresh`), else with
     /// the admission's headers corrected by its own change.
     fn release(&mut self, host: &mut dyn Host, context: u32, fresh: bool) {
-        let held = matches!(self.settlements.owed.get(&context), Some(Owed { phase: Phase::Held { .. }, .. }));
+        let held = matches!(self.settlements.owed.get(&context), Some(Owed { stage: Stage::Holding { .. }, .. }));
         if !held {
             return;
         }
         let Some(owed) = self.settlements.owed.remove(&context) else { return };
-        let Phase::Held { changes, now, .. } = &owed.phase else { return };
+        let Stage::Holding { changes, now, .. } = &owed.stage else { return };
         let headers = if fresh {
             let names = policy_names(&self.config, &owed.checks, now);
             allowed_headers(&self.config, &names, now)
         } else {
             corrected(&self.config, &owed, changes)
         };
-        self.settle(host, context, Settle::Resume(headers));
+        self.deliveries.deliver(host, context, Verdict::Resume(headers));
     }
 
     /// Held responses whose time is up go on (every tick).
-    pub(super) fn expire_holds(&mut self, host: &mut dyn Host, now_ms: u64) {
+    pub(in crate::worker) fn expire_holds(&mut self, host: &mut dyn Host, now_ms: u64) {
         while let Some(&(until_ms, context)) = self.settlements.holds.front() {
             if now_ms < until_ms {
                 return;
             }
             self.settlements.holds.pop_front();
             // (Released already, or gone: nothing to do.)
-            if matches!(self.settlements.owed.get(&context), Some(Owed { phase: Phase::Held { .. }, .. })) {
+            if matches!(self.settlements.owed.get(&context), Some(Owed { stage: Stage::Holding { .. }, .. })) {
                 host.count(Stat::HoldExpired, 1);
                 self.release(host, context, false);
             }
@@ -88,8 +89,8 @@ impl Worker {
     /// Whether request `id`'s response is held (or its resumption waits
     /// for the next VM entry).
     pub fn holding(&self, id: u32) -> bool {
-        matches!(self.settlements.owed.get(&id), Some(Owed { phase: Phase::Held { .. }, .. }))
-            || self.deferred.iter().any(|(d, s)| *d == id && matches!(s, Settle::Resume(_)))
+        matches!(self.settlements.owed.get(&id), Some(Owed { stage: Stage::Holding { .. }, .. }))
+            || self.deliveries.resume_waits(id)
     }
 }
 

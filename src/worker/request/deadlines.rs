@@ -1,41 +1,36 @@
 //! Deadlines, at every tick of the worker (see the module documentation of
-//! [`super`]): streams that stalled are reset, requests that waited too long
+//! [`crate::worker`]): streams that stalled are reset, requests that waited too long
 //! for a stream get `failure_mode` (or, on a busy stream that keeps
 //! answering, are refused as overload), and idle streams to former cluster
 //! masters close.
 
-use super::host::{Host, Level, Reset, Stat};
-use super::requests::{ShardId, PARKED};
-use super::Worker;
 use crate::store::Failure;
+use crate::worker::calls::{ShardId, PARKED};
+use crate::worker::host::{Host, Level, Reset, Stat};
+use crate::worker::Worker;
 
 impl Worker {
     /// Deadlines, at every tick.
-    pub(super) fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
-        if self.settlements.active {
+    pub(in crate::worker) fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
+        if self.settlements.active() {
             // Before a stall fails their settlements: counted as expired.
             self.expire_holds(host, now_ms);
         }
         let (timeout_ms, max_wait_ms) = (self.timeout_ms, self.max_wait_ms);
-        for shard in self.shards.ids() {
-            let Some(s) = self.shards.get_mut(shard) else { continue };
-            s.link.tick();
-            if s.link.stalled(now_ms, timeout_ms, max_wait_ms) {
-                let (outstanding, silent_ms, ticks) = s.link.silence(now_ms);
-                let at = self.shards.describe(shard);
-                host.log(
-                    Level::Warn,
-                    &format!("tollgate: store stream{at} stalled: {outstanding} commands outstanding, no reply for {silent_ms} ms over {ticks} ticks; reconnecting"),
-                );
-                self.reset_store(host, shard, Reset::Stalled, now_ms);
-            }
+        for (shard, (outstanding, silent_ms, ticks)) in self.shards.stalled(now_ms, timeout_ms, max_wait_ms) {
+            let at = self.shards.describe(shard);
+            host.log(
+                Level::Warn,
+                &format!("tollgate: store stream{at} stalled: {outstanding} commands outstanding, no reply for {silent_ms} ms over {ticks} ticks; reconnecting"),
+            );
+            self.reset_store(host, shard, Reset::Stalled, now_ms);
         }
-        for queue in self.requests.queue_ids() {
-            let link = self.shards.get(queue).map(|s| &s.link);
+        for queue in self.calls.queue_ids() {
+            let link = self.shards.get(queue).map(|s| s.link());
             let healthy = link.is_some_and(|l| l.ready() && !l.stalled(now_ms, timeout_ms, max_wait_ms));
             let limit = if healthy { max_wait_ms } else { timeout_ms };
             let failure = self.unreachable(queue, now_ms);
-            for id in self.requests.take_queued_before(queue, now_ms.saturating_sub(limit)) {
+            for id in self.calls.take_queued_before(queue, now_ms.saturating_sub(limit)) {
                 if healthy {
                     self.shed(host, id);
                 } else {
@@ -46,22 +41,21 @@ impl Worker {
         // Sent long ago on a stream that keeps answering others: refused as
         // overload; its call may still run.
         for id in self.sent_before(now_ms.saturating_sub(max_wait_ms)) {
-            let shard = self.requests.get(id).map(|p| p.shard);
-            if let Some(s) = shard.and_then(|shard| self.shards.get_mut(shard)) {
-                s.link.abandon(id);
+            if let Some(shard) = self.calls.get(id).map(|p| p.shard) {
+                self.shards.abandon(shard, id);
             }
             host.count(Stat::UnknownOutcome, 1);
             self.shed(host, id);
         }
-        if !self.crossings.map.is_empty() {
+        if !self.crossings.is_empty() {
             self.expire_crossings(host, now_ms);
         }
         self.retire_idle(host);
     }
 
     /// Why a request of `shard`'s queue could not be sent in time.
-    pub(super) fn unreachable(&self, shard: ShardId, now_ms: u64) -> Failure {
-        if let Some(f) = self.shards.get(shard).and_then(|s| s.link.down(now_ms)) {
+    pub(in crate::worker) fn unreachable(&self, shard: ShardId, now_ms: u64) -> Failure {
+        if let Some(f) = self.shards.down(shard, now_ms) {
             return f.clone();
         }
         if self.sentinels.as_ref().is_some_and(|s| s.master().is_none()) {

@@ -4,21 +4,21 @@
 //! worker's first request on, every `refresh`, and soon after a `MOVED`, a
 //! `CLUSTERDOWN` or `TRYAGAIN`, or a master that could not be reached), and
 //! keeps the slot map it learns. Routing by that map is in
-//! [`super::cluster_routing`].
+//! [`crate::worker::discovery::routing`].
 
-use super::host::{Host, Level, Stat};
-use super::link::{Link, Slot};
-use super::Throttle;
 use crate::config::ClusterModeConfig;
 use crate::store::cluster::{
     parse_shards, parse_slots, shards_command, shards_unknown, slots_command, Refresh, SlotMap, TopologyError,
 };
 use crate::store::{preamble_failure, Failure, Preamble};
+use crate::worker::host::Throttle;
+use crate::worker::host::{Host, Level, Stat};
+use crate::worker::stream::link::{Awaited, Link};
 use std::net::SocketAddr;
 
 /// The slot map of one worker, and the stream it is read on.
 #[derive(Debug)]
-pub struct Cluster {
+pub struct ClusterLookup {
     seeds: String,
     preamble: Preamble,
     link: Link,
@@ -30,10 +30,10 @@ pub struct Cluster {
     log: Throttle,
 }
 
-impl Cluster {
-    pub fn new(config: &ClusterModeConfig, preamble: Preamble) -> Cluster {
+impl ClusterLookup {
+    pub fn new(config: &ClusterModeConfig, preamble: Preamble) -> ClusterLookup {
         let refresh = u64::try_from(config.refresh.as_millis()).unwrap_or(u64::MAX);
-        Cluster {
+        ClusterLookup {
             seeds: config.seeds.clone(),
             preamble,
             link: Link::default(),
@@ -113,9 +113,9 @@ impl Cluster {
         match host.send(token, &message) {
             Ok(()) => {
                 if preamble > 0 {
-                    self.link.sent(Slot::Preamble, preamble, now_ms);
+                    self.link.sent(Awaited::Preamble, preamble, now_ms);
                 }
-                self.link.sent(Slot::Lookup, message.len() - preamble, now_ms);
+                self.link.sent(Awaited::Lookup, message.len() - preamble, now_ms);
                 self.refresh.sent(now_ms);
             }
             Err(e) => {
@@ -129,8 +129,8 @@ impl Cluster {
     pub fn on_message(&mut self, host: &mut dyn Host, bytes: &[u8], now_ms: u64) -> bool {
         let (replies, error) = self.link.feed(bytes, now_ms);
         let mut changed = false;
-        for (slot, _, value) in replies {
-            if slot == Slot::Preamble {
+        for (awaited, _, value) in replies {
+            if awaited == Awaited::Preamble {
                 if let Some(failure) = preamble_failure(&value) {
                     // Refused credentials: this stream is done, and so is
                     // the read behind the `AUTH` (whatever it answered).
@@ -180,7 +180,7 @@ impl Cluster {
     /// The stream is gone: an outstanding read failed.
     fn fail(&mut self, host: &mut dyn Host, why: String, now_ms: u64) {
         let outstanding = self.link.closed(Failure::Unavailable(why.clone()), false, now_ms);
-        if outstanding.contains(&Slot::Lookup) {
+        if outstanding.contains(&Awaited::Lookup) {
             self.failed(host, why, now_ms);
         }
     }

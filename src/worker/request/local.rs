@@ -168,5 +168,4 @@ impl LocalLimiter {
 }
 
 #[cfg(test)]
-#[path = "local_tests.rs"]
 mod tests;

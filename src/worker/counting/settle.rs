@@ -20,151 +20,38 @@
 //!   settled state. Past that, or when the store fails, it goes on with the
 //!   admission's headers corrected by its own change (`settle.hold_expired`).
 //!   A cost read from the body settles when the body ends; the headers
-//!   already left with the admission's state. (The replies: [`super::settle_reply`].)
+//!   already left with the admission's state. (The replies: [`crate::worker::counting::settle_reply`].)
 //! * The settlement is queued like a decision, under an id of its own
-//!   ([`SETTLE_IDS`]), so it outlives the request's context; a failure is
+//!   ([`crate::worker::calls::CallId::Settlement`]), so it outlives the request's context; a failure is
 //!   counted (`settle_failed`), never the response's.
 //! * In cluster mode each slot of the changed checks gets its own call, on
 //!   its master, at the time that slot's decision recorded (a request
 //!   decided across slots was decided by one call per slot, see
-//!   [`super::cross_slot`]); each call is all or nothing for its slot.
+//!   [`crate::worker::cross::protocol`]); each call is all or nothing for its slot.
 
-use super::body::BodyReader;
-use super::cluster_routing::Route;
-use super::host::{CountStat, Host, ResponseFlow, ResponseHeaders, Stat};
-use super::requests::{Call, Pending, SettleCall, PARKED};
-use super::Worker;
-use crate::config::{Config, Reserve};
-use crate::limiter::script::{encode_adjust, Invocation, Script};
-use crate::limiter::{Adjustment, Check, Decision};
-use crate::response::{allowed_headers, policy_names};
+use crate::limiter::{Check, Decision};
 use crate::store::cluster::key_slot;
 use crate::store::FailureKind;
-use std::collections::{HashMap, VecDeque};
-
-/// Settlements are held under ids from here to `0xBFFF_FFFF` (context ids
-/// count up from 1 and never reach it; the parts of requests decided across
-/// slots are above, `super::cluster_cross::PART_IDS`).
-pub const SETTLE_IDS: u32 = 0x8000_0000;
-
-/// Who admitted a request, and so what the store recorded for it.
-#[derive(Debug)]
-pub(super) enum Decided {
-    /// Not admitted (yet).
-    Not,
-    /// The store, recording every reservation (for a request decided across
-    /// slots: its slots' decisions merged).
-    Store(Decision),
-    /// The local limiter (`failure_mode: local`), recording them locally.
-    Local(Decision),
-    /// Nobody: let through unchecked.
-    Unchecked,
-}
-
-#[derive(Debug)]
-pub(super) enum Phase {
-    /// Waiting for the response.
-    Waiting,
-    /// Reading the body for the costs still unknown (`None`).
-    Body { reader: BodyReader, costs: Vec<Option<u64>> },
-    /// The response waits for the settlements' replies (at most
-    /// `valkey.timeout`, [`Settlements`]'s holds); `changes` per check;
-    /// `waiting`: calls not answered yet; `now`: the admission's decision
-    /// with the windows of the replies so far.
-    Held { changes: Vec<Option<(u64, u64)>>, waiting: usize, now: Decision },
-}
-
-/// An admitted request's debt to its counting rules.
-#[derive(Debug)]
-pub(super) struct Owed {
-    pub checks: Vec<Check>,
-    /// Per check: when the store recorded it, on its clock (`None`: the
-    /// store recorded nothing for it).
-    pub stored: Vec<Option<u64>>,
-    pub now_override: Option<u64>,
-    pub local_arrival_ms: u64,
-    pub headers: ResponseHeaders,
-    pub decided: Decided,
-    pub phase: Phase,
-}
-
-/// One worker's settlements.
-#[derive(Debug, Default)]
-pub(super) struct Settlements {
-    /// Some rule counts on the response.
-    pub active: bool,
-    pub owed: HashMap<u32, Owed>,
-    /// Requests whose reservation waits for their body.
-    pub awaiting_body: HashMap<u32, Pending>,
-    /// Held responses by deadline (all holds last `valkey.timeout`, so
-    /// they expire in the order they began).
-    pub holds: VecDeque<(u64, u32)>,
-    next: u32,
-}
-
-impl Settlements {
-    pub fn new(config: &Config) -> Settlements {
-        Settlements { active: config.rules.iter().any(|r| r.count.is_some()), ..Settlements::default() }
-    }
-
-    /// A fresh id for a settlement on the stream.
-    fn next_id(&mut self) -> u32 {
-        self.next = self.next.wrapping_add(1);
-        SETTLE_IDS | (self.next & 0x3FFF_FFFF)
-    }
-
-    /// Forgets request `id`'s context (gone).
-    pub fn gone(&mut self, id: u32) {
-        self.owed.remove(&id);
-        self.awaiting_body.remove(&id);
-    }
-}
-
-/// Appends the `adjust` call of settlement `call` over `checks`.
-pub(super) fn encode_settlement(
-    out: &mut Vec<u8>,
-    script: &Script,
-    how: Invocation,
-    checks: &[Check],
-    call: &SettleCall,
-    now_ms: Option<u64>,
-) {
-    let adjustments: Vec<Adjustment> = checks
-        .iter()
-        .zip(&call.units)
-        .map(|(check, &(from, to))| Adjustment { check: check.clone(), from, to })
-        .collect();
-    encode_adjust(out, script, how, &adjustments, call.at_ms, now_ms);
-}
-
-/// Whether the store's denial of `key` may be remembered: not when the
-/// request's reservation varies (another request's smaller one may fit).
-pub(super) fn cacheable(config: &Config, checks: &[Check], key: &str) -> bool {
-    let check = checks.iter().find(|c| c.key == key);
-    let reserve = check.and_then(|c| config.rules.get(c.rule)).and_then(|r| r.count.as_ref()?.reserve.as_ref());
-    !matches!(reserve, Some(Reserve::Header { .. } | Reserve::Body { .. }))
-}
-
-/// Whether `check`'s rule counts on the response.
-pub(super) fn counts(config: &Config, check: &Check) -> bool {
-    config.rules.get(check.rule).is_some_and(|r| r.count.is_some())
-}
+use crate::worker::calls::{Call, Pending, SettleCall, PARKED};
+use crate::worker::counting::owed::{corrected, counts, Decided, Owed, Stage};
+use crate::worker::discovery::routing::Route;
+use crate::worker::host::{CountStat, Host, ResponseFlow, ResponseHeaders, Stat};
+use crate::worker::Worker;
 
 impl Worker {
     /// Request `id` (`p`) is about to be decided: remember what it will owe
     /// if admitted.
-    pub(super) fn owe(&mut self, id: u32, p: &Pending) {
+    pub(in crate::worker) fn owe(&mut self, id: u32, p: &Pending) {
         if !p.checks.iter().any(|c| counts(&self.config, c)) {
             return;
         }
         let owed = Owed {
             checks: p.checks.clone(),
             stored: vec![None; p.checks.len()],
-            now_override: p.now_override,
-            local_arrival_ms: p.local_arrival_ms,
+            arrival: p.arrival,
             headers: p.headers.clone(),
             decided: Decided::Not,
-            phase: Phase::Waiting,
+            stage: Stage::Waiting,
         };
         self.settlements.owed.insert(id, owed);
     }
@@ -172,7 +59,13 @@ impl Worker {
     /// Request `id` was admitted by the store (`decision.allowed`, which
     /// recorded every check at its `now_ms`), the local limiter or nobody
     /// (`None`, `local`: whether the local limiter).
-    pub(super) fn admitted(&mut self, host: &mut dyn Host, id: u32, decision: Option<&Decision>, local: bool) {
+    pub(in crate::worker) fn admitted(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        decision: Option<&Decision>,
+        local: bool,
+    ) {
         let Some(owed) = self.settlements.owed.get_mut(&id) else { return };
         owed.decided = match (decision, local) {
             (Some(d), false) if d.allowed => Decided::Store(d.clone()),
@@ -196,8 +89,8 @@ impl Worker {
 
     /// The store recorded checks `indices` of admitted request `id` at
     /// `at_ms` (its clock): one slot of a request decided across slots (see
-    /// [`super::cross_slot`]), whose record is kept.
-    pub(super) fn stored(&mut self, host: &mut dyn Host, id: u32, indices: &[usize], at_ms: u64) {
+    /// [`crate::worker::cross::protocol`]), whose record is kept.
+    pub(in crate::worker) fn stored(&mut self, host: &mut dyn Host, id: u32, indices: &[usize], at_ms: u64) {
         let Some(owed) = self.settlements.owed.get_mut(&id) else { return };
         for &i in indices {
             let (Some(at), Some(check)) = (owed.stored.get_mut(i), owed.checks.get(i)) else { continue };
@@ -212,7 +105,7 @@ impl Worker {
     /// Settles `owed` with `costs` (per check; non-counting checks ignored).
     /// `at_headers`: the response headers are still here (they may be held
     /// or corrected).
-    pub(super) fn settle_owed(
+    pub(in crate::worker) fn settle_owed(
         &mut self,
         host: &mut dyn Host,
         id: u32,
@@ -233,7 +126,7 @@ impl Worker {
                 // The local limiter recorded the reservation: settled there
                 // now, whatever the store does.
                 let reserved = check.recorded();
-                self.local.settle(check, reserved, *cost, self.request_time(&owed, now_ms));
+                self.local.settle(check, reserved, *cost, owed.arrival.at(now_ms));
                 if reserved > *cost {
                     host.count(Stat::Count(check.rule, CountStat::Refunded), reserved - cost);
                 }
@@ -254,7 +147,7 @@ impl Worker {
                 continue;
             }
             let slot = if self.cluster.is_some() { key_slot(check.key.as_bytes()) } else { 0 };
-            let at_ms = owed.stored.get(i).copied().flatten().unwrap_or_else(|| self.request_time(&owed, now_ms));
+            let at_ms = owed.stored.get(i).copied().flatten().unwrap_or_else(|| owed.arrival.at(now_ms));
             match calls.iter_mut().find(|(k, _)| *k == (slot, at_ms)) {
                 Some((_, indices)) => indices.push(i),
                 None => calls.push(((slot, at_ms), vec![i])),
@@ -284,7 +177,7 @@ impl Worker {
             let until_ms = now_ms.saturating_add(self.timeout_ms);
             self.settlements.holds.push_back((until_ms, id));
             let now = decision.clone();
-            self.settlements.owed.insert(id, Owed { phase: Phase::Held { changes, waiting: sent, now }, ..owed });
+            self.settlements.owed.insert(id, Owed { stage: Stage::Holding { changes, waiting: sent, now }, ..owed });
             return ResponseFlow::Hold;
         }
         if at_headers {
@@ -308,7 +201,7 @@ impl Worker {
     ) -> bool {
         let (route, slot) = self.route(&checks);
         let (shard, down) = match route {
-            Route::Shard(shard) => (shard, self.shards.get(shard).and_then(|s| s.link.down(now_ms)).map(|f| f.kind())),
+            Route::Shard(shard) => (shard, self.shards.down(shard, now_ms).map(|f| f.kind())),
             Route::Parked => (PARKED, None),
             Route::Unserved(slot) => (PARKED, Some(self.unserved(slot, now_ms).kind())),
             // (Never: a call's checks share a slot.)
@@ -316,9 +209,7 @@ impl Worker {
         };
         let pending = Pending {
             checks,
-            now_override: owed.now_override.map(|o| o.saturating_add(now_ms.saturating_sub(owed.local_arrival_ms))),
-            arrival_ms: self.request_time(owed, now_ms),
-            local_arrival_ms: now_ms,
+            arrival: owed.arrival.on_behalf(now_ms),
             noscripts: 0,
             headers: ResponseHeaders::default(),
             sent: false,
@@ -334,18 +225,13 @@ impl Worker {
             return false;
         }
         let settle_id = self.settlements.next_id();
-        self.requests.push(settle_id, pending);
+        self.calls.push(settle_id, pending);
         true
-    }
-
-    /// The request's clock at `now_ms` (the injected one in tests).
-    pub(super) fn request_time(&self, owed: &Owed, now_ms: u64) -> u64 {
-        owed.now_override.map_or(now_ms, |o| o.saturating_add(now_ms.saturating_sub(owed.local_arrival_ms)))
     }
 
     /// Counts settlements that are complete in the store: `(from, to)` per
     /// check (`None`: not settled here).
-    pub(super) fn completed(&self, host: &mut dyn Host, checks: &[Check], changes: &[Option<(u64, u64)>]) {
+    pub(in crate::worker) fn completed(&self, host: &mut dyn Host, checks: &[Check], changes: &[Option<(u64, u64)>]) {
         for (check, change) in checks.iter().zip(changes) {
             let Some((from, to)) = change else { continue };
             host.count(Stat::Count(check.rule, CountStat::Settled), *to);
@@ -354,23 +240,4 @@ impl Worker {
             }
         }
     }
-}
-
-/// The admission's headers, each window's remaining corrected by the
-/// request's own change (`from` → `to`; a window empty until a charge now
-/// resets within its period): what the response says when the store's
-/// reply is not there.
-pub(super) fn corrected(config: &Config, owed: &Owed, changes: &[Option<(u64, u64)>]) -> Vec<(String, String)> {
-    let (Decided::Store(decision) | Decided::Local(decision)) = &owed.decided else { return Vec::new() };
-    let mut now = decision.clone();
-    for w in &mut now.windows {
-        if let Some(Some((from, to))) = changes.get(w.check) {
-            w.remaining = w.remaining.saturating_add(*from).saturating_sub(*to).min(w.limit);
-            if to > from && w.reset_ms == 0 {
-                w.reset_ms = w.period_ms;
-            }
-        }
-    }
-    let names = policy_names(config, &owed.checks, &now);
-    allowed_headers(config, &names, &now)
 }

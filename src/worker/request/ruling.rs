@@ -10,7 +10,7 @@
 //! upstream in [`SHADOW_HEADER`](crate::response::SHADOW_HEADER).
 
 use crate::cache::DenialCache;
-use crate::config::Config;
+use crate::config::{Config, Reserve};
 use crate::limiter::{Check, Decision, WindowOutcome};
 use crate::response::{allowed_headers, denied, policy_names, LocalReply};
 
@@ -104,6 +104,27 @@ pub fn respond(config: &Config, checks: &[Check], decision: &Decision, arrival_m
     Ruling { rules, denials, action }
 }
 
+/// How long a denial is remembered at most in cluster mode with several
+/// rules (whose buckets can span slots): it may be another request's record
+/// that an undo across slots is about to take back (docs/performance.md).
+pub const CROSS_CACHE_MS: u64 = 100;
+
+/// Caps how long `denials` are remembered to [`CROSS_CACHE_MS`] from
+/// `arrival_ms`.
+pub fn cap_denials(denials: &mut [Denial], arrival_ms: u64) {
+    for d in denials {
+        d.until_ms = d.until_ms.min(arrival_ms.saturating_add(CROSS_CACHE_MS));
+    }
+}
+
+/// Whether the store's denial of `key` may be remembered: not when the
+/// request's reservation varies (another request's smaller one may fit).
+pub fn cacheable(config: &Config, checks: &[Check], key: &str) -> bool {
+    let check = checks.iter().find(|c| c.key == key);
+    let reserve = check.and_then(|c| config.rules.get(c.rule)).and_then(|r| r.count.as_ref()?.reserve.as_ref());
+    !matches!(reserve, Some(Reserve::Header { .. } | Reserve::Body { .. }))
+}
+
 /// Records the ruling's denials in the cache (`arrival_ms`: when the request
 /// arrived, the time the windows were read).
 pub fn remember(cache: &mut DenialCache, denials: Vec<Denial>, arrival_ms: u64) {
@@ -131,5 +152,4 @@ pub fn deny_from_cache(config: &Config, checks: &[Check], cache: &mut DenialCach
 }
 
 #[cfg(test)]
-#[path = "respond_tests.rs"]
 mod tests;

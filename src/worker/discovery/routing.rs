@@ -6,14 +6,14 @@
 //! the map changes, queued requests follow their slots, and streams to
 //! nodes that are no longer masters are closed once idle.
 
-use super::cluster::Cluster;
-use super::host::{Host, Reset, Stat};
-use super::requests::{ShardId, PARKED};
-use super::Worker;
 use crate::limiter::Check;
 use crate::resp::Value;
 use crate::store::cluster::{common_slot, Redirect};
 use crate::store::{interpret_reply, Failure, Outcome};
+use crate::worker::calls::{CallId, ShardId, PARKED};
+use crate::worker::discovery::cluster_lookup::ClusterLookup;
+use crate::worker::host::{Host, Reset, Stat};
+use crate::worker::Worker;
 use std::net::SocketAddr;
 
 /// Redirections (`MOVED`, `ASK`) one request follows before it fails.
@@ -21,7 +21,7 @@ pub const MAX_REDIRECTS: u8 = 5;
 
 /// Where a new request goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Route {
+pub(in crate::worker) enum Route {
     /// To the queue of this shard.
     Shard(ShardId),
     /// To wait for the slot map.
@@ -38,7 +38,7 @@ fn unserved(slot: u16) -> Failure {
 
 impl Worker {
     /// Where a request with `checks` goes, and (cluster mode) their slot.
-    pub(super) fn route(&mut self, checks: &[Check]) -> (Route, Option<u16>) {
+    pub(in crate::worker) fn route(&mut self, checks: &[Check]) -> (Route, Option<u16>) {
         let Some(cluster) = &self.cluster else {
             return (self.home.map_or(Route::Parked, Route::Shard), None);
         };
@@ -55,7 +55,7 @@ impl Worker {
 
     /// The failure of a request whose slot no master serves (the map is
     /// read again soon).
-    pub(super) fn unserved(&mut self, slot: u16, now_ms: u64) -> Failure {
+    pub(in crate::worker) fn unserved(&mut self, slot: u16, now_ms: u64) -> Failure {
         if let Some(c) = &mut self.cluster {
             c.suspect(now_ms);
         }
@@ -63,16 +63,16 @@ impl Worker {
     }
 
     /// Parked requests go to their masters once the map is known.
-    pub(super) fn route_parked(&mut self, host: &mut dyn Host, now_ms: u64) {
-        let Some(map) = self.cluster.as_ref().and_then(Cluster::map) else { return };
-        if self.requests.queued_on(PARKED) == 0 {
+    pub(in crate::worker) fn route_parked(&mut self, host: &mut dyn Host, now_ms: u64) {
+        let Some(map) = self.cluster.as_ref().and_then(ClusterLookup::map) else { return };
+        if self.calls.queued_on(PARKED) == 0 {
             return;
         }
-        let ids = self.requests.drain_queue(PARKED);
-        let owners: Vec<(u32, u16, Option<SocketAddr>)> = ids
+        let ids = self.calls.drain_queue(PARKED);
+        let owners: Vec<(CallId, u16, Option<SocketAddr>)> = ids
             .into_iter()
             .filter_map(|id| {
-                let slot = self.requests.get(id)?.slot?;
+                let slot = self.calls.get(id)?.slot?;
                 Some((id, slot, map.owner(slot)))
             })
             .collect();
@@ -80,7 +80,7 @@ impl Worker {
             match owner {
                 Some(addr) => {
                     let shard = self.shards.for_addr(addr);
-                    self.requests.set_shard(id, shard);
+                    self.calls.set_shard(id, shard);
                 }
                 None => {
                     let failure = self.unserved(slot, now_ms);
@@ -94,15 +94,15 @@ impl Worker {
     /// true when it goes again (to the shard now in its `shard`), false
     /// when it failed (too many redirections, or one that cannot be
     /// followed: a hostname).
-    pub(super) fn redirect(
+    pub(in crate::worker) fn redirect(
         &mut self,
         host: &mut dyn Host,
-        id: u32,
+        id: CallId,
         redirect: Result<Redirect, String>,
         reply: &Value,
         now_ms: u64,
     ) -> bool {
-        let Some(p) = self.requests.get_mut(id) else { return false };
+        let Some(p) = self.calls.get_mut(id) else { return false };
         p.redirects = p.redirects.saturating_add(1);
         let redirect = redirect.ok().filter(|_| p.redirects <= MAX_REDIRECTS);
         let (addr, asking) = match redirect {
@@ -121,7 +121,7 @@ impl Worker {
                 if let Some(c) = &mut self.cluster {
                     c.suspect(now_ms);
                 }
-                let Some(p) = self.requests.remove(id) else { return false };
+                let Some(p) = self.calls.remove(id) else { return false };
                 let failure = match interpret_reply(reply, &p.checks) {
                     Outcome::Failed(f) => f,
                     _ => Failure::Unavailable("unusable cluster redirection".into()),
@@ -131,8 +131,8 @@ impl Worker {
             }
         };
         let shard = self.shards.for_addr(addr);
-        self.requests.set_shard(id, shard);
-        if let Some(p) = self.requests.get_mut(id) {
+        self.calls.set_shard(id, shard);
+        if let Some(p) = self.calls.get_mut(id) {
             p.asking = asking;
         }
         true
@@ -140,41 +140,41 @@ impl Worker {
 
     /// The slot map changed: queued requests follow their slots (a request
     /// following an `ASK` stays), and idle streams to former masters close.
-    pub(super) fn on_slot_map(&mut self, host: &mut dyn Host) {
-        let Some(map) = self.cluster.as_ref().and_then(Cluster::map) else { return };
+    pub(in crate::worker) fn on_slot_map(&mut self, host: &mut dyn Host) {
+        let Some(map) = self.cluster.as_ref().and_then(ClusterLookup::map) else { return };
         let mut moves = Vec::new();
         for shard in self.shards.iter() {
-            for id in self.requests.queued_ids(shard.id) {
-                let Some(p) = self.requests.get(id).filter(|p| !p.asking) else { continue };
+            for id in self.calls.queued_ids(shard.id) {
+                let Some(p) = self.calls.get(id).filter(|p| !p.asking) else { continue };
                 let Some(slot) = p.slot else { continue };
                 let owner = map.owner(slot);
-                if owner != shard.addr {
+                if owner != shard.addr() {
                     moves.push((id, owner));
                 }
             }
         }
         for (id, owner) in moves {
             let to = owner.map_or(PARKED, |addr| self.shards.for_addr(addr));
-            self.requests.set_shard(id, to);
+            self.calls.set_shard(id, to);
         }
         self.retire_idle(host);
     }
 
     /// Closes the streams to nodes that are no longer masters, once nothing
     /// waits for them.
-    pub(super) fn retire_idle(&mut self, host: &mut dyn Host) {
-        let Some(map) = self.cluster.as_ref().and_then(Cluster::map) else { return };
+    pub(in crate::worker) fn retire_idle(&mut self, host: &mut dyn Host) {
+        let Some(map) = self.cluster.as_ref().and_then(ClusterLookup::map) else { return };
         let idle: Vec<ShardId> = self
             .shards
             .iter()
-            .filter(|s| s.addr.is_some_and(|a| !map.is_master(a)))
-            .filter(|s| s.link.in_flight().0 == 0 && self.requests.queued_ids(s.id).is_empty())
+            .filter(|s| s.addr().is_some_and(|a| !map.is_master(a)))
+            .filter(|s| s.link().in_flight().0 == 0 && self.calls.queued_ids(s.id).is_empty())
             .map(|s| s.id)
             .collect();
         for id in idle {
             let Some(shard) = self.shards.remove(id) else { continue };
-            self.requests.drain_queue(id);
-            if let Some(token) = shard.link.token() {
+            self.calls.drain_queue(id);
+            if let Some(token) = shard.link().token() {
                 host.cancel(token);
                 host.count(Stat::StreamReset(Reset::Switched), 1);
             }
@@ -183,7 +183,7 @@ impl Worker {
 
     /// A master's stream failed (cluster mode): counted, and the map is read
     /// again soon.
-    pub(super) fn shard_failed(&mut self, host: &mut dyn Host, now_ms: u64) {
+    pub(in crate::worker) fn shard_failed(&mut self, host: &mut dyn Host, now_ms: u64) {
         if let Some(c) = &mut self.cluster {
             host.count(Stat::ClusterShardFailure, 1);
             c.suspect(now_ms);

@@ -1,20 +1,20 @@
 //! A request's arrival: planned, denied from the cache, read for its
 //! reservation (a request body, `count.reserve.body`), then routed: decided
 //! now (`failure_mode`, overload), queued for its shard, or decided across
-//! cluster slots ([`super::cluster_cross`]).
+//! cluster slots ([`crate::worker::cross::crossings`]).
 
-use super::cluster_routing::Route;
-use super::fail::Held;
-use super::host::{Flow, Host, ResponseHeaders, Stat};
-use super::requests::{Call, Pending, PARKED};
-use super::reserve;
-use super::respond::deny_from_cache;
-use super::{Settle, Worker};
 use crate::plan::{plan, RequestView};
 use crate::response::SHADOW_HEADER;
+use crate::worker::calls::{Arrival, Call, CallId, Pending, PARKED};
+use crate::worker::discovery::routing::Route;
+use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
+use crate::worker::request::fail::Failing;
+use crate::worker::request::rule::answer_now;
+use crate::worker::request::ruling::deny_from_cache;
+use crate::worker::Worker;
 
 impl Worker {
-    pub(super) fn start(
+    pub(in crate::worker) fn start(
         &mut self,
         host: &mut dyn Host,
         id: u32,
@@ -41,16 +41,14 @@ impl Worker {
             return Flow::Continue;
         }
         self.serving = true;
-        let arrival_ms = now_override.unwrap_or(now_ms);
-        if let Some(ruling) = deny_from_cache(&self.config, &planned.checks, &mut self.cache, arrival_ms) {
+        let arrival = Arrival::new(now_override, now_ms);
+        if let Some(ruling) = deny_from_cache(&self.config, &planned.checks, &mut self.cache, arrival.request_ms) {
             host.count(Stat::CacheHit, 1);
             return self.rule_now(host, id, ruling, &headers);
         }
-        let mut pending = Pending {
+        let pending = Pending {
             checks: planned.checks,
-            now_override,
-            arrival_ms,
-            local_arrival_ms: now_ms,
+            arrival,
             noscripts: 0,
             headers,
             sent: false,
@@ -60,21 +58,25 @@ impl Worker {
             asking: false,
             call: Call::Decide,
         };
-        if self.settlements.active && reserve::prepare(&self.config, &mut pending.checks, request) {
-            self.settlements.awaiting_body.insert(id, pending);
-            return Flow::ReadBody;
-        }
+        let Some(pending) = self.reserve(id, pending, request) else { return Flow::ReadBody };
         self.proceed(host, id, pending, now_ms)
     }
 
     /// Routes a planned request, and decides it now (`failure_mode`,
     /// overload) or queues it for its shard.
-    pub(super) fn proceed(&mut self, host: &mut dyn Host, id: u32, mut pending: Pending, now_ms: u64) -> Flow {
-        if self.settlements.active {
+    pub(in crate::worker) fn proceed(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        mut pending: Pending,
+        now_ms: u64,
+    ) -> Flow {
+        if self.settlements.active() {
             self.owe(id, &pending);
         }
         let (route, slot) = self.route(&pending.checks);
-        let request = Held { id, checks: &pending.checks, at_ms: pending.arrival_ms, headers: &pending.headers };
+        let request =
+            Failing { id, checks: &pending.checks, at_ms: pending.arrival.request_ms, headers: &pending.headers };
         let shard = match route {
             Route::Shard(shard) => shard,
             Route::Parked => PARKED,
@@ -84,25 +86,20 @@ impl Worker {
             }
             Route::CrossSlot => return self.cross_start(host, id, pending, now_ms),
         };
-        let link = self.shards.get(shard).map(|s| &s.link);
+        let link = self.shards.get(shard).map(|s| s.link());
         if let Some(failure) = link.and_then(|l| l.down(now_ms)).cloned() {
             return self.fail_now(host, id, &failure, &request, now_ms);
         }
         // The bound is on requests that must wait for room on the stream:
         // as many as the stream can take go out as soon as it is ready.
         let room = self.config.valkey.max_in_flight.saturating_sub(link.map_or(0, |l| l.in_flight().0));
-        if self.requests.queued() >= self.config.valkey.max_queue.saturating_add(room) {
-            return match self.overloaded(host, id) {
-                Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
-                Settle::Reply(reply) => {
-                    host.reply(id, &reply);
-                    Flow::Pause
-                }
-            };
+        if self.calls.queued() >= self.config.valkey.max_queue.saturating_add(room) {
+            let verdict = self.overloaded(host, id);
+            return answer_now(host, id, verdict);
         }
         pending.shard = shard;
         pending.slot = slot;
-        self.requests.push(id, pending);
+        self.calls.push(CallId::Request(id), pending);
         self.pump(host, false, now_ms);
         Flow::Pause
     }

@@ -3,14 +3,14 @@
 //! counting rule (`count.status`, `count.header`, `count.cost`). A cost that
 //! cannot be read (missing, not an integer, a body past `max_body_bytes`)
 //! is the reservation, or the rule's `cost` without one (`cost_fallback`).
-//! The settlement itself: [`super::settle`].
+//! The settlement itself: [`crate::worker::counting::settle`].
 
-use super::body::{integer, BodyReader};
-use super::host::{CountStat, Host, ResponseFlow, ResponseView, Stat};
-use super::settle::{Decided, Phase};
-use super::Worker;
 use crate::config::CostSource;
 use crate::limiter::Check;
+use crate::worker::counting::body::{integer, BodyReader};
+use crate::worker::counting::owed::{Decided, Stage};
+use crate::worker::host::{CountStat, Host, ResponseFlow, ResponseView, Stat};
+use crate::worker::Worker;
 
 impl Worker {
     /// The response headers of request `id` arrived (its own callback).
@@ -63,7 +63,7 @@ impl Worker {
         let flow = if body_paths.iter().any(Option::is_some) {
             let sse = response.header("content-type").is_some_and(|t| t.starts_with(b"text/event-stream"));
             let reader = BodyReader::new(sse, self.config.max_body_bytes, body_paths);
-            owed.phase = Phase::Body { reader, costs };
+            owed.stage = Stage::Body { reader, costs };
             self.settlements.owed.insert(id, owed);
             ResponseFlow::ReadBody
         } else {
@@ -78,13 +78,13 @@ impl Worker {
     /// the last one.
     pub fn on_response_body(&mut self, host: &mut dyn Host, id: u32, chunk: &[u8], end: bool, now_ms: u64) {
         let Some(owed) = self.settlements.owed.get_mut(&id) else { return };
-        let Phase::Body { reader, .. } = &mut owed.phase else { return };
+        let Stage::Body { reader, .. } = &mut owed.stage else { return };
         reader.feed(chunk);
         if !end {
             return;
         }
         let Some(mut owed) = self.settlements.owed.remove(&id) else { return };
-        let Phase::Body { reader, costs } = std::mem::replace(&mut owed.phase, Phase::Waiting) else { return };
+        let Stage::Body { reader, costs } = std::mem::replace(&mut owed.stage, Stage::Waiting) else { return };
         self.begin(host, true);
         let (found, too_large) = reader.finish();
         if too_large {

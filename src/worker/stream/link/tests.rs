@@ -4,15 +4,15 @@ use super::*;
 fn replies_pair_with_commands_in_order_across_messages() {
     let mut link = Link::default();
     link.opened(7, true, 0);
-    link.sent(Slot::Request(1), 10, 0);
-    link.sent(Slot::Request(2), 20, 1);
+    link.sent(Awaited::Call(CallId::Request(1)), 10, 0);
+    link.sent(Awaited::Call(CallId::Request(2)), 20, 1);
     assert_eq!(link.in_flight(), (2, 30));
     let (replies, error) = link.feed(b"+A\r\n$3\r\nb", 5);
     assert_eq!(error, None);
-    assert_eq!(replies, vec![(Slot::Request(1), 0, Value::Simple(b"A".to_vec()))]);
+    assert_eq!(replies, vec![(Awaited::Call(CallId::Request(1)), 0, Value::Simple(b"A".to_vec()))]);
     assert_eq!(link.in_flight(), (1, 20));
     let (replies, _) = link.feed(b"cd\r\n", 6);
-    assert_eq!(replies, vec![(Slot::Request(2), 1, Value::Bulk(b"bcd".to_vec()))]);
+    assert_eq!(replies, vec![(Awaited::Call(CallId::Request(2)), 1, Value::Bulk(b"bcd".to_vec()))]);
     assert_eq!(link.in_flight(), (0, 0));
 }
 
@@ -20,13 +20,13 @@ fn replies_pair_with_commands_in_order_across_messages() {
 fn an_unexpected_reply_or_garbage_ends_the_stream_after_the_good_replies() {
     let mut link = Link::default();
     link.opened(1, true, 0);
-    link.sent(Slot::Request(1), 1, 0);
+    link.sent(Awaited::Call(CallId::Request(1)), 1, 0);
     let (replies, error) = link.feed(b"+A\r\n+B\r\n", 1);
     assert_eq!(replies.len(), 1);
     assert!(matches!(error, Some(Failure::Lost(_))));
     let mut link = Link::default();
     link.opened(1, true, 0);
-    link.sent(Slot::Request(1), 1, 0);
+    link.sent(Awaited::Call(CallId::Request(1)), 1, 0);
     let (replies, error) = link.feed(b"<html>", 1);
     assert!(replies.is_empty() && matches!(error, Some(Failure::NotResp(_))));
 }
@@ -36,8 +36,8 @@ fn stalls_count_from_the_last_reply_or_the_first_outstanding_send() {
     let mut link = Link::default();
     link.opened(1, true, 0);
     assert!(!link.stalled(1_000, 100, 100), "nothing outstanding: never stalled");
-    link.sent(Slot::Request(1), 1, 500);
-    link.sent(Slot::Request(2), 1, 590);
+    link.sent(Awaited::Call(CallId::Request(1)), 1, 500);
+    link.sent(Awaited::Call(CallId::Request(2)), 1, 590);
     let ticks = |link: &mut Link, n: u32| (0..n).for_each(|_| link.tick());
     ticks(&mut link, MIN_SILENT_TICKS - 1);
     assert!(!link.stalled(900, 100, 100), "too few silent ticks: the proxy may be what lags");
@@ -58,21 +58,21 @@ fn a_stream_that_never_answered_backs_off_doubling_one_that_did_reopens_at_once(
     for i in 0..6 {
         let now = i * 1_000;
         link.opened(i as u32, true, now);
-        link.sent(Slot::Request(1), 1, now);
-        assert_eq!(link.closed(fail(), false, now), vec![Slot::Request(1)]);
-        let Phase::Down { until_ms, .. } = link.phase.clone() else { panic!("not down") };
+        link.sent(Awaited::Call(CallId::Request(1)), 1, now);
+        assert_eq!(link.closed(fail(), false, now), vec![Awaited::Call(CallId::Request(1))]);
+        let LinkState::Down { until_ms, .. } = link.state.clone() else { panic!("not down") };
         assert!(link.down(now).is_some() && !link.may_open(now));
         until.push(until_ms - now);
     }
     assert_eq!(until, [50, 100, 200, 400, 800, 800]);
     link.opened(9, true, 10_000);
-    link.sent(Slot::Request(1), 1, 10_000);
+    link.sent(Awaited::Call(CallId::Request(1)), 1, 10_000);
     link.feed(b":1\r\n", 10_001);
     link.closed(fail(), false, 10_002);
-    assert_eq!(link.phase, Phase::Idle, "it had answered: reopen at once");
+    assert_eq!(link.state, LinkState::Idle, "it had answered: reopen at once");
     link.opened(10, true, 10_003);
     link.closed(fail(), false, 10_003);
-    let Phase::Down { until_ms, .. } = link.phase.clone() else { panic!("not down") };
+    let LinkState::Down { until_ms, .. } = link.state.clone() else { panic!("not down") };
     assert_eq!(until_ms, 10_053, "the backoff starts over after a stream that answered");
 }
 
@@ -80,13 +80,13 @@ fn a_stream_that_never_answered_backs_off_doubling_one_that_did_reopens_at_once(
 fn abandoned_requests_keep_their_place() {
     let mut link = Link::default();
     link.opened(1, true, 0);
-    link.sent(Slot::Request(1), 1, 0);
-    link.sent(Slot::Request(2), 1, 0);
-    link.abandon(1);
-    assert_eq!(link.requests().collect::<Vec<_>>(), vec![2]);
+    link.sent(Awaited::Call(CallId::Request(1)), 1, 0);
+    link.sent(Awaited::Call(CallId::Request(2)), 1, 0);
+    link.abandon(CallId::Request(1));
+    assert_eq!(link.calls().collect::<Vec<_>>(), vec![CallId::Request(2)]);
     let (replies, _) = link.feed(b":1\r\n:2\r\n", 1);
-    let slots: Vec<Slot> = replies.into_iter().map(|(s, _, _)| s).collect();
-    assert_eq!(slots, vec![Slot::Abandoned(1), Slot::Request(2)]);
+    let slots: Vec<Awaited> = replies.into_iter().map(|(s, _, _)| s).collect();
+    assert_eq!(slots, vec![Awaited::Abandoned(CallId::Request(1)), Awaited::Call(CallId::Request(2))]);
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
@@ -96,13 +96,13 @@ fn a_slow_but_answering_stream_earns_a_longer_silence_up_to_the_cap() {
     assert_eq!(link.stall_after(100, 1_000), 100, "no round trip known: the timeout");
     // Replies come back 200 ms after their commands (a flooded proxy).
     for i in 0..40u64 {
-        link.sent(Slot::Request(i as u32), 1, i * 10);
+        link.sent(Awaited::Call(CallId::Request(i as u32)), 1, i * 10);
         link.feed(b":1\r\n", i * 10 + 200);
     }
     assert_eq!(link.stall_after(100, 1_000), 800, "four round trips");
     assert_eq!(link.stall_after(100, 500), 500, "at most the cap");
     assert_eq!(link.stall_after(2_000, 1_000), 2_000, "never less than the timeout");
-    link.sent(Slot::Request(99), 1, 1_000);
+    link.sent(Awaited::Call(CallId::Request(99)), 1, 1_000);
     // The first tick sees the replies of the loop above; the next ones are silent.
     for _ in 0..=MIN_SILENT_TICKS {
         link.tick();

@@ -2,14 +2,17 @@
 //! allow, deny, or the local limiter), and when the worker cannot take it
 //! (`overload`: reject, or allow when explicitly asked).
 
-use super::host::{Host, Level, ResponseHeaders, Stat};
-use super::requests::{Call, Pending};
-use super::respond::respond;
-use super::{Flow, Settle, Throttle, Worker};
 use crate::config::{FailureMode, Overload};
 use crate::limiter::{Check, Decision};
 use crate::response::{overloaded, store_unavailable};
 use crate::store::{Failure, FailureKind};
+use crate::worker::calls::{Call, CallId, Pending};
+use crate::worker::host::Throttle;
+use crate::worker::host::{Host, Level, ResponseHeaders, Stat};
+use crate::worker::request::rule::answer_now;
+use crate::worker::request::ruling::respond;
+use crate::worker::request::verdict::Verdict;
+use crate::worker::{Flow, Worker};
 
 /// Failure kinds that suggest the master moved: ask the Sentinels again.
 fn master_suspect(kind: FailureKind) -> bool {
@@ -24,30 +27,29 @@ fn slots_suspect(kind: FailureKind) -> bool {
 
 /// What `failure_mode: local` needs of a request: its checks, the time on
 /// its clock (the injected one in tests), and where admitted headers go.
-pub(super) struct Held<'a> {
+pub(in crate::worker) struct Failing<'a> {
     pub id: u32,
     pub checks: &'a [Check],
     pub at_ms: u64,
     pub headers: &'a ResponseHeaders,
 }
 
-impl<'a> Held<'a> {
+impl<'a> Failing<'a> {
     /// A held request at `now_ms` on the proxy's clock.
-    fn of(id: u32, p: &'a Pending, now_ms: u64) -> Held<'a> {
-        let at_ms = p.now_override.map_or(now_ms, |o| o.saturating_add(now_ms.saturating_sub(p.local_arrival_ms)));
-        Held { id, checks: &p.checks, at_ms, headers: &p.headers }
+    fn of(id: u32, p: &'a Pending, now_ms: u64) -> Failing<'a> {
+        Failing { id, checks: &p.checks, at_ms: p.arrival.at(now_ms), headers: &p.headers }
     }
 }
 
 impl Worker {
     /// Counts and logs a failure and gives what `failure_mode` makes of it.
-    pub(super) fn failure(
+    pub(in crate::worker) fn failure(
         &mut self,
         host: &mut dyn Host,
         failure: &Failure,
-        request: &Held<'_>,
+        request: &Failing<'_>,
         now_ms: u64,
-    ) -> Settle {
+    ) -> Verdict {
         if self.log.due(now_ms) {
             host.log(
                 Level::Warn,
@@ -65,11 +67,11 @@ impl Worker {
             FailureMode::Allow => {
                 host.count(Stat::FailureMode { allowed: true }, 1);
                 self.admitted(host, request.id, None, false);
-                Settle::Admit(None)
+                Verdict::Admit(None)
             }
             FailureMode::Deny => {
                 host.count(Stat::FailureMode { allowed: false }, 1);
-                Settle::Reply(store_unavailable())
+                Verdict::Reply(store_unavailable())
             }
             FailureMode::Local => {
                 let decision = self.local.decide(request.checks, request.at_ms);
@@ -85,40 +87,42 @@ impl Worker {
 
     /// The store decided `p`: under `failure_mode: local`, its buckets'
     /// local counts start from the store's answer.
-    pub(super) fn learn(&mut self, p: &Pending, decision: &Decision, now_ms: u64) {
+    pub(in crate::worker) fn learn(&mut self, p: &Pending, decision: &Decision, now_ms: u64) {
         if self.config.failure_mode == FailureMode::Local {
-            self.local.learn(&p.checks, decision, Held::of(0, p, now_ms).at_ms);
+            self.local.learn(&p.checks, decision, Failing::of(0, p, now_ms).at_ms);
         }
     }
 
     /// `failure_mode` for the request being started, in its own callback.
-    pub(super) fn fail_now(
+    pub(in crate::worker) fn fail_now(
         &mut self,
         host: &mut dyn Host,
         id: u32,
         failure: &Failure,
-        request: &Held<'_>,
+        request: &Failing<'_>,
         now_ms: u64,
     ) -> Flow {
         self.suspect(failure, now_ms);
-        match self.failure(host, failure, request, now_ms) {
-            Settle::Admit(_) | Settle::Resume(_) => Flow::Continue,
-            Settle::Reply(reply) => {
-                host.reply(id, &reply);
-                Flow::Pause
-            }
-        }
+        let verdict = self.failure(host, failure, request, now_ms);
+        answer_now(host, id, verdict)
     }
 
     /// `failure_mode` for held request `id`.
-    pub(super) fn fail(&mut self, host: &mut dyn Host, id: u32, failure: &Failure, now_ms: u64) {
-        if let Some(p) = self.requests.remove(id) {
+    pub(in crate::worker) fn fail(&mut self, host: &mut dyn Host, id: CallId, failure: &Failure, now_ms: u64) {
+        if let Some(p) = self.calls.remove(id) {
             self.fail_held(host, id, &p, failure, now_ms);
         }
     }
 
     /// `failure_mode` for request `id`, already taken off the held ones.
-    pub(super) fn fail_held(&mut self, host: &mut dyn Host, id: u32, p: &Pending, failure: &Failure, now_ms: u64) {
+    pub(in crate::worker) fn fail_held(
+        &mut self,
+        host: &mut dyn Host,
+        id: CallId,
+        p: &Pending,
+        failure: &Failure,
+        now_ms: u64,
+    ) {
         self.suspect(failure, now_ms);
         match p.call {
             Call::Decide => {}
@@ -129,8 +133,9 @@ impl Worker {
                 return self.settle_failed(host, p);
             }
         }
-        let settle = self.failure(host, failure, &Held::of(id, p, now_ms), now_ms);
-        self.settle(host, id, settle);
+        let CallId::Request(id) = id else { return };
+        let verdict = self.failure(host, failure, &Failing::of(id, p, now_ms), now_ms);
+        self.deliveries.deliver(host, id, verdict);
     }
 
     /// A failure that suggests the master moved, or the slot map changed,
@@ -149,27 +154,28 @@ impl Worker {
     }
 
     /// What `overload` makes of a request the worker cannot take (counted).
-    pub(super) fn overloaded(&mut self, host: &mut dyn Host, id: u32) -> Settle {
+    pub(in crate::worker) fn overloaded(&mut self, host: &mut dyn Host, id: u32) -> Verdict {
         host.count(Stat::Overloaded, 1);
         match self.config.overload {
-            Overload::Reject => Settle::Reply(overloaded()),
+            Overload::Reject => Verdict::Reply(overloaded()),
             Overload::Allow => {
                 self.admitted(host, id, None, false);
-                Settle::Admit(None)
+                Verdict::Admit(None)
             }
         }
     }
 
     /// Refuses held request `id` (or lets it through, if `overload: allow`):
     /// the worker is overloaded.
-    pub(super) fn shed(&mut self, host: &mut dyn Host, id: u32) {
-        let Some(p) = self.requests.remove(id) else { return };
+    pub(in crate::worker) fn shed(&mut self, host: &mut dyn Host, id: CallId) {
+        let Some(p) = self.calls.remove(id) else { return };
         match p.call {
             Call::Decide => {}
             Call::Part(_) => return self.part_shed(host, &p),
             Call::Settle(_) => return self.settle_failed(host, &p),
         }
-        let settle = self.overloaded(host, id);
-        self.settle(host, id, settle);
+        let CallId::Request(id) = id else { return };
+        let verdict = self.overloaded(host, id);
+        self.deliveries.deliver(host, id, verdict);
     }
 }

@@ -7,12 +7,13 @@
 //! the rule's smallest limit (so it can be admitted; the response settles
 //! the rest); one that cannot be read is the configured default.
 
-use super::body::{integer, json_field};
-use super::host::{Flow, Host, Stat};
-use super::Worker;
 use crate::config::{Config, Reserve};
 use crate::limiter::Check;
 use crate::plan::RequestView;
+use crate::worker::calls::Pending;
+use crate::worker::counting::body::{integer, json_field};
+use crate::worker::host::{Flow, Host, Stat};
+use crate::worker::Worker;
 use std::num::NonZeroU64;
 
 /// `value` as a reservation for `check`: at least 1, at most its smallest
@@ -24,7 +25,7 @@ fn reservation(value: Option<u64>, default: NonZeroU64, check: &Check) -> NonZer
 
 /// Sets what each check of a counting rule records on admission (all but
 /// body reservations); true when a reservation needs the request's body.
-pub(super) fn prepare(config: &Config, checks: &mut [Check], request: &dyn RequestView) -> bool {
+fn prepare(config: &Config, checks: &mut [Check], request: &dyn RequestView) -> bool {
     let mut body = false;
     for check in checks {
         let Some(count) = config.rules.get(check.rule).and_then(|r| r.count.as_ref()) else { continue };
@@ -54,6 +55,16 @@ fn apply_body(config: &Config, checks: &mut [Check], body: Option<&[u8]>) {
 }
 
 impl Worker {
+    /// Sets what request `id`'s checks record on admission; the request
+    /// back, or `None` when it waits for its body ([`Worker::on_request_body`]).
+    pub(in crate::worker) fn reserve(&mut self, id: u32, mut p: Pending, request: &dyn RequestView) -> Option<Pending> {
+        if self.settlements.active && prepare(&self.config, &mut p.checks, request) {
+            self.settlements.awaiting_body.insert(id, p);
+            return None;
+        }
+        Some(p)
+    }
+
     /// Request `id`'s body (its own callback): the first `max_body_bytes`
     /// of it at most; `complete` when that is all of it. The request is then
     /// decided as any other.
@@ -66,7 +77,7 @@ impl Worker {
         }
         apply_body(&self.config, &mut p.checks, readable.then_some(body));
         // Deadlines count from now: the request waited for its client.
-        p.local_arrival_ms = now_ms;
+        p.arrival = p.arrival.restarted(now_ms);
         let flow = self.proceed(host, id, p, now_ms);
         self.finish(host, false, now_ms);
         flow

@@ -1,22 +1,19 @@
 //! The worker's store streams: opening each (to the Sentinels' master, or a
-//! cluster master, when configured), sending its queued requests on it
-//! within its bounds, and what a closed, refused or stalled stream means
-//! for the requests on it. Replies are paired with requests in
-//! [`super::answer`].
+//! cluster master, when configured), sending its queued calls on it within
+//! its bounds, and what a closed, refused or stalled stream means for the
+//! calls on it. Replies are paired with requests in
+//! [`crate::worker::stream::replies`].
 
-use super::cross_slot::undo;
-use super::host::{Host, Reset, Stat};
-use super::link::Slot;
-use super::requests::Part;
-use super::requests::{Call, ShardId, PARKED};
-use super::shards::Carrier;
-use super::{Worker, MAX_IN_FLIGHT_BYTES};
 use crate::config::Invoke;
-use crate::limiter::script::{encode_adjust, encode_call, encode_load, Invocation};
+use crate::limiter::script::{encode_load, Invocation};
 use crate::store::cluster::asking_command;
 use crate::store::sentinel::Change;
 use crate::store::Failure;
-use crate::worker::settle::encode_settlement;
+use crate::worker::calls::{CallId, ShardId, PARKED};
+use crate::worker::host::{Host, Reset, Stat};
+use crate::worker::stream::link::Awaited;
+use crate::worker::stream::shards::Carrier;
+use crate::worker::{write_call, Worker, MAX_IN_FLIGHT_BYTES};
 
 /// The gRPC status of a stream that never reached the store: Envoy answers
 /// `UNAVAILABLE` when the tunnel cannot connect upstream (nothing was sent
@@ -30,9 +27,9 @@ pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 impl Worker {
     /// Sends queued requests while the streams have room. From a request's
     /// callback it cannot open a stream: it wakes the worker instead.
-    pub(super) fn pump(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
+    pub(in crate::worker) fn pump(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
         self.route_parked(host, now_ms);
-        if self.requests.queued_on(PARKED) > 0 && self.cluster.as_ref().is_some_and(|c| c.due(now_ms)) {
+        if self.calls.queued_on(PARKED) > 0 && self.cluster.as_ref().is_some_and(|c| c.due(now_ms)) {
             // The slot map is asked for from the worker's own callback.
             self.wake(host, own);
         }
@@ -42,7 +39,7 @@ impl Worker {
     }
 
     fn pump_shard(&mut self, host: &mut dyn Host, shard: ShardId, own: bool, now_ms: u64) {
-        while self.requests.queued_on(shard) > 0 {
+        while self.calls.queued_on(shard) > 0 {
             let Some(s) = self.shards.get(shard) else { return };
             let master = match (&self.sentinels, s.addr) {
                 (Some(sentinels), _) => match sentinels.master() {
@@ -62,7 +59,7 @@ impl Worker {
                 if !s.link.may_open(now_ms) {
                     if own {
                         let failure = self.unreachable(shard, now_ms);
-                        for id in self.requests.drain_queue(shard) {
+                        for id in self.calls.drain_queue(shard) {
                             self.fail(host, id, &failure, now_ms);
                         }
                     }
@@ -81,7 +78,7 @@ impl Worker {
         }
     }
 
-    pub(super) fn wake(&mut self, host: &mut dyn Host, own: bool) {
+    pub(in crate::worker) fn wake(&mut self, host: &mut dyn Host, own: bool) {
         if !own && !self.woken {
             self.woken = host.wake();
         }
@@ -101,7 +98,7 @@ impl Worker {
                     return;
                 }
                 match host.send(token, &preamble) {
-                    Ok(()) => s.link.sent(Slot::Preamble, preamble.len(), now_ms),
+                    Ok(()) => s.link.sent(Awaited::Preamble, preamble.len(), now_ms),
                     Err(e) => self.lose_store(host, shard, Reset::Closed, Failure::Unavailable(e), false, now_ms),
                 }
             }
@@ -123,7 +120,7 @@ impl Worker {
         let Some(s) = self.shards.get_mut(shard) else { return false };
         let mut message = Vec::new();
         // Per request: its id, the bytes of its `ASKING` (0 if none), of its call.
-        let mut batch: Vec<(u32, usize, usize)> = Vec::new();
+        let mut batch: Vec<(CallId, usize, usize)> = Vec::new();
         let mut commands = 0;
         // The store lacks the function library: load it ahead of the calls.
         let mut load = 0;
@@ -132,8 +129,8 @@ impl Worker {
             load = message.len();
         }
         while batch.len() < max_batch {
-            let Some(id) = self.requests.peek_queued(shard) else { break };
-            let Some(p) = self.requests.get(id) else { break };
+            let Some(id) = self.calls.peek_queued(shard) else { break };
+            let Some(p) = self.calls.get(id) else { break };
             let start = message.len();
             if p.asking {
                 message.extend_from_slice(&asking_command());
@@ -151,17 +148,7 @@ impl Worker {
                 Invoke::Evalsha if carries || (adjusts && p.noscripts > 0) => Invocation::Eval,
                 Invoke::Evalsha => Invocation::EvalSha,
             };
-            match &p.call {
-                Call::Decide | Call::Part(Part::Decide { .. }) => {
-                    encode_call(&mut message, self.script, how, &p.checks, p.now_override);
-                }
-                Call::Part(Part::Undo { at_ms, .. }) => {
-                    encode_adjust(&mut message, self.script, how, &undo(&p.checks), *at_ms, p.now_override);
-                }
-                Call::Settle(call) => {
-                    encode_settlement(&mut message, self.script, how, &p.checks, call, p.now_override)
-                }
-            }
+            write_call(&mut message, self.script, how, p);
             let len = message.len() - start - asking;
             let (outstanding, bytes) = s.link.in_flight();
             let outstanding = outstanding + usize::from(load > 0) + commands;
@@ -171,7 +158,7 @@ impl Worker {
                 message.truncate(start);
                 break;
             }
-            self.requests.pop_queued(shard);
+            self.calls.pop_queued(shard);
             if carries {
                 s.code.carrier = Some(Carrier::Call(id));
                 s.code.wanted = false;
@@ -189,29 +176,29 @@ impl Worker {
         if let Err(e) = host.send(token, &message) {
             // Never sent: back to the queue, and a new stream.
             s.code.forget_carrier();
-            let ids: Vec<u32> = batch.iter().map(|(id, _, _)| *id).collect();
-            self.requests.requeue(&ids);
+            let ids: Vec<CallId> = batch.iter().map(|(id, _, _)| *id).collect();
+            self.calls.requeue(&ids);
             self.lose_store(host, shard, Reset::Closed, Failure::Unavailable(e), false, now_ms);
             return false;
         }
-        host.count(Stat::StoreMessages, 1);
+        host.count(Stat::StoreCalls, 1);
         host.count(Stat::StoreRequests, batch.len() as u64);
         if load > 0 {
-            s.link.sent(Slot::Load, load, now_ms);
+            s.link.sent(Awaited::Load, load, now_ms);
         }
         for (id, asking, len) in batch {
-            if let Some(p) = self.requests.get_mut(id) {
+            if let Some(p) = self.calls.get_mut(id) {
                 p.sent = true;
             }
             if asking > 0 {
-                s.link.sent(Slot::Asking, asking, now_ms);
+                s.link.sent(Awaited::Asking, asking, now_ms);
             }
-            s.link.sent(Slot::Request(id), len, now_ms);
+            s.link.sent(Awaited::Call(id), len, now_ms);
         }
         true
     }
 
-    pub(super) fn on_store_close(&mut self, host: &mut dyn Host, shard: ShardId, status: u32, now_ms: u64) {
+    pub(in crate::worker) fn on_store_close(&mut self, host: &mut dyn Host, shard: ShardId, status: u32, now_ms: u64) {
         let at = self.shards.describe(shard);
         if status == GRPC_UNAVAILABLE {
             let failure = Failure::Unavailable(format!("store unreachable{at} (stream status {status})"));
@@ -225,7 +212,7 @@ impl Worker {
     /// The stream stalled, broke or must move: end it (`cancel`: we end it,
     /// it did not end by itself); the requests on it get `failure_mode` with
     /// `failure`: they may have run.
-    pub(super) fn lose_store(
+    pub(in crate::worker) fn lose_store(
         &mut self,
         host: &mut dyn Host,
         shard: ShardId,
@@ -265,15 +252,15 @@ impl Worker {
         };
         let mut back = Vec::new();
         let back_off = matches!(cause, Reset::Auth | Reset::Protocol);
-        for slot in s.link.closed(down, back_off, now_ms) {
-            let Slot::Request(id) = slot else { continue };
+        for awaited in s.link.closed(down, back_off, now_ms) {
+            let Awaited::Call(id) = awaited else { continue };
             if requeue {
                 back.push(id);
-            } else if let Some(p) = self.requests.remove(id) {
+            } else if let Some(p) = self.calls.remove(id) {
                 self.fail_held(host, id, &p, &failure, now_ms);
             }
         }
-        self.requests.requeue(&back);
+        self.calls.requeue(&back);
         if let Some(s) = &mut self.sentinels {
             s.suspect(now_ms);
         }
@@ -282,7 +269,7 @@ impl Worker {
         }
     }
 
-    pub(super) fn reset_store(&mut self, host: &mut dyn Host, shard: ShardId, cause: Reset, now_ms: u64) {
+    pub(in crate::worker) fn reset_store(&mut self, host: &mut dyn Host, shard: ShardId, cause: Reset, now_ms: u64) {
         let failure = match cause {
             Reset::Stalled => Failure::NoResponse,
             _ => Failure::Lost(format!("stream reset ({})", cause.name())),
@@ -291,7 +278,7 @@ impl Worker {
     }
 
     /// What a Sentinel lookup changed: a new master moves the store stream.
-    pub(super) fn on_master(&mut self, host: &mut dyn Host, change: Option<Change>, now_ms: u64) {
+    pub(in crate::worker) fn on_master(&mut self, host: &mut dyn Host, change: Option<Change>, now_ms: u64) {
         let (Some(Change::Switched { .. }), Some(shard)) = (change, self.home) else { return };
         if self.shards.get(shard).is_some_and(|s| s.link.token().is_some()) {
             self.reset_store(host, shard, Reset::Switched, now_ms);
@@ -307,12 +294,12 @@ impl Worker {
     /// parts of a request decided across slots and settlements wait for
     /// their replies: the request, or the held response, has its own
     /// deadline).
-    pub(super) fn sent_before(&self, cutoff_ms: u64) -> Vec<u32> {
+    pub(in crate::worker) fn sent_before(&self, cutoff_ms: u64) -> Vec<CallId> {
         self.shards
             .iter()
-            .flat_map(|s| s.link.requests())
+            .flat_map(|s| s.link.calls())
             .filter(|id| {
-                self.requests.get(*id).is_some_and(|p| p.local_arrival_ms <= cutoff_ms && !p.call.serves_another())
+                self.calls.get(*id).is_some_and(|p| p.arrival.local_ms <= cutoff_ms && !p.call.serves_another())
             })
             .collect()
     }

@@ -12,7 +12,7 @@
 //!    ([`merge`]), the undone ones as their undo's reply reports them: what
 //!    one decision of all the checks would have said.
 //!
-//! The worker (`super::cluster_cross`) carries this out; the reference
+//! The worker (`crate::worker::cross`) carries this out; the reference
 //! (`crate::model::cross`) interleaves requests' steps over models of
 //! several shards and checks the guarantees.
 

@@ -16,6 +16,7 @@
 
 use crate::resp::{decode, DecodeError, Limits, Value};
 use crate::store::Failure;
+use crate::worker::calls::CallId;
 use std::collections::VecDeque;
 
 /// The first pause after a stream that never answered; it doubles up to
@@ -30,13 +31,13 @@ pub const MIN_SILENT_TICKS: u32 = 10;
 
 /// What a command on the stream was sent for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Slot {
+pub enum Awaited {
     /// A command sent when the stream opened (`AUTH`).
     Preamble,
-    /// The decision of request `id`.
-    Request(u32),
+    /// Held call `id` (a decision, a part across slots, a settlement).
+    Call(CallId),
     /// The decision of request `id`, which left: its reply is read and dropped.
-    Abandoned(u32),
+    Abandoned(CallId),
     /// A Sentinel lookup, or a request for a cluster's slot map.
     Lookup,
     /// `ASKING`, just before the call of a request that follows an `ASK`.
@@ -47,14 +48,14 @@ pub enum Slot {
 
 #[derive(Debug, Clone)]
 struct Sent {
-    slot: Slot,
+    awaited: Awaited,
     at_ms: u64,
     bytes: usize,
 }
 
 /// Where the stream stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
+pub enum LinkState {
     /// No stream: one is opened when work waits.
     Idle,
     /// A stream is open. Not `ready` while its preamble (`AUTH`) is unanswered:
@@ -68,7 +69,7 @@ pub enum Phase {
 /// One stream's state.
 #[derive(Debug)]
 pub struct Link {
-    phase: Phase,
+    state: LinkState,
     sent: VecDeque<Sent>,
     bytes: usize,
     pending: Vec<u8>,
@@ -90,7 +91,7 @@ pub struct Link {
 impl Default for Link {
     fn default() -> Self {
         Link {
-            phase: Phase::Idle,
+            state: LinkState::Idle,
             sent: VecDeque::new(),
             bytes: 0,
             pending: Vec::new(),
@@ -108,15 +109,15 @@ impl Default for Link {
 impl Link {
     /// The open stream's token.
     pub fn token(&self) -> Option<u32> {
-        match self.phase {
-            Phase::Open { token, .. } => Some(token),
+        match self.state {
+            LinkState::Open { token, .. } => Some(token),
             _ => None,
         }
     }
 
     /// Open and past its preamble: decisions can be sent.
     pub fn ready(&self) -> bool {
-        matches!(self.phase, Phase::Open { ready: true, .. })
+        matches!(self.state, LinkState::Open { ready: true, .. })
     }
 
     /// Commands awaiting replies, and their bytes.
@@ -127,7 +128,7 @@ impl Link {
     /// A stream was opened under `token`; `ready` unless a preamble must be
     /// answered first.
     pub fn opened(&mut self, token: u32, ready: bool, now_ms: u64) {
-        self.phase = Phase::Open { token, ready };
+        self.state = LinkState::Open { token, ready };
         self.answered = false;
         self.pending.clear();
         self.progress_ms = now_ms;
@@ -135,25 +136,25 @@ impl Link {
 
     /// The preamble was answered: decisions may follow.
     pub fn set_ready(&mut self) {
-        if let Phase::Open { token, .. } = self.phase {
-            self.phase = Phase::Open { token, ready: true };
+        if let LinkState::Open { token, .. } = self.state {
+            self.state = LinkState::Open { token, ready: true };
         }
     }
 
-    /// A command for `slot` of `bytes` bytes was sent at `now_ms`.
-    pub fn sent(&mut self, slot: Slot, bytes: usize, now_ms: u64) {
+    /// A command awaiting `awaited` of `bytes` bytes was sent at `now_ms`.
+    pub fn sent(&mut self, awaited: Awaited, bytes: usize, now_ms: u64) {
         if self.sent.is_empty() {
             self.progress_ms = now_ms;
         }
-        self.sent.push_back(Sent { slot, at_ms: now_ms, bytes });
+        self.sent.push_back(Sent { awaited, at_ms: now_ms, bytes });
         self.bytes = self.bytes.saturating_add(bytes);
     }
 
     /// Request `id` left while its command was outstanding: its reply will
     /// be read and dropped.
-    pub fn abandon(&mut self, id: u32) {
-        if let Some(s) = self.sent.iter_mut().find(|s| s.slot == Slot::Request(id)) {
-            s.slot = Slot::Abandoned(id);
+    pub fn abandon(&mut self, id: CallId) {
+        if let Some(s) = self.sent.iter_mut().find(|s| s.awaited == Awaited::Call(id)) {
+            s.awaited = Awaited::Abandoned(id);
         }
     }
 
@@ -161,7 +162,7 @@ impl Link {
     /// the command it answers and when that was sent, and then the error
     /// that ends the stream, if any: a reply nothing was sent for, or bytes
     /// that are not RESP (replies can no longer be paired with requests).
-    pub fn feed(&mut self, bytes: &[u8], now_ms: u64) -> (Vec<(Slot, u64, Value)>, Option<Failure>) {
+    pub fn feed(&mut self, bytes: &[u8], now_ms: u64) -> (Vec<(Awaited, u64, Value)>, Option<Failure>) {
         self.pending.extend_from_slice(bytes);
         let limits = Limits::default();
         let mut out = Vec::new();
@@ -176,7 +177,7 @@ impl Link {
                         break;
                     };
                     self.bytes = self.bytes.saturating_sub(sent.bytes);
-                    out.push((sent.slot, sent.at_ms, value));
+                    out.push((sent.awaited, sent.at_ms, value));
                 }
                 Err(DecodeError::Incomplete) => break,
                 Err(e) => {
@@ -230,30 +231,30 @@ impl Link {
     }
 
     /// The stream is gone (closed, refused, reset by us) at `now_ms`:
-    /// returns the slots of every command still outstanding, oldest first.
+    /// returns what every command still outstanding awaited, oldest first.
     /// A stream that never answered, or that failed in a way another stream
     /// would too (`back_off`: refused credentials, garbage), puts the link
     /// `Down` for the backoff, with `failure` for the requests meanwhile; one
     /// that had answered is reopened at once.
-    pub fn closed(&mut self, failure: Failure, back_off: bool, now_ms: u64) -> Vec<Slot> {
-        let slots = self.sent.drain(..).map(|s| s.slot).collect();
+    pub fn closed(&mut self, failure: Failure, back_off: bool, now_ms: u64) -> Vec<Awaited> {
+        let awaited = self.sent.drain(..).map(|s| s.awaited).collect();
         self.bytes = 0;
         self.pending.clear();
-        self.phase = if self.answered && !back_off {
-            Phase::Idle
+        self.state = if self.answered && !back_off {
+            LinkState::Idle
         } else {
             let until_ms = now_ms.saturating_add(self.backoff_ms);
             self.backoff_ms = self.backoff_ms.saturating_mul(2).min(MAX_BACKOFF_MS);
-            Phase::Down { until_ms, failure }
+            LinkState::Down { until_ms, failure }
         };
         self.answered = false;
-        slots
+        awaited
     }
 
-    /// Decisions outstanding on the stream, oldest first.
-    pub fn requests(&self) -> impl Iterator<Item = u32> + '_ {
-        self.sent.iter().filter_map(|s| match s.slot {
-            Slot::Request(id) => Some(id),
+    /// Held calls outstanding on the stream, oldest first.
+    pub fn calls(&self) -> impl Iterator<Item = CallId> + '_ {
+        self.sent.iter().filter_map(|s| match s.awaited {
+            Awaited::Call(id) => Some(id),
             _ => None,
         })
     }
@@ -262,29 +263,28 @@ impl Link {
     /// another address). Nothing is outstanding on a link without a stream.
     pub fn forget(&mut self) {
         if self.token().is_none() {
-            self.phase = Phase::Idle;
+            self.state = LinkState::Idle;
             self.backoff_ms = MIN_BACKOFF_MS;
         }
     }
 
     /// The backoff is over at `now_ms`: a new stream may be opened.
     pub fn may_open(&self, now_ms: u64) -> bool {
-        match &self.phase {
-            Phase::Idle => true,
-            Phase::Open { .. } => false,
-            Phase::Down { until_ms, .. } => now_ms >= *until_ms,
+        match &self.state {
+            LinkState::Idle => true,
+            LinkState::Open { .. } => false,
+            LinkState::Down { until_ms, .. } => now_ms >= *until_ms,
         }
     }
 
     /// The failure requests meet while the link is down, if it is.
     pub fn down(&self, now_ms: u64) -> Option<&Failure> {
-        match &self.phase {
-            Phase::Down { until_ms, failure } if now_ms < *until_ms => Some(failure),
+        match &self.state {
+            LinkState::Down { until_ms, failure } if now_ms < *until_ms => Some(failure),
             _ => None,
         }
     }
 }
 
 #[cfg(test)]
-#[path = "link_tests.rs"]
 mod tests;

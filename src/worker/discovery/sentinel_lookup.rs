@@ -4,17 +4,17 @@
 //! every `refresh`, and soon after a store failure that suggests the master
 //! moved), and routes its store stream to the master it learns.
 
-use super::host::{Host, Level, Stat};
-use super::link::{Link, Slot};
-use super::Throttle;
 use crate::config::SentinelConfig;
 use crate::store::sentinel::{lookup_command, parse_lookup, Change, Discovery, LookupError};
 use crate::store::Failure;
+use crate::worker::host::Throttle;
+use crate::worker::host::{Host, Level, Stat};
+use crate::worker::stream::link::{Awaited, Link};
 use std::net::SocketAddr;
 
 /// The Sentinels of one worker.
 #[derive(Debug)]
-pub struct Sentinels {
+pub struct SentinelLookup {
     cluster: String,
     master_name: String,
     link: Link,
@@ -22,10 +22,10 @@ pub struct Sentinels {
     log: Throttle,
 }
 
-impl Sentinels {
-    pub fn new(config: &SentinelConfig) -> Sentinels {
+impl SentinelLookup {
+    pub fn new(config: &SentinelConfig) -> SentinelLookup {
         let refresh = u64::try_from(config.refresh.as_millis()).unwrap_or(u64::MAX);
-        Sentinels {
+        SentinelLookup {
             cluster: config.cluster.clone(),
             master_name: config.master_name.clone(),
             link: Link::default(),
@@ -88,7 +88,7 @@ impl Sentinels {
         let command = lookup_command(&self.master_name);
         match host.send(token, &command) {
             Ok(()) => {
-                self.link.sent(Slot::Lookup, command.len(), now_ms);
+                self.link.sent(Awaited::Lookup, command.len(), now_ms);
                 self.discovery.sent(now_ms);
                 host.count(Stat::SentinelLookup, 1);
             }

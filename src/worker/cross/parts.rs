@@ -1,4 +1,4 @@
-//! The parts of a request decided across slots ([`super::cluster_cross`]):
+//! The parts of a request decided across slots ([`crate::worker::cross::crossings`]):
 //! their replies, failures and refusals, and what follows for the request
 //! ([`Worker::advance`]): groups not yet sent are dropped once one denied,
 //! every group that recorded is undone when the request will not be
@@ -13,17 +13,26 @@
 //! consequence; it is never sent twice (a second undo could take back
 //! another request's record).
 
-use super::cross_slot::{answer, fate, Fate, Step};
-use super::host::{Host, Level, Stat};
-use super::requests::Part;
-use super::requests::{Call, Pending};
-use super::{Settle, Throttle, Worker};
 use crate::limiter::{Check, Decision};
 use crate::store::{Failure, Outcome};
+use crate::worker::calls::{Call, CallId, Part, Pending};
+use crate::worker::cross::protocol::{Fate, Step};
+use crate::worker::host::Throttle;
+use crate::worker::host::{Host, Level, Stat};
+use crate::worker::request::fail::Failing;
+use crate::worker::request::verdict::Verdict;
+use crate::worker::Worker;
 
 impl Worker {
     /// The reply to part `id` (`p`, no longer held).
-    pub(super) fn part_answered(&mut self, host: &mut dyn Host, id: u32, p: Pending, outcome: Outcome, now_ms: u64) {
+    pub(in crate::worker) fn part_answered(
+        &mut self,
+        host: &mut dyn Host,
+        id: CallId,
+        p: Pending,
+        outcome: Outcome,
+        now_ms: u64,
+    ) {
         let decision = match outcome {
             Outcome::Decided(d) => d,
             Outcome::NoScript => return self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
@@ -33,22 +42,24 @@ impl Worker {
             Call::Part(Part::Decide { parent, group }) => {
                 self.learn(&p, &decision, now_ms);
                 let kept = self.crossings.map.get(&parent).is_some_and(|c| c.answered == Some(true));
-                if kept && decision.allowed && self.settlements.active {
+                if kept && decision.allowed && self.settlements.active() {
                     // Admitted already (`overload: allow`): its record stays.
-                    let indices = self.crossings.map.get(&parent).and_then(|c| c.groups.get(group));
-                    let indices = indices.map(|g| g.checks.clone()).unwrap_or_default();
+                    let indices = self.crossings.slice_mut(parent, group).map(|s| s.group.checks.clone());
+                    let indices = indices.unwrap_or_default();
                     self.stored(host, parent, &indices, decision.now_ms);
                 }
-                if let Some(c) = self.crossings.map.get_mut(&parent) {
-                    set(&mut c.steps, group, Step::Decided(decision));
-                    set(&mut c.parts, group, None);
-                    set(&mut c.ran, group, Some((p.shard, p.asking)));
+                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                    s.step = Step::Decided(decision);
+                    s.part = None;
+                    s.ran = Some((p.shard, p.asking));
                 }
                 self.advance(host, parent, now_ms);
             }
             Call::Part(Part::Undo { parent, group, .. }) => {
+                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                    s.undo = Some(decision);
+                }
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
-                    set(&mut c.undos, group, Some(decision));
                     c.undoing = c.undoing.saturating_sub(1);
                 }
                 self.advance(host, parent, now_ms);
@@ -58,13 +69,13 @@ impl Worker {
     }
 
     /// Part `p` failed with `failure` (no longer held).
-    pub(super) fn part_failed(&mut self, host: &mut dyn Host, p: &Pending, failure: &Failure, now_ms: u64) {
+    pub(in crate::worker) fn part_failed(&mut self, host: &mut dyn Host, p: &Pending, failure: &Failure, now_ms: u64) {
         match p.call {
             Call::Part(Part::Decide { parent, group }) => {
-                if let Some(c) = self.crossings.map.get_mut(&parent) {
-                    set(&mut c.steps, group, Step::Failed { may_have_run: failure.may_have_run() });
-                    set(&mut c.failures, group, Some(failure.clone()));
-                    set(&mut c.parts, group, None);
+                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                    s.step = Step::Failed { may_have_run: failure.may_have_run() };
+                    s.failure = Some(failure.clone());
+                    s.part = None;
                 }
                 self.advance(host, parent, now_ms);
             }
@@ -81,18 +92,20 @@ impl Worker {
 
     /// Part `p` was refused as overload before it was sent (the request
     /// moves on at the end of this tick, [`Worker::expire_crossings`]).
-    pub(super) fn part_shed(&mut self, host: &mut dyn Host, p: &Pending) {
+    pub(in crate::worker) fn part_shed(&mut self, host: &mut dyn Host, p: &Pending) {
         match p.call {
             Call::Part(Part::Decide { parent, group }) => {
+                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                    s.step = Step::NotSent;
+                    s.part = None;
+                }
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
-                    set(&mut c.steps, group, Step::NotSent);
-                    set(&mut c.parts, group, None);
                     c.shed = true;
                 }
             }
             Call::Part(Part::Undo { parent, .. }) => {
                 let failure = Failure::Unavailable("the undo could not be sent in time (overload)".into());
-                self.undo_failed(host, &p.checks, &failure, p.local_arrival_ms);
+                self.undo_failed(host, &p.checks, &failure, p.arrival.local_ms);
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
                     c.undoing = c.undoing.saturating_sub(1);
                 }
@@ -104,7 +117,7 @@ impl Worker {
     fn undo_failed(&mut self, host: &mut dyn Host, checks: &[Check], failure: &Failure, now_ms: u64) {
         host.count(Stat::StoreError(failure.kind()), 1);
         host.count(Stat::ClusterUndoFailed, 1);
-        if self.undo_log.due(now_ms) {
+        if self.crossings.undo_log.due(now_ms) {
             let keys: Vec<&str> = checks.iter().map(|c| c.key.as_str()).collect();
             host.log(
                 Level::Warn,
@@ -118,40 +131,40 @@ impl Worker {
     }
 
     /// What follows for request `parent` from its parts as they stand.
-    pub(super) fn advance(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
+    pub(in crate::worker) fn advance(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
-        if fate(&c.steps) == Some(Fate::Deny) || c.answered == Some(false) {
+        if c.fate() == Some(Fate::Deny) || c.answered == Some(false) {
             // The groups still queued are not needed any more.
-            for (g, part) in c.parts.iter_mut().enumerate() {
-                if part.is_some_and(|id| self.requests.get(id).is_some_and(|p| !p.sent)) {
-                    if let Some(id) = part.take() {
-                        self.requests.remove(id);
+            for s in &mut c.slices {
+                if s.part.is_some_and(|id| self.calls.get(id).is_some_and(|p| !p.sent)) {
+                    if let Some(id) = s.part.take() {
+                        self.calls.remove(id);
                     }
-                    set(&mut c.steps, g, Step::NotSent);
+                    s.step = Step::NotSent;
                 }
             }
         }
-        let fate = fate(&c.steps);
-        if fate == Some(Fate::Undecided) && c.answered.is_none() && c.settle.is_none() {
+        let fate = c.fate();
+        if fate == Some(Fate::Undecided) && c.answered.is_none() && c.verdict.is_none() {
             self.undecided(host, parent, now_ms);
         }
         let Some(c) = self.crossings.map.get(&parent) else { return };
         let undo = match (c.answered, fate) {
             (Some(keep), _) => !keep,
             (None, Some(Fate::Deny)) => true,
-            (None, Some(Fate::Undecided)) => matches!(c.settle, Some(Settle::Reply(_))),
+            (None, Some(Fate::Undecided)) => matches!(c.verdict, Some(Verdict::Reply(_))),
             _ => false,
         };
         if undo {
-            let owed: Vec<usize> = (0..c.steps.len())
-                .filter(|&g| recorded(&c.steps, g) && !c.undo_sent.get(g).copied().unwrap_or(true))
+            let owed: Vec<usize> = (0..c.slices.len())
+                .filter(|&g| c.slices.get(g).is_some_and(|s| s.step.recorded() && !s.undo_sent))
                 .collect();
             for g in owed {
                 self.send_undo(host, parent, g, now_ms);
             }
         }
         let Some(c) = self.crossings.map.get(&parent) else { return };
-        if !c.steps.contains(&Step::Waiting) && c.undoing == 0 {
+        if !c.slices.iter().any(|s| s.step == Step::Waiting) && c.undoing == 0 {
             self.close_crossing(host, parent);
         }
     }
@@ -161,43 +174,42 @@ impl Worker {
     /// run, else the first) decides; its records are kept only if admitted.
     fn undecided(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
-        let settle = if c.shed {
+        let verdict = if c.shed {
             None
         } else {
-            let chosen = c.failures.iter().position(|f| f.as_ref().is_some_and(Failure::may_have_run));
-            let chosen = chosen.or_else(|| c.failures.iter().position(Option::is_some));
-            chosen.and_then(|i| c.failures.get_mut(i)).and_then(Option::take).map(|f| (f, c.checks.clone()))
+            let chosen = c.slices.iter().position(|s| s.failure.as_ref().is_some_and(Failure::may_have_run));
+            let chosen = chosen.or_else(|| c.slices.iter().position(|s| s.failure.is_some()));
+            chosen.and_then(|i| c.slices.get_mut(i)).and_then(|s| s.failure.take()).map(|f| (f, c.checks.clone()))
         };
-        let settle = match settle {
+        let verdict = match verdict {
             None => self.overloaded(host, parent),
             Some((failure, checks)) => {
                 let Some(c) = self.crossings.map.get(&parent) else { return };
-                let (at_ms, headers) = (c.at_ms(now_ms), c.headers.clone());
-                let request = super::fail::Held { id: parent, checks: &checks, at_ms, headers: &headers };
+                let (at_ms, headers) = (c.arrival.at(now_ms), c.headers.clone());
+                let request = Failing { id: parent, checks: &checks, at_ms, headers: &headers };
                 self.failure(host, &failure, &request, now_ms)
             }
         };
-        if matches!(settle, Settle::Admit(_)) {
+        if matches!(verdict, Verdict::Admit(_)) {
             self.keep_records(host, parent);
         }
         if let Some(c) = self.crossings.map.get_mut(&parent) {
-            c.settle = Some(settle);
+            c.verdict = Some(verdict);
         }
     }
 
     /// Request `parent` is admitted with what its groups recorded kept:
     /// noted for its settlement, if it owes one.
     fn keep_records(&mut self, host: &mut dyn Host, parent: u32) {
-        if !self.settlements.active {
+        if !self.settlements.active() {
             return;
         }
         let Some(c) = self.crossings.map.get(&parent) else { return };
         let kept: Vec<(Vec<usize>, u64)> = c
-            .groups
+            .slices
             .iter()
-            .zip(&c.steps)
-            .filter_map(|(g, s)| match s {
-                Step::Decided(d) if d.allowed => Some((g.checks.clone(), d.now_ms)),
+            .filter_map(|s| match &s.step {
+                Step::Decided(d) if d.allowed => Some((s.group.checks.clone(), d.now_ms)),
                 _ => None,
             })
             .collect();
@@ -208,14 +220,14 @@ impl Worker {
 
     /// Answers request `id` now, past its deadline: its denial if a group
     /// denied (undone windows given back), else as overload. Its parts go on.
-    pub(super) fn answer_late(&mut self, host: &mut dyn Host, id: u32) {
+    pub(in crate::worker) fn answer_late(&mut self, host: &mut dyn Host, id: u32) {
         let Some(c) = self.crossings.map.get(&id) else { return };
-        let (settle, keep) = if fate(&c.steps) == Some(Fate::Deny) {
+        let (verdict, keep) = if c.fate() == Some(Fate::Deny) {
             (self.ruled(host, id), false)
         } else {
-            let settle = self.overloaded(host, id);
-            let keep = matches!(settle, Settle::Admit(_));
-            (Some(settle), keep)
+            let verdict = self.overloaded(host, id);
+            let keep = matches!(verdict, Verdict::Admit(_));
+            (Some(verdict), keep)
         };
         if keep {
             self.keep_records(host, id);
@@ -223,38 +235,38 @@ impl Worker {
         if let Some(c) = self.crossings.map.get_mut(&id) {
             c.answered = Some(keep);
         }
-        if let Some(settle) = settle {
-            self.settle(host, id, settle);
+        if let Some(verdict) = verdict {
+            self.deliveries.deliver(host, id, verdict);
         }
     }
 
     /// The ruling on request `id` from its groups' decisions (an undone
     /// group as its undo's reply, or given back), as one decision.
-    fn ruled(&mut self, host: &mut dyn Host, id: u32) -> Option<Settle> {
+    fn ruled(&mut self, host: &mut dyn Host, id: u32) -> Option<Verdict> {
         let c = self.crossings.map.get(&id)?;
-        let (indices, decision): (Vec<usize>, Decision) = answer(&c.checks, &c.groups, &c.steps, &c.undos);
+        let (indices, decision): (Vec<usize>, Decision) = c.answer();
         let checks: Vec<Check> = indices.iter().filter_map(|&i| c.checks.get(i)).cloned().collect();
-        let (arrival_ms, headers) = (c.arrival_ms, c.headers.clone());
-        let settle = self.rule_decided(host, id, &checks, &decision, arrival_ms, &headers);
+        let (arrival_ms, headers) = (c.arrival.request_ms, c.headers.clone());
+        let verdict = self.rule_decided(host, id, &checks, &decision, arrival_ms, &headers);
         if decision.allowed {
             // Each group recorded at its own time.
             self.keep_records(host, id);
         }
-        Some(settle)
+        Some(verdict)
     }
 
     /// Request `parent` is done: counts its groups' failures and answers it
     /// (unless it was answered already).
     fn close_crossing(&mut self, host: &mut dyn Host, parent: u32) {
-        let settle = match self.crossings.map.get(&parent) {
-            Some(c) if c.answered.is_none() => match fate(&c.steps) {
+        let verdict = match self.crossings.map.get(&parent) {
+            Some(c) if c.answered.is_none() => match c.fate() {
                 Some(Fate::Undecided) => None,
                 _ => self.ruled(host, parent),
             },
             _ => None,
         };
         let Some(c) = self.crossings.map.remove(&parent) else { return };
-        for failure in c.failures.iter().flatten() {
+        for failure in c.slices.iter().filter_map(|s| s.failure.as_ref()) {
             host.count(Stat::StoreError(failure.kind()), 1);
             if failure.may_have_run() {
                 host.count(Stat::UnknownOutcome, 1);
@@ -263,19 +275,8 @@ impl Worker {
         if c.answered.is_some() {
             return;
         }
-        if let Some(settle) = settle.or(c.settle) {
-            self.settle(host, parent, settle);
+        if let Some(verdict) = verdict.or(c.verdict) {
+            self.deliveries.deliver(host, parent, verdict);
         }
-    }
-}
-
-/// Group `g` recorded the request's cost.
-fn recorded(steps: &[Step], g: usize) -> bool {
-    steps.get(g).is_some_and(Step::recorded)
-}
-
-pub(super) fn set<T>(items: &mut [T], i: usize, value: T) {
-    if let Some(slot) = items.get_mut(i) {
-        *slot = value;
     }
 }

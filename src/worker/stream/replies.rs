@@ -2,19 +2,16 @@
 //! request's reply ruled on, sent again (the code was missing, a cluster
 //! redirection) or failed; the replies to `AUTH` and `FUNCTION LOAD`.
 
-use super::host::{Host, Level, Reset, ResponseHeaders, Stat};
-use super::link::Slot;
-use super::requests::{Call, ShardId};
-use super::respond::respond;
-use super::settle::cacheable;
-use super::shards::Carrier;
-use super::{Settle, Worker};
 use crate::config::Invoke;
 use crate::limiter::script::{is_fcall_refused, is_loaded};
-use crate::limiter::{Check, Decision};
 use crate::resp::Value;
 use crate::store::cluster::parse_redirect;
 use crate::store::{interpret_reply, preamble_failure, printable, Failure, Outcome};
+use crate::worker::calls::{Call, CallId, ShardId};
+use crate::worker::host::{Host, Level, Reset, Stat};
+use crate::worker::stream::link::Awaited;
+use crate::worker::stream::shards::Carrier;
+use crate::worker::Worker;
 
 /// "Missing code" answers (`NOSCRIPT`, `ERR Function not found`) one request
 /// may get before it fails (`noscript`): the code was flushed again between
@@ -22,14 +19,14 @@ use crate::store::{interpret_reply, preamble_failure, printable, Failure, Outcom
 const MAX_NOSCRIPTS: u8 = 2;
 
 impl Worker {
-    pub(super) fn on_store_bytes(&mut self, host: &mut dyn Host, shard: ShardId, bytes: &[u8], now_ms: u64) {
+    pub(in crate::worker) fn on_store_bytes(&mut self, host: &mut dyn Host, shard: ShardId, bytes: &[u8], now_ms: u64) {
         let Some(s) = self.shards.get_mut(shard) else { return };
         let (replies, error) = s.link.feed(bytes, now_ms);
         let mut timed = false;
         let mut retry = Vec::new();
-        for (slot, sent_ms, value) in replies {
-            match slot {
-                Slot::Preamble => {
+        for (awaited, sent_ms, value) in replies {
+            match awaited {
+                Awaited::Preamble => {
                     if let Some(failure) = preamble_failure(&value) {
                         self.lose_store(host, shard, Reset::Auth, failure, true, now_ms);
                         return;
@@ -38,7 +35,7 @@ impl Worker {
                         s.link.set_ready();
                     }
                 }
-                Slot::Request(id) => {
+                Awaited::Call(id) => {
                     if !timed {
                         host.record_store_time(now_ms.saturating_sub(sent_ms));
                         timed = true;
@@ -48,14 +45,14 @@ impl Worker {
                         retry.push(id);
                     }
                 }
-                Slot::Abandoned(id) => self.call_answered(shard, id),
-                Slot::Load => self.loaded(host, shard, &value),
+                Awaited::Abandoned(id) => self.call_answered(shard, id),
+                Awaited::Load => self.loaded(host, shard, &value),
                 // `ASKING` answers `OK`; if it did not, the call after it
                 // is redirected again and says so.
-                Slot::Lookup | Slot::Asking => {}
+                Awaited::Lookup | Awaited::Asking => {}
             }
         }
-        self.requests.requeue(&retry);
+        self.calls.requeue(&retry);
         if let Some(failure) = error {
             // Replies can no longer be paired with requests.
             self.lose_store(host, shard, Reset::Protocol, failure, true, now_ms);
@@ -63,7 +60,7 @@ impl Worker {
     }
 
     /// Request `id`'s call was answered: if it carried the code, the code is there now.
-    fn call_answered(&mut self, shard: ShardId, id: u32) {
+    fn call_answered(&mut self, shard: ShardId, id: CallId) {
         if let Some(s) = self.shards.get_mut(shard).filter(|s| s.code.carrier == Some(Carrier::Call(id))) {
             s.code.carrier = None;
         }
@@ -73,7 +70,7 @@ impl Worker {
     /// (the code was missing, or `FCALL` is not allowed: nothing ran; at
     /// most twice per request; or a cluster redirection: it goes to the
     /// shard now in its `shard`).
-    fn answer(&mut self, host: &mut dyn Host, shard: ShardId, id: u32, value: &Value, now_ms: u64) -> bool {
+    fn answer(&mut self, host: &mut dyn Host, shard: ShardId, id: CallId, value: &Value, now_ms: u64) -> bool {
         if self.cluster.is_some() {
             let here = self.shards.get(shard).and_then(|s| s.addr).map(|a| a.ip());
             if let Some(redirect) = parse_redirect(value, here) {
@@ -85,7 +82,7 @@ impl Worker {
             self.fall_back(host, value);
         }
         let Some(code) = self.shards.get_mut(shard).map(|s| &mut s.code) else { return false };
-        let Some(p) = self.requests.get_mut(id) else { return false };
+        let Some(p) = self.calls.get_mut(id) else { return false };
         let mut outcome = if refused { Outcome::NoScript } else { interpret_reply(value, &p.checks) };
         // Behind a load the store refused (`OOM`, ...): that is the failure.
         // The next message tries the load again.
@@ -102,7 +99,7 @@ impl Worker {
             }
             return true;
         }
-        let Some(p) = self.requests.remove(id) else { return false };
+        let Some(p) = self.calls.remove(id) else { return false };
         match p.call {
             Call::Decide => {}
             Call::Part(_) => {
@@ -113,42 +110,21 @@ impl Worker {
                 if let Outcome::Failed(failure) = &outcome {
                     host.count(Stat::StoreError(failure.kind()), 1);
                 }
-                self.settled(host, &p, outcome);
+                self.settlement_replied(host, &p, outcome);
                 return false;
             }
         }
         match outcome {
             Outcome::Decided(decision) => {
+                let CallId::Request(context) = id else { return false };
                 self.learn(&p, &decision, now_ms);
-                let settle = self.rule_decided(host, id, &p.checks, &decision, p.arrival_ms, &p.headers);
-                self.settle(host, id, settle);
+                let verdict = self.rule_decided(host, context, &p.checks, &decision, p.arrival.request_ms, &p.headers);
+                self.deliveries.deliver(host, context, verdict);
             }
             Outcome::NoScript => self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
             Outcome::Failed(failure) => self.fail_held(host, id, &p, &failure, now_ms),
         }
         false
-    }
-
-    /// What the store's `decision` over `checks` makes of request `id`:
-    /// counted, its denials remembered (not those of a reservation of its
-    /// own), and what it owes noted if admitted.
-    pub(super) fn rule_decided(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        checks: &[Check],
-        decision: &Decision,
-        arrival_ms: u64,
-        headers: &ResponseHeaders,
-    ) -> Settle {
-        if self.settlements.active {
-            self.admitted(host, id, Some(decision), false);
-        }
-        let mut ruling = respond(&self.config, checks, decision, arrival_ms);
-        if self.settlements.active {
-            ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
-        }
-        self.rule(host, ruling, arrival_ms, headers)
     }
 
     /// The reply to `FUNCTION LOAD`. A refusal for good (an ACL without

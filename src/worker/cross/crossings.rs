@@ -1,0 +1,144 @@
+//! The requests a worker decides across cluster slots ([`Crossings`]), by
+//! context id: each request's checks, one [`Slice`] per slot group (its
+//! first step, the part that carries it, its undo), and what it comes to.
+//! Carried out by [`super::start`] and [`super::parts`].
+
+use crate::limiter::{Check, Decision};
+use crate::store::Failure;
+use crate::worker::calls::{Arrival, Call, CallId, Part, Pending, ShardId};
+use crate::worker::cross::protocol::{answer, fate, groups, Fate, Group, Step};
+use crate::worker::host::{ResponseHeaders, Throttle};
+use crate::worker::request::verdict::Verdict;
+use std::collections::HashMap;
+
+/// One slot group of a request decided across slots, and where it stands.
+#[derive(Debug)]
+pub struct Slice {
+    pub(super) group: Group,
+    /// Its first step.
+    pub(super) step: Step,
+    /// Its first step's part while held.
+    pub(super) part: Option<CallId>,
+    /// Why it failed, counted when the request is done.
+    pub(super) failure: Option<Failure>,
+    /// Where its call ran (shard, after `ASKING`).
+    pub(super) ran: Option<(ShardId, bool)>,
+    /// Its undo was sent.
+    pub(super) undo_sent: bool,
+    /// Its undo's reply.
+    pub(super) undo: Option<Decision>,
+}
+
+impl Slice {
+    fn new(group: Group) -> Slice {
+        Slice { group, step: Step::Waiting, part: None, failure: None, ran: None, undo_sent: false, undo: None }
+    }
+}
+
+/// One request decided across slots.
+#[derive(Debug)]
+pub struct Crossing {
+    pub(super) checks: Vec<Check>,
+    /// Per slot group, in the order of [`groups`].
+    pub(super) slices: Vec<Slice>,
+    /// Undos awaiting their replies.
+    pub(super) undoing: usize,
+    /// A group was refused as overload (not sent in time).
+    pub(super) shed: bool,
+    /// What a request that could not be decided gets (`failure_mode`,
+    /// `overload`), carried out once its undos replied.
+    pub(super) verdict: Option<Verdict>,
+    /// Answered before its parts were done (past its deadline, or gone):
+    /// whether it was admitted.
+    pub(super) answered: Option<bool>,
+    pub(super) arrival: Arrival,
+    pub(super) headers: ResponseHeaders,
+}
+
+impl Crossing {
+    /// Request `p`, its checks by slot group, none decided yet.
+    pub fn new(p: Pending) -> Crossing {
+        let slices = groups(&p.checks).into_iter().map(Slice::new).collect();
+        Crossing {
+            checks: p.checks,
+            slices,
+            undoing: 0,
+            shed: false,
+            verdict: None,
+            answered: None,
+            arrival: p.arrival,
+            headers: p.headers,
+        }
+    }
+
+    /// Each group's first step, in group order.
+    pub fn steps(&self) -> Vec<Step> {
+        self.slices.iter().map(|s| s.step.clone()).collect()
+    }
+
+    /// The request's fate from its groups' first steps ([`fate`]).
+    pub fn fate(&self) -> Option<Fate> {
+        fate(&self.steps())
+    }
+
+    /// The decision the request is answered with, over the groups that
+    /// have one ([`answer`]).
+    pub fn answer(&self) -> (Vec<usize>, Decision) {
+        let groups: Vec<Group> = self.slices.iter().map(|s| s.group.clone()).collect();
+        let undos: Vec<Option<Decision>> = self.slices.iter().map(|s| s.undo.clone()).collect();
+        answer(&self.checks, &groups, &self.steps(), &undos)
+    }
+
+    /// A part's `Pending`: the checks of group `group`, for `shard`.
+    pub fn pending(&self, group: usize, shard: ShardId, asking: bool, part: Part) -> Pending {
+        let g = self.slices.get(group).map(|s| &s.group);
+        Pending {
+            checks: g.map(|g| g.of(&self.checks)).unwrap_or_default(),
+            arrival: self.arrival,
+            noscripts: 0,
+            headers: self.headers.clone(),
+            sent: false,
+            shard,
+            slot: g.map(|g| g.slot),
+            redirects: 0,
+            asking,
+            call: Call::Part(part),
+        }
+    }
+}
+
+/// The worker's requests decided across slots, by context id.
+#[derive(Debug, Default)]
+pub struct Crossings {
+    pub(super) map: HashMap<u32, Crossing>,
+    next: u32,
+    /// Logs of undos that failed.
+    pub(super) undo_log: Throttle,
+}
+
+impl Crossings {
+    /// The next part id (one still held is skipped by the caller).
+    pub fn next_part(&mut self) -> CallId {
+        self.next = self.next.wrapping_add(1);
+        CallId::Part(self.next)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether request `id` waits for its decision across slots.
+    pub fn waits(&self, id: u32) -> bool {
+        self.map.get(&id).is_some_and(|c| c.answered.is_none())
+    }
+
+    /// Group `group` of request `parent`, while it is decided across slots.
+    pub fn slice_mut(&mut self, parent: u32, group: usize) -> Option<&mut Slice> {
+        self.map.get_mut(&parent)?.slices.get_mut(group)
+    }
+}

@@ -1,0 +1,83 @@
+//! Carrying out a ruling on a request: its rules counted, its denials
+//! remembered in the denial cache, and its verdict.
+
+use crate::limiter::{Check, Decision};
+use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
+use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond, Action, Ruling};
+use crate::worker::request::verdict::Verdict;
+use crate::worker::Worker;
+
+impl Worker {
+    /// Counts a ruling's rules, remembers its denials, and gives its verdict.
+    pub(in crate::worker) fn rule(
+        &mut self,
+        host: &mut dyn Host,
+        mut ruling: Ruling,
+        arrival_ms: u64,
+        headers: &ResponseHeaders,
+    ) -> Verdict {
+        for (rule, outcome) in &ruling.rules {
+            host.count(Stat::Rule(*rule, *outcome), 1);
+        }
+        if self.cluster.is_some() && self.config.rules.len() > 1 {
+            cap_denials(&mut ruling.denials, arrival_ms);
+        }
+        remember(&mut self.cache, ruling.denials, arrival_ms);
+        match ruling.action {
+            Action::Admit { shadow_denied, headers: extra } => {
+                if let Ok(mut h) = headers.try_borrow_mut() {
+                    *h = extra;
+                }
+                Verdict::Admit(shadow_denied)
+            }
+            Action::Deny(reply) => Verdict::Reply(reply),
+        }
+    }
+
+    /// A ruling for the request being started, in its own callback.
+    pub(in crate::worker) fn rule_now(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        ruling: Ruling,
+        headers: &ResponseHeaders,
+    ) -> Flow {
+        // Only cache denials are ruled on at once: nothing to remember.
+        let verdict = self.rule(host, ruling, 0, headers);
+        answer_now(host, id, verdict)
+    }
+
+    /// What the store's `decision` over `checks` makes of request `id`:
+    /// counted, its denials remembered (not those of a reservation of its
+    /// own), and what it owes noted if admitted.
+    pub(in crate::worker) fn rule_decided(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        checks: &[Check],
+        decision: &Decision,
+        arrival_ms: u64,
+        headers: &ResponseHeaders,
+    ) -> Verdict {
+        if self.settlements.active() {
+            self.admitted(host, id, Some(decision), false);
+        }
+        let mut ruling = respond(&self.config, checks, decision, arrival_ms);
+        if self.settlements.active() {
+            ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
+        }
+        self.rule(host, ruling, arrival_ms, headers)
+    }
+}
+
+/// What the request being started does next, with its verdict given in
+/// its own callback.
+pub(in crate::worker) fn answer_now(host: &mut dyn Host, id: u32, verdict: Verdict) -> Flow {
+    match verdict {
+        Verdict::Admit(_) | Verdict::Resume(_) => Flow::Continue,
+        Verdict::Reply(reply) => {
+            host.reply(id, &reply);
+            Flow::Pause
+        }
+    }
+}
