@@ -17,6 +17,9 @@ pub const SHADOW_HEADER: &str = "x-tollgate-shadow-denied";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalReply {
     pub status: u32,
+    /// Envoy's response code details (`%RESPONSE_CODE_DETAILS%`): tollgate
+    /// and the reason, one of the `DETAILS_*` constants.
+    pub details: &'static str,
     /// Names are the filter's own (static: no copy per reply).
     pub headers: Vec<(Cow<'static, str>, String)>,
     pub body: Vec<u8>,
@@ -113,8 +116,16 @@ pub fn denied(config: &Config, names: &[&str], decision: &Decision) -> LocalRepl
         }
         Body::None => Vec::new(),
     };
-    LocalReply { status: u32::from(status), headers, body }
+    LocalReply { status: u32::from(status), details: DETAILS_QUOTA_EXCEEDED, headers, body }
 }
+
+/// Response code details of a denial (the store's, the denial cache's or
+/// the local limiter's).
+pub const DETAILS_QUOTA_EXCEEDED: &str = "tollgate_quota_exceeded";
+/// Response code details of [`overloaded`].
+pub const DETAILS_OVERLOADED: &str = "tollgate_overloaded";
+/// Response code details of [`store_unavailable`].
+pub const DETAILS_STORE_UNAVAILABLE: &str = "tollgate_store_unavailable";
 
 /// Detail of the 503 of an overloaded worker ([`overloaded`]).
 pub const OVERLOADED_DETAIL: &str = "rate limiter overloaded";
@@ -125,18 +136,19 @@ pub const STORE_UNAVAILABLE_DETAIL: &str = "rate limit store unavailable";
 /// queue is full, or it waited `max_wait` for a store that keeps answering
 /// others. Never admitted unchecked.
 pub fn overloaded() -> LocalReply {
-    reduced(OVERLOADED_DETAIL)
+    reduced(OVERLOADED_DETAIL, DETAILS_OVERLOADED)
 }
 
 /// The 503 of `failure_mode: deny` when the store cannot answer.
 pub fn store_unavailable() -> LocalReply {
-    reduced(STORE_UNAVAILABLE_DETAIL)
+    reduced(STORE_UNAVAILABLE_DETAIL, DETAILS_STORE_UNAVAILABLE)
 }
 
 /// A `503`, `Retry-After: 1`, with a `temporary-reduced-capacity` body.
-fn reduced(detail: &str) -> LocalReply {
+fn reduced(detail: &str, details: &'static str) -> LocalReply {
     LocalReply {
         status: 503,
+        details,
         headers: vec![
             (Cow::Borrowed("retry-after"), "1".to_string()),
             (Cow::Borrowed("content-type"), PROBLEM_CONTENT_TYPE.to_string()),
@@ -182,7 +194,7 @@ mod tests {
         let (config, checks) = setup();
         let d = decision(2_100);
         let reply = denied(&config, &policy_names(&config, &checks, &d), &d);
-        assert_eq!(reply.status, 429);
+        assert_eq!((reply.status, reply.details), (429, "tollgate_quota_exceeded"));
         let header = |n: &str| reply.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
         assert_eq!(header("retry-after").as_deref(), Some("3"));
         assert_eq!(
@@ -245,8 +257,11 @@ mod tests {
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn refusals_are_temporary_reduced_capacity() {
-        for (reply, detail) in [(overloaded(), OVERLOADED_DETAIL), (store_unavailable(), STORE_UNAVAILABLE_DETAIL)] {
-            assert_eq!(reply.status, 503);
+        for (reply, detail, details) in [
+            (overloaded(), OVERLOADED_DETAIL, "tollgate_overloaded"),
+            (store_unavailable(), STORE_UNAVAILABLE_DETAIL, "tollgate_store_unavailable"),
+        ] {
+            assert_eq!((reply.status, reply.details), (503, details));
             let header = |n: &str| reply.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
             assert_eq!((header("retry-after"), header("content-type")), (Some("1"), Some(PROBLEM_CONTENT_TYPE)));
             let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();

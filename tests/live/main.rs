@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
 mod auth;
 mod charges;
 mod cli_simulate_envoy;
