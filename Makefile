@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 
-.PHONY: all tools redis7 image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
+.PHONY: all tools redis7 prometheus image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
 
 all: build
 
@@ -22,6 +22,11 @@ tools:
 # Debian's Redis 7 with TLS, for tests/live/tls_redis7.rs only (apt-get: needs root).
 redis7:
 	@scripts/install-redis.sh
+
+# Debian's Prometheus 2.42 and promtool, for tests/live/monitoring.rs only
+# (apt-get: needs root).
+prometheus:
+	@scripts/install-prometheus.sh
 
 # buildah, skopeo, umoci and docker-registry from Debian (apt-get; needs root or sudo).
 image-tools:
@@ -127,7 +132,7 @@ validate: build
 
 # The tests with real processes (tests/live), two at a time, then the heavy
 # loads (tests/load), one at a time with nothing beside them.
-integration: build image redis7 docker-tools netns-tools
+integration: build image redis7 prometheus docker-tools netns-tools
 	cargo test --test live -- --test-threads 2
 	cargo test --test load -- --test-threads 1
 

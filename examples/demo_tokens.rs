@@ -32,9 +32,9 @@ fn denied_by(resp: &Response) -> String {
         return String::new();
     }
     let body: serde_json::Value = serde_json::from_slice(&resp.body).unwrap_or_default();
-    body["violated_policies"]
+    body["violated-policies"]
         .as_array()
-        .map(|v| v.iter().filter_map(|p| p["policy"].as_str()).collect::<Vec<_>>().join(", "))
+        .map(|v| v.iter().filter_map(|p| p.as_str()).collect::<Vec<_>>().join(", "))
         .unwrap_or_default()
 }
 

@@ -93,6 +93,9 @@ def render(case, ports, valkey_port):
     text = text.replace("filename: target/wasm32-wasip1/release/tollgate.wasm", f"filename: {WASM}")
     text = text.replace("route: { cluster: demo_upstream }", DIRECT)
     lines = text.split("\n")
+    # No access log: every case measures the filter, not the logger.
+    log = next(i for i, l in enumerate(lines) if l.strip() == "access_log:")
+    lines = lines[:log] + lines[next(i for i in range(log, len(lines)) if lines[i].strip() == "route_config:"):]
     start = next(i for i, l in enumerate(lines) if l.strip() == "- name: tollgate")
     indent = len(lines[start]) - len(lines[start].lstrip())
     end = next(i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("- name:")

@@ -1,10 +1,12 @@
 """docs/benchmarks.md from the figures of `scripts/bench.py` (its tables, the
-targets, the flood, the host calls, the cluster section, the profiles, then
-docs/benchmarks-notes.md as written by hand)."""
+charts of `bench_charts.py` in docs/bench/, the targets, the flood, the host
+calls, the cluster section, the profiles, then docs/benchmarks-notes.md as
+written by hand)."""
 
 import os
 import platform
 
+import bench_charts
 import bench_cluster
 from bench_common import DURATION, ROOT, WASM
 from bench_flood import FLOOD_CONNECTIONS
@@ -41,6 +43,7 @@ def write_report(results, profiles, flooded, costs=None, clustered=None):
                 per_call, f"{1000 * r['conn_per_decision']:.3f}", f"{r['cmd_per_decision']:.3f}")
             lines.append(f"| {name} | {r['connections']} | {r['rps']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | "
                          f"{ratio:.2f} | {valkey_cols[0]} | {valkey_cols[1]} | {valkey_cols[2]} |")
+    lines += bench_charts.chart_section(results)
     allowed64 = min(r["rps"] for n, rows in results.items() if n.startswith("tollgate allowed")
                     for r in rows if r["connections"] == 64)
     denied = {r["connections"]: r for r in results["tollgate denied"]}

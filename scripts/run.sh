@@ -46,8 +46,9 @@ Rule auth.createToken: POST /auth/token, keyed by x-user-id, 20 per 60s AND 5 pe
   curl -si -X POST -H 'x-user-id: bob' http://127.0.0.1:10000/auth/token
   curl -si http://127.0.0.1:10000/hello
 
+Envoy prints one access log line per request, with tollgate's decision.
 Ctrl-C stops Envoy and Valkey.
 MSG
-"$ENVOY" -c envoy/envoy.yaml --concurrency 2 --log-level warning &
+"$ENVOY" -c envoy/envoy.yaml --concurrency 2 --log-level warning --file-flush-interval-msec 500 &
 envoy_pid=$!
 wait "$envoy_pid"

@@ -67,6 +67,7 @@ pub mod limiter;
 #[cfg(any(test, not(target_family = "wasm")))]
 pub mod model;
 pub mod plan;
+pub mod problem;
 pub mod resp;
 pub mod response;
 pub mod store;

@@ -3,11 +3,9 @@
 //! the result into Envoy.
 
 use crate::config::{Body, Config};
-use crate::headers::{
-    problem_json_with_status, ratelimit, ratelimit_policy, retry_after_secs, x_ratelimit, PolicyStat,
-    PROBLEM_CONTENT_TYPE,
-};
-use crate::limiter::{Check, Decision};
+use crate::headers::{ratelimit, ratelimit_policy, retry_after_secs, x_ratelimit, PolicyStat};
+use crate::limiter::{Check, Decision, WindowOutcome};
+use crate::problem::{quota_exceeded, reduced_capacity, PROBLEM_CONTENT_TYPE};
 use crate::text::u64_string;
 use std::borrow::Cow;
 
@@ -19,6 +17,9 @@ pub const SHADOW_HEADER: &str = "x-tollgate-shadow-denied";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalReply {
     pub status: u32,
+    /// Envoy's response code details (`%RESPONSE_CODE_DETAILS%`): tollgate
+    /// and the reason, one of the `DETAILS_*` constants.
+    pub details: &'static str,
     /// Names are the filter's own (static: no copy per reply).
     pub headers: Vec<(Cow<'static, str>, String)>,
     pub body: Vec<u8>,
@@ -84,8 +85,21 @@ pub fn allowed_headers(config: &Config, names: &[&str], decision: &Decision) -> 
 
 /// The denial: the configured status, rate-limit headers, `Retry-After`
 /// (always) and the configured body.
+///
+/// A window that denied the request shows, as its `t` (and
+/// `X-RateLimit-Reset`), the time until the request fits it (its
+/// `retry_ms`) rather than until it is empty: the draft-11 "effective
+/// window", the time within which the client can use no more than its
+/// available quota, 0. So `Retry-After`, the largest `retry_ms`, is never
+/// earlier than the `t` of any violated window (the draft's Section 6).
 pub fn denied(config: &Config, names: &[&str], decision: &Decision) -> LocalReply {
-    let all = stats(names, decision);
+    let shown: Vec<WindowOutcome> = decision
+        .windows
+        .iter()
+        .map(|w| if w.denied() { WindowOutcome { reset_ms: w.retry_ms, ..*w } } else { *w })
+        .collect();
+    let all: Vec<PolicyStat<'_>> =
+        names.iter().zip(&shown).map(|(name, outcome)| PolicyStat { name, outcome }).collect();
     let violated: Vec<PolicyStat<'_>> = all.iter().filter(|s| s.outcome.denied()).copied().collect();
     let retry_ms = decision.retry_after_ms();
     let mut headers = headers_of(config, &all);
@@ -94,7 +108,7 @@ pub fn denied(config: &Config, names: &[&str], decision: &Decision) -> LocalRepl
     let body = match &config.response.body {
         Body::ProblemJson => {
             headers.push((Cow::Borrowed("content-type"), PROBLEM_CONTENT_TYPE.to_string()));
-            problem_json_with_status(&violated, retry_ms, status).into_bytes()
+            quota_exceeded(&violated, retry_ms, status).into_bytes()
         }
         Body::Text(text) => {
             headers.push((Cow::Borrowed("content-type"), "text/plain; charset=utf-8".to_string()));
@@ -102,32 +116,44 @@ pub fn denied(config: &Config, names: &[&str], decision: &Decision) -> LocalRepl
         }
         Body::None => Vec::new(),
     };
-    LocalReply { status: u32::from(status), headers, body }
+    LocalReply { status: u32::from(status), details: DETAILS_QUOTA_EXCEEDED, headers, body }
 }
+
+/// Response code details of a denial (the store's, the denial cache's or
+/// the local limiter's).
+pub const DETAILS_QUOTA_EXCEEDED: &str = "tollgate_quota_exceeded";
+/// Response code details of [`overloaded`].
+pub const DETAILS_OVERLOADED: &str = "tollgate_overloaded";
+/// Response code details of [`store_unavailable`].
+pub const DETAILS_STORE_UNAVAILABLE: &str = "tollgate_store_unavailable";
+
+/// Detail of the 503 of an overloaded worker ([`overloaded`]).
+pub const OVERLOADED_DETAIL: &str = "rate limiter overloaded";
+/// Detail of the 503 of an unavailable store ([`store_unavailable`]).
+pub const STORE_UNAVAILABLE_DETAIL: &str = "rate limit store unavailable";
 
 /// The 503 of a request refused because the worker is overloaded: its
 /// queue is full, or it waited `max_wait` for a store that keeps answering
 /// others. Never admitted unchecked.
 pub fn overloaded() -> LocalReply {
-    LocalReply {
-        status: 503,
-        headers: vec![
-            (Cow::Borrowed("retry-after"), "1".to_string()),
-            (Cow::Borrowed("content-type"), "text/plain".to_string()),
-        ],
-        body: b"rate limiter overloaded\n".to_vec(),
-    }
+    reduced(OVERLOADED_DETAIL, DETAILS_OVERLOADED)
 }
 
 /// The 503 of `failure_mode: deny` when the store cannot answer.
 pub fn store_unavailable() -> LocalReply {
+    reduced(STORE_UNAVAILABLE_DETAIL, DETAILS_STORE_UNAVAILABLE)
+}
+
+/// A `503`, `Retry-After: 1`, with a `temporary-reduced-capacity` body.
+fn reduced(detail: &str, details: &'static str) -> LocalReply {
     LocalReply {
         status: 503,
+        details,
         headers: vec![
             (Cow::Borrowed("retry-after"), "1".to_string()),
-            (Cow::Borrowed("content-type"), "text/plain".to_string()),
+            (Cow::Borrowed("content-type"), PROBLEM_CONTENT_TYPE.to_string()),
         ],
-        body: b"rate limit store unavailable\n".to_vec(),
+        body: reduced_capacity(detail, 1).into_bytes(),
     }
 }
 
@@ -168,7 +194,7 @@ mod tests {
         let (config, checks) = setup();
         let d = decision(2_100);
         let reply = denied(&config, &policy_names(&config, &checks, &d), &d);
-        assert_eq!(reply.status, 429);
+        assert_eq!((reply.status, reply.details), (429, "tollgate_quota_exceeded"));
         let header = |n: &str| reply.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
         assert_eq!(header("retry-after").as_deref(), Some("3"));
         assert_eq!(
@@ -182,8 +208,69 @@ mod tests {
         let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
         assert_eq!(body["status"], 429);
         assert_eq!(body["retry_after"], 3);
-        assert_eq!(body["violated_policies"].as_array().unwrap().len(), 1);
-        assert_eq!(body["violated_policies"][0]["policy"], "auth.createToken/3s");
+        assert_eq!(body["type"], "https://iana.org/assignments/http-problem-types#quota-exceeded");
+        assert_eq!(body["violated-policies"], serde_json::json!(["auth.createToken/3s"]));
+        assert_eq!(body["windows"][0]["policy"], "auth.createToken/3s");
+    }
+
+    /// A violated window that frees a unit long before it is empty (a
+    /// GCRA, a sliding window): its `t` is the retry, so `Retry-After` is
+    /// never earlier than the `t` of a violated window.
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn retry_after_is_never_earlier_than_a_violated_windows_t() {
+        let (config, checks) = setup();
+        let w = |window, limit, period_ms, remaining, reset_ms, retry_ms| WindowOutcome {
+            check: 0,
+            window,
+            limit,
+            period_ms,
+            remaining,
+            reset_ms,
+            retry_ms,
+        };
+        for (minute, burst, retry_after, ratelimit, x_reset) in [
+            (
+                w(0, 20, 60_000, 0, 58_000, 1_400),
+                w(1, 5, 3_000, 0, 2_500, 600),
+                "2",
+                "r=0;t=2, \"auth.createToken/3s\";r=0;t=1",
+                "2",
+            ),
+            (
+                w(0, 20, 60_000, 3, 58_000, 0),
+                w(1, 5, 3_000, 0, 2_500, 600),
+                "1",
+                "r=3;t=58, \"auth.createToken/3s\";r=0;t=1",
+                "1",
+            ),
+        ] {
+            let d = Decision { allowed: false, now_ms: 0, windows: vec![minute, burst] };
+            let mut config = config.clone();
+            config.response.x_ratelimit_headers = true;
+            let reply = denied(&config, &policy_names(&config, &checks, &d), &d);
+            let header = |n: &str| reply.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+            assert_eq!(header("retry-after").as_deref(), Some(retry_after));
+            assert_eq!(header("ratelimit"), Some(format!("\"auth.createToken/60s\";{ratelimit}")));
+            assert_eq!(header("x-ratelimit-reset").as_deref(), Some(x_reset));
+        }
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn refusals_are_temporary_reduced_capacity() {
+        for (reply, detail, details) in [
+            (overloaded(), OVERLOADED_DETAIL, "tollgate_overloaded"),
+            (store_unavailable(), STORE_UNAVAILABLE_DETAIL, "tollgate_store_unavailable"),
+        ] {
+            assert_eq!((reply.status, reply.details), (503, details));
+            let header = |n: &str| reply.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+            assert_eq!((header("retry-after"), header("content-type")), (Some("1"), Some(PROBLEM_CONTENT_TYPE)));
+            let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+            assert_eq!(body["type"], "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity");
+            assert_eq!(
+                (&body["detail"], &body["violated-policies"]),
+                (&serde_json::json!(detail), &serde_json::json!([]))
+            );
+        }
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

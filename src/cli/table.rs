@@ -45,11 +45,11 @@ pub fn remaining_of(header: &str, policy: &str) -> Option<u64> {
         .and_then(|r| r.parse().ok())
 }
 
-/// The `policy` of each `violated_policies` item of a problem+json body.
+/// The `violated-policies` of a problem+json body.
 pub fn violated(body: &[u8]) -> Vec<String> {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else { return Vec::new() };
-    let Some(items) = value.get("violated_policies").and_then(|v| v.as_array()) else { return Vec::new() };
-    items.iter().filter_map(|p| p.get("policy").and_then(|p| p.as_str()).map(str::to_owned)).collect()
+    let Some(items) = value.get("violated-policies").and_then(|v| v.as_array()) else { return Vec::new() };
+    items.iter().filter_map(|p| p.as_str().map(str::to_owned)).collect()
 }
 
 /// Column titles for policy names: `remaining (60s)` when they all belong to

@@ -6,7 +6,7 @@
 use super::hostcalls;
 use super::metrics::Metrics;
 use crate::response::{LocalReply, SHADOW_HEADER};
-use crate::worker::{Gauge, Host, Level, Stat};
+use crate::worker::{DecisionRecord, Gauge, Host, Level, Stat, DECISION_PROPERTY};
 use proxy_wasm::types::MapType;
 use std::time::Duration;
 
@@ -20,9 +20,33 @@ pub struct EnvoyHost<'a> {
     pub current: u32,
     pub metrics: &'a Metrics,
     pub wake_queue: Option<u32>,
+    /// The decision of another request than `current`, set as its property
+    /// with its verdict (the worker carries it out next): one host call
+    /// instead of three.
+    pending: Option<(u32, String)>,
 }
 
-impl EnvoyHost<'_> {
+impl<'a> EnvoyHost<'a> {
+    pub fn new(current: u32, metrics: &'a Metrics, wake_queue: Option<u32>) -> Self {
+        EnvoyHost { current, metrics, wake_queue, pending: None }
+    }
+
+    /// Sets the decision still pending, if any (its verdict was deferred);
+    /// called before the callback ends.
+    pub fn flush(&mut self) {
+        if let Some((id, text)) = self.pending.take() {
+            self.on(id, || set_decision(&text));
+        }
+    }
+
+    /// The pending decision of request `id`, taken.
+    fn take_decision(&mut self, id: u32) -> Option<String> {
+        if self.pending.as_ref().is_some_and(|(p, _)| *p == id) {
+            return self.pending.take().map(|(_, text)| text);
+        }
+        None
+    }
+
     /// Runs `f` with request `id` as the effective context; false if it is
     /// gone.
     fn on(&self, id: u32, f: impl FnOnce()) -> bool {
@@ -53,7 +77,11 @@ impl Host for EnvoyHost<'_> {
 
     fn admit(&mut self, id: u32, shadow_denied: Option<&str>) {
         let current = self.current;
+        let decision = self.take_decision(id);
         self.on(id, || {
+            if let Some(text) = &decision {
+                set_decision(text);
+            }
             if let Some(value) = shadow_denied {
                 let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, SHADOW_HEADER, Some(value));
             }
@@ -67,12 +95,25 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn reply(&mut self, id: u32, reply: &LocalReply) {
+        let decision = self.take_decision(id);
         self.on(id, || {
+            if let Some(text) = &decision {
+                set_decision(text);
+            }
             let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (&**k, v.as_str())).collect();
-            if let Err(status) = hostcalls::send_http_response(reply.status, headers, Some(&reply.body)) {
+            if let Err(status) = hostcalls::send_local_response(reply.status, reply.details, &headers, &reply.body) {
                 log::warn!("tollgate: could not send local reply: {status:?}");
             }
         });
+    }
+
+    fn decided(&mut self, id: u32, record: &DecisionRecord) {
+        self.flush();
+        if id == self.current {
+            set_decision(&record.plain());
+        } else {
+            self.pending = Some((id, record.plain()));
+        }
     }
 
     fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {
@@ -122,5 +163,12 @@ impl Host for EnvoyHost<'_> {
             Level::Info => log::info!("{message}"),
             Level::Warn => log::warn!("{message}"),
         }
+    }
+}
+
+/// Sets the effective context's decision (filter state `wasm.tollgate.decision`).
+fn set_decision(text: &str) {
+    if let Err(status) = hostcalls::set_property(DECISION_PROPERTY, text.as_bytes()) {
+        log::warn!("tollgate: could not record the decision: {status:?}");
     }
 }

@@ -89,9 +89,16 @@ pub fn resume_http_response() -> Result<(), Status> {
     host::resume_http_response()
 }
 
-pub fn send_http_response(status: u32, headers: Vec<(&str, &str)>, body: Option<&[u8]>) -> Result<(), Status> {
+/// A local reply with its response code details (through [`super::abi`]).
+pub fn send_local_response(status: u32, details: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<(), Status> {
     count_host_call();
-    host::send_http_response(status, headers, body)
+    super::abi::send_local_response(status, details, headers, body)
+}
+
+/// Sets a property of the current request (through [`super::abi`]).
+pub fn set_property(name: &str, value: &[u8]) -> Result<(), Status> {
+    count_host_call();
+    super::abi::set_property(name, value)
 }
 
 pub fn open_grpc_stream(

@@ -3,8 +3,10 @@
 //! [`crate::worker::Worker`]'s events and carries out what the worker asks
 //! of its host ([`host`]); as the store tunnel's framing shim ([`shim`]) it
 //! moves body chunks through [`crate::framing`]. No decision is made here.
-//! Every host call goes through [`hostcalls`], which counts it ([`calls`]).
+//! Every host call goes through [`hostcalls`], which counts it ([`calls`]);
+//! two of them reach the ABI through [`abi`] instead of the SDK.
 
+mod abi;
 mod calls;
 mod host;
 mod hostcalls;

@@ -8,7 +8,7 @@
 
 use crate::plan::RequestView;
 use crate::response::LocalReply;
-use crate::worker::{Gauge, Host, Level, ResponseView, Stat};
+use crate::worker::{DecisionRecord, Gauge, Host, Level, ResponseView, Stat};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -27,6 +27,8 @@ pub struct RecordingHost {
     pub cancelled: Vec<u32>,
     pub admitted: Vec<(u32, Option<String>)>,
     pub replies: Vec<(u32, LocalReply)>,
+    /// What was decided about each request, in order.
+    pub decisions: Vec<(u32, DecisionRecord)>,
     /// Held responses resumed, with the headers added.
     pub resumed: Vec<(u32, Vec<(String, String)>)>,
     pub removed_headers: Vec<String>,
@@ -64,6 +66,11 @@ impl RecordingHost {
             return Some(200);
         }
         self.replies.iter().find(|(r, _)| *r == id).map(|(_, reply)| reply.status)
+    }
+
+    /// The last decision recorded for request `id`.
+    pub fn decision(&self, id: u32) -> Option<&DecisionRecord> {
+        self.decisions.iter().rev().find(|(d, _)| *d == id).map(|(_, record)| record)
     }
 
     pub fn reply(&self, id: u32) -> Option<&LocalReply> {
@@ -116,6 +123,10 @@ impl Host for RecordingHost {
             self.foreign_replies.push((current, id));
         }
         self.replies.push((id, reply.clone()));
+    }
+
+    fn decided(&mut self, id: u32, record: &DecisionRecord) {
+        self.decisions.push((id, record.clone()));
     }
 
     fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {

@@ -59,6 +59,7 @@ mod tests;
 
 use host::Throttle;
 pub use host::{CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, Stat};
+pub use request::record::{Answer, Decider, DecisionRecord, DECISION_PROPERTY};
 pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
 
 use crate::cache::DenialCache;

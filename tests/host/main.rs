@@ -8,6 +8,7 @@
 #[path = "../../src/testing/plugin.rs"]
 mod plugin;
 
+mod bench_charts;
 mod cli;
 mod config_fixtures;
 mod config_limits;

@@ -82,7 +82,7 @@ fn seed_scenario(port: u16, user: &str, limit_3s: u64) {
     assert_eq!(denied.header("content-type"), Some("application/problem+json"));
     let problem: serde_json::Value = serde_json::from_slice(&denied.body).unwrap();
     assert_eq!(problem["status"], 429);
-    assert_eq!(problem["violated_policies"][0]["policy"], "auth.createToken/3s");
+    assert_eq!(problem["violated-policies"], serde_json::json!(["auth.createToken/3s"]));
 }
 
 /// The demo listener with the 3 s window's limit set to `limit`.

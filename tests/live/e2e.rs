@@ -62,8 +62,8 @@ fn seed_table_through_envoy() {
             assert_eq!(resp.header("retry-after"), Some("3"));
             assert_eq!(resp.header("content-type"), Some("application/problem+json"));
             let body: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();
-            assert_eq!(body["violated_policies"][0]["policy"], "auth.createToken/3s");
-            assert_eq!(body["violated_policies"].as_array().unwrap().len(), 1);
+            assert_eq!(body["type"], "https://iana.org/assignments/http-problem-types#quota-exceeded");
+            assert_eq!(body["violated-policies"], serde_json::json!(["auth.createToken/3s"]));
         }
     }
     assert_eq!(valkey.int(&["ZCARD", KEY_ALICE]), 5, "denied calls consumed nothing");
@@ -84,7 +84,7 @@ fn seed_table_through_envoy() {
                 200 => passed += 1,
                 429 => {
                     let body: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();
-                    if body["violated_policies"][0]["policy"] == "auth.createToken/60s" {
+                    if body["violated-policies"][0] == "auth.createToken/60s" {
                         denied_by_minute += 1;
                     }
                 }

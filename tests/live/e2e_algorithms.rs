@@ -30,7 +30,7 @@ fn call(envoy: &Envoy, user: &str, now_ms: u64) -> Response {
 
 fn violated(resp: &Response) -> Vec<String> {
     let body: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();
-    body["violated_policies"].as_array().unwrap().iter().map(|p| p["policy"].as_str().unwrap().to_owned()).collect()
+    body["violated-policies"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_owned()).collect()
 }
 
 fn hash(valkey: &Valkey, key: &str) -> Value {

@@ -189,7 +189,10 @@ fn a_full_queue_refuses_explicitly_and_is_counted() {
     let (_envoy, answers) = full_queue("reject");
     for resp in answers {
         assert_eq!(resp.status, 503);
-        assert_eq!(resp.body, b"rate limiter overloaded\n");
+        let body: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();
+        assert_eq!(body["type"], "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity");
+        assert_eq!(body["detail"], "rate limiter overloaded");
+        assert_eq!(resp.header("content-type"), Some("application/problem+json"));
         assert_eq!(resp.header("retry-after"), Some("1"));
     }
 }

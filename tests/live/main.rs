@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
 mod auth;
 mod charges;
 mod cli_simulate_envoy;
@@ -28,9 +29,11 @@ mod e2e_fast;
 mod e2e_logins;
 mod e2e_rules;
 mod e2e_tokens;
+mod envoy_gateway;
 mod failures;
 mod hostile_requests;
 mod istio;
+mod monitoring;
 mod packaging;
 mod packaging_compose;
 mod packaging_ecds;

@@ -175,15 +175,16 @@ impl Worker {
     fn undecided(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
         let verdict = if c.shed {
-            None
+            Err(c.checks.clone())
         } else {
             let chosen = c.slices.iter().position(|s| s.failure.as_ref().is_some_and(Failure::may_have_run));
             let chosen = chosen.or_else(|| c.slices.iter().position(|s| s.failure.is_some()));
-            chosen.and_then(|i| c.slices.get_mut(i)).and_then(|s| s.failure.take()).map(|f| (f, c.checks.clone()))
+            let failure = chosen.and_then(|i| c.slices.get_mut(i)).and_then(|s| s.failure.take());
+            failure.map(|f| (f, c.checks.clone())).ok_or_else(|| c.checks.clone())
         };
         let verdict = match verdict {
-            None => self.overloaded(host, parent),
-            Some((failure, checks)) => {
+            Err(checks) => self.overloaded(host, parent, &checks),
+            Ok((failure, checks)) => {
                 let Some(c) = self.crossings.map.get(&parent) else { return };
                 let (at_ms, headers) = (c.arrival.at(now_ms), c.headers.clone());
                 let request = Failing { id: parent, checks: &checks, at_ms, headers: &headers };
@@ -225,7 +226,8 @@ impl Worker {
         let (verdict, keep) = if c.fate() == Some(Fate::Deny) {
             (self.ruled(host, id), false)
         } else {
-            let verdict = self.overloaded(host, id);
+            let checks = c.checks.clone();
+            let verdict = self.overloaded(host, id, &checks);
             let keep = matches!(verdict, Verdict::Admit(_));
             (Some(verdict), keep)
         };
@@ -247,7 +249,8 @@ impl Worker {
         let (indices, decision): (Vec<usize>, Decision) = c.answer();
         let checks: Vec<Check> = indices.iter().filter_map(|&i| c.checks.get(i)).cloned().collect();
         let (arrival_ms, headers) = (c.arrival.request_ms, c.headers.clone());
-        let verdict = self.rule_decided(host, id, &checks, &decision, arrival_ms, &headers);
+        // Several calls decided it: no one round trip.
+        let verdict = self.rule_decided(host, id, &checks, &decision, arrival_ms, &headers, None);
         if decision.allowed {
             // Each group recorded at its own time.
             self.keep_records(host, id);

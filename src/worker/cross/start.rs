@@ -37,7 +37,7 @@ impl Worker {
     pub(in crate::worker) fn cross_start(&mut self, host: &mut dyn Host, id: u32, p: Pending, now_ms: u64) -> Flow {
         host.count(Stat::ClusterCrossShard, 1);
         if self.calls.queued() >= self.config.valkey.max_queue {
-            let verdict = self.overloaded(host, id);
+            let verdict = self.overloaded(host, id, &p.checks);
             return answer_now(host, id, verdict);
         }
         let mut c = Crossing::new(p);

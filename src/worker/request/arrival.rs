@@ -42,8 +42,11 @@ impl Worker {
         }
         self.serving = true;
         let arrival = Arrival::new(now_override, now_ms);
-        if let Some(ruling) = deny_from_cache(&self.config, &planned.checks, &mut self.cache, arrival.request_ms) {
+        if let Some((ruling, record)) =
+            deny_from_cache(&self.config, &planned.checks, &mut self.cache, arrival.request_ms)
+        {
             host.count(Stat::CacheHit, 1);
+            host.decided(id, &record);
             return self.rule_now(host, id, ruling, &headers);
         }
         let pending = Pending {
@@ -94,7 +97,7 @@ impl Worker {
         // as many as the stream can take go out as soon as it is ready.
         let room = self.config.valkey.max_in_flight.saturating_sub(link.map_or(0, |l| l.in_flight().0));
         if self.calls.queued() >= self.config.valkey.max_queue.saturating_add(room) {
-            let verdict = self.overloaded(host, id);
+            let verdict = self.overloaded(host, id, &pending.checks);
             return answer_now(host, id, verdict);
         }
         pending.shard = shard;

@@ -9,7 +9,8 @@ use crate::store::{Failure, FailureKind};
 use crate::worker::calls::{Call, CallId, Pending};
 use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, ResponseHeaders, Stat};
-use crate::worker::request::rule::answer_now;
+use crate::worker::request::record::{Answer, Decider, DecisionRecord};
+use crate::worker::request::rule::{answer_now, answer_of};
 use crate::worker::request::ruling::respond;
 use crate::worker::request::verdict::Verdict;
 use crate::worker::{Flow, Worker};
@@ -63,14 +64,17 @@ impl Worker {
         if failure.may_have_run() {
             host.count(Stat::UnknownOutcome, 1);
         }
+        let undecided = |answer| DecisionRecord::undecided(&self.config, request.checks, Decider::FailureMode, answer);
         match self.config.failure_mode {
             FailureMode::Allow => {
                 host.count(Stat::FailureMode { allowed: true }, 1);
+                host.decided(request.id, &undecided(Answer::Unchecked));
                 self.admitted(host, request.id, None, false);
                 Verdict::Admit(None)
             }
             FailureMode::Deny => {
                 host.count(Stat::FailureMode { allowed: false }, 1);
+                host.decided(request.id, &undecided(Answer::Refused));
                 Verdict::Reply(store_unavailable())
             }
             FailureMode::Local => {
@@ -80,6 +84,9 @@ impl Worker {
                 // Local denials are not remembered: the cache holds the store's.
                 let mut ruling = respond(&self.config, request.checks, &decision, request.at_ms);
                 ruling.denials.clear();
+                let answer = answer_of(&ruling.action);
+                let record = DecisionRecord::decided(&self.config, request.checks, &decision, Decider::Local, answer);
+                host.decided(request.id, &record);
                 self.rule(host, ruling, request.at_ms, request.headers)
             }
         }
@@ -153,12 +160,18 @@ impl Worker {
         }
     }
 
-    /// What `overload` makes of a request the worker cannot take (counted).
-    pub(in crate::worker) fn overloaded(&mut self, host: &mut dyn Host, id: u32) -> Verdict {
+    /// What `overload` makes of a request over `checks` that the worker
+    /// cannot take (counted, recorded).
+    pub(in crate::worker) fn overloaded(&mut self, host: &mut dyn Host, id: u32, checks: &[Check]) -> Verdict {
         host.count(Stat::Overloaded, 1);
+        let record = |answer| DecisionRecord::undecided(&self.config, checks, Decider::Overload, answer);
         match self.config.overload {
-            Overload::Reject => Verdict::Reply(overloaded()),
+            Overload::Reject => {
+                host.decided(id, &record(Answer::Refused));
+                Verdict::Reply(overloaded())
+            }
             Overload::Allow => {
+                host.decided(id, &record(Answer::Unchecked));
                 self.admitted(host, id, None, false);
                 Verdict::Admit(None)
             }
@@ -175,7 +188,7 @@ impl Worker {
             Call::Settle(_) => return self.settle_failed(host, &p),
         }
         let CallId::Request(id) = id else { return };
-        let verdict = self.overloaded(host, id);
+        let verdict = self.overloaded(host, id, &p.checks);
         self.deliveries.deliver(host, id, verdict);
     }
 }

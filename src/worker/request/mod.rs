@@ -9,6 +9,7 @@ pub(super) mod arrival;
 pub(super) mod deadlines;
 pub(super) mod fail;
 pub(super) mod local;
+pub mod record;
 pub(super) mod rule;
 pub(super) mod ruling;
 pub(super) mod verdict;

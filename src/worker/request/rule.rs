@@ -3,6 +3,7 @@
 
 use crate::limiter::{Check, Decision};
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
+use crate::worker::request::record::{Answer, Decider, DecisionRecord};
 use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond, Action, Ruling};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;
@@ -48,8 +49,10 @@ impl Worker {
     }
 
     /// What the store's `decision` over `checks` makes of request `id`:
-    /// counted, its denials remembered (not those of a reservation of its
-    /// own), and what it owes noted if admitted.
+    /// recorded (with the call's round trip, `store_ms`, when one call
+    /// decided it), counted, its denials remembered (not those of a
+    /// reservation of its own), and what it owes noted if admitted.
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::worker) fn rule_decided(
         &mut self,
         host: &mut dyn Host,
@@ -58,6 +61,7 @@ impl Worker {
         decision: &Decision,
         arrival_ms: u64,
         headers: &ResponseHeaders,
+        store_ms: Option<u64>,
     ) -> Verdict {
         if self.settlements.active() {
             self.admitted(host, id, Some(decision), false);
@@ -66,7 +70,20 @@ impl Worker {
         if self.settlements.active() {
             ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
         }
+        let answer = answer_of(&ruling.action);
+        let mut record = DecisionRecord::decided(&self.config, checks, decision, Decider::Store, answer);
+        record.store_ms = store_ms;
+        host.decided(id, &record);
         self.rule(host, ruling, arrival_ms, headers)
+    }
+}
+
+/// What a ruling's action gives the request.
+pub(in crate::worker) fn answer_of(action: &Action) -> Answer {
+    match action {
+        Action::Deny(_) => Answer::Denied,
+        Action::Admit { shadow_denied: Some(_), .. } => Answer::ShadowDenied,
+        Action::Admit { shadow_denied: None, .. } => Answer::Allowed,
     }
 }
 

@@ -13,6 +13,7 @@ use crate::cache::DenialCache;
 use crate::config::{Config, Reserve};
 use crate::limiter::{Check, Decision, WindowOutcome};
 use crate::response::{allowed_headers, denied, policy_names, LocalReply};
+use crate::worker::request::record::{Answer, Decider, DecisionRecord};
 
 /// How one matching rule saw the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,8 +136,13 @@ pub fn remember(cache: &mut DenialCache, denials: Vec<Denial>, arrival_ms: u64) 
 
 /// The ruling for a request one of whose enforced buckets the cache knows
 /// to deny at `now_ms`, if any: denied with that bucket's windows, as the
-/// store would have answered, without a store call.
-pub fn deny_from_cache(config: &Config, checks: &[Check], cache: &mut DenialCache, now_ms: u64) -> Option<Ruling> {
+/// store would have answered, without a store call; and its record.
+pub fn deny_from_cache(
+    config: &Config,
+    checks: &[Check],
+    cache: &mut DenialCache,
+    now_ms: u64,
+) -> Option<(Ruling, DecisionRecord)> {
     let (check, windows) = checks.iter().filter(|c| !is_shadow(config, c)).find_map(|check| {
         let windows = cache.lookup(&check.key, now_ms)?;
         Some((check, windows))
@@ -144,11 +150,13 @@ pub fn deny_from_cache(config: &Config, checks: &[Check], cache: &mut DenialCach
     let single = std::slice::from_ref(check);
     let decision = Decision { allowed: false, now_ms, windows };
     let names = policy_names(config, single, &decision);
-    Some(Ruling {
+    let record = DecisionRecord::decided(config, single, &decision, Decider::Cache, Answer::Denied);
+    let ruling = Ruling {
         rules: vec![(check.rule, RuleOutcome::Denied)],
         denials: Vec::new(),
         action: Action::Deny(denied(config, &names, &decision)),
-    })
+    };
+    Some((ruling, record))
 }
 
 #[cfg(test)]

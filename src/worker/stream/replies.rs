@@ -41,7 +41,8 @@ impl Worker {
                         timed = true;
                     }
                     self.call_answered(shard, id);
-                    if self.answer(host, shard, id, &value, now_ms) {
+                    let round_trip = now_ms.saturating_sub(sent_ms);
+                    if self.answer(host, shard, id, &value, now_ms, round_trip) {
                         retry.push(id);
                     }
                 }
@@ -69,8 +70,16 @@ impl Worker {
     /// Applies a reply to request `id`; true when it must be sent again
     /// (the code was missing, or `FCALL` is not allowed: nothing ran; at
     /// most twice per request; or a cluster redirection: it goes to the
-    /// shard now in its `shard`).
-    fn answer(&mut self, host: &mut dyn Host, shard: ShardId, id: CallId, value: &Value, now_ms: u64) -> bool {
+    /// shard now in its `shard`). `round_trip_ms`: since the call was sent.
+    fn answer(
+        &mut self,
+        host: &mut dyn Host,
+        shard: ShardId,
+        id: CallId,
+        value: &Value,
+        now_ms: u64,
+        round_trip_ms: u64,
+    ) -> bool {
         if self.cluster.is_some() {
             let here = self.shards.get(shard).and_then(|s| s.addr).map(|a| a.ip());
             if let Some(redirect) = parse_redirect(value, here) {
@@ -118,7 +127,9 @@ impl Worker {
             Outcome::Decided(decision) => {
                 let CallId::Request(context) = id else { return false };
                 self.learn(&p, &decision, now_ms);
-                let verdict = self.rule_decided(host, context, &p.checks, &decision, p.arrival.request_ms, &p.headers);
+                let (arrival_ms, round_trip) = (p.arrival.request_ms, Some(round_trip_ms));
+                let verdict =
+                    self.rule_decided(host, context, &p.checks, &decision, arrival_ms, &p.headers, round_trip);
                 self.deliveries.deliver(host, context, verdict);
             }
             Outcome::NoScript => self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),

@@ -151,9 +151,12 @@ impl Worker {
             write_call(&mut message, self.script, how, p);
             let len = message.len() - start - asking;
             let (outstanding, bytes) = s.link.in_flight();
+            // An idle stream always takes one call (with the library's
+            // load ahead of it, if wanted), whatever the bounds.
+            let idle = outstanding == 0 && batch.is_empty();
             let outstanding = outstanding + usize::from(load > 0) + commands;
-            let fits = (outstanding == 0 && batch.is_empty())
-                || (outstanding < max_commands && bytes.saturating_add(message.len()) <= MAX_IN_FLIGHT_BYTES);
+            let fits =
+                idle || (outstanding < max_commands && bytes.saturating_add(message.len()) <= MAX_IN_FLIGHT_BYTES);
             if !fits {
                 message.truncate(start);
                 break;

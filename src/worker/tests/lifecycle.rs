@@ -74,7 +74,7 @@ fn a_full_queue_refuses_explicitly_and_never_admits_unchecked() {
     let (id, flow) = rig.request("u3");
     assert_eq!(flow, Flow::Pause);
     let reply = rig.host.reply(id).expect("refused at once");
-    assert_eq!((reply.status, reply.body.as_slice()), (503, &b"rate limiter overloaded\n"[..]));
+    assert_eq!((reply.status, &reply.body), (503, &crate::response::overloaded().body));
     assert_eq!(rig.host.count(Stat::Overloaded), 1);
     assert_eq!(rig.host.count(Stat::FailureMode { allowed: true }), 0);
     rig.settle();

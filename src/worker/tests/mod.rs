@@ -8,6 +8,7 @@ mod cluster_cross;
 mod cluster_cross_failures;
 mod cluster_failures;
 mod cluster_settle;
+mod decisions;
 mod fake;
 mod fake_cluster;
 mod lifecycle;

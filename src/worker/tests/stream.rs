@@ -213,3 +213,17 @@ fn events_of_an_old_stream_are_ignored() {
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!(rig.host.count(Stat::StreamReset(Reset::Closed)), 1);
 }
+
+/// With `max_in_flight: 1`, the first call goes with the library's load
+/// ahead of it (it once waited for room that never came, until overload).
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn one_decision_in_flight_still_goes_out_behind_the_librarys_load() {
+    let mut rig = Rig::new(rule().valkey(r#""max_in_flight": 1"#));
+    rig.store.script_loaded = false;
+    let (first, _) = rig.request("a");
+    rig.settle();
+    let (second, _) = rig.request("b");
+    rig.settle();
+    assert_eq!((rig.host.status(first), rig.host.status(second)), (Some(200), Some(200)));
+    assert_eq!(rig.host.count(Stat::Overloaded), 0);
+}

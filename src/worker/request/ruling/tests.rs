@@ -67,7 +67,8 @@ fn the_cache_denies_enforced_buckets_with_the_remembered_windows() {
     let mut cache = DenialCache::new(10);
     let ruling = respond(&c, &checks(), &a_denies(), 1_000);
     remember(&mut cache, ruling.denials, 1_000);
-    let hit = deny_from_cache(&c, &checks(), &mut cache, 1_200).expect("a cache denial");
+    let (hit, record) = deny_from_cache(&c, &checks(), &mut cache, 1_200).expect("a cache denial");
+    assert_eq!((record.decider.name(), record.answer.name()), ("cache", "denied"));
     assert_eq!(hit.rules, vec![(0, RuleOutcome::Denied)]);
     let Action::Deny(reply) = hit.action else { panic!("not a denial") };
     let retry = reply.headers.iter().find(|(k, _)| k == "retry-after").map(|(_, v)| v.as_str());

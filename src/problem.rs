@@ -1,0 +1,103 @@
+//! RFC 9457 `application/problem+json` bodies with the problem types of
+//! draft-ietf-httpapi-ratelimit-headers-11, Section 5 (unchanged since -10):
+//! `quota-exceeded` for a denial and `temporary-reduced-capacity` for the
+//! 503 of a limiter that cannot decide. Both carry the draft's
+//! `violated-policies` member (the names of the policies whose quota was
+//! exceeded) and the filter's own members `retry_after` (seconds, as the
+//! `Retry-After` header) and, for a denial, `windows` (one object per
+//! violated window).
+//!
+//! ```
+//! use tollgate::headers::PolicyStat;
+//! use tollgate::limiter::WindowOutcome;
+//! use tollgate::problem::quota_exceeded;
+//!
+//! let burst = WindowOutcome {
+//!     check: 0, window: 1, limit: 5, period_ms: 3_000,
+//!     remaining: 0, reset_ms: 1_234, retry_ms: 1_234,
+//! };
+//! let body = quota_exceeded(&[PolicyStat { name: "auth.createToken/3s", outcome: &burst }], 1_234, 429);
+//! assert!(body.starts_with(r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded""#));
+//! assert!(body.contains(r#""violated-policies":["auth.createToken/3s"]"#));
+//! assert!(body.ends_with(r#""retry_after":2}"#));
+//! ```
+
+use crate::headers::{retry_after_secs, PolicyStat};
+use crate::text::{push_json_escaped, push_json_string, push_u64};
+
+/// Media type of the bodies below.
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+/// Problem type of a denial (the draft's Section 5.1; registered title
+/// "Quota Exceeded", recommended status 429).
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+/// Problem type of a request the limiter could not decide (Section 5.2;
+/// registered title "Temporary Reduced Capacity", recommended status 503).
+pub const TEMPORARY_REDUCED_CAPACITY: &str =
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
+
+/// The body of a denial with `status` (`response.status`, 429 by default),
+/// listing the windows that denied the request. `retry_after` is in
+/// seconds, rounded up from `retry_after_ms`. Written by hand into one
+/// buffer, byte for byte what serde_json writes for the same document (the
+/// tests compare them).
+pub fn quota_exceeded(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u16) -> String {
+    let names: usize = denied.iter().map(|s| s.name.len()).sum();
+    let mut out =
+        String::with_capacity(220usize.saturating_add(names.saturating_mul(3)).saturating_add(denied.len() * 96));
+    out.push_str(r#"{"type":"#);
+    push_json_string(&mut out, QUOTA_EXCEEDED);
+    out.push_str(r#","title":"Quota Exceeded","status":"#);
+    push_u64(&mut out, u64::from(status));
+    out.push_str(r#","detail":"rate limit exceeded"#);
+    for (i, s) in denied.iter().enumerate() {
+        out.push_str(if i == 0 { ": " } else { ", " });
+        push_json_escaped(&mut out, s.name);
+    }
+    out.push_str(r#"","violated-policies":["#);
+    for (i, s) in denied.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_json_string(&mut out, s.name);
+    }
+    out.push_str(r#"],"windows":["#);
+    for (i, s) in denied.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(r#"{"policy":"#);
+        push_json_string(&mut out, s.name);
+        for (key, value) in [
+            (r#","limit":"#, s.outcome.limit),
+            (r#","window_ms":"#, s.outcome.period_ms),
+            (r#","remaining":"#, s.outcome.remaining),
+            (r#","retry_after_ms":"#, s.outcome.retry_ms),
+        ] {
+            out.push_str(key);
+            push_u64(&mut out, value);
+        }
+        out.push('}');
+    }
+    out.push_str(r#"],"retry_after":"#);
+    push_u64(&mut out, retry_after_secs(retry_after_ms));
+    out.push('}');
+    out
+}
+
+/// The body of a `503` that no quota caused (the worker overloaded, or the
+/// store unavailable under `failure_mode: deny`): `violated-policies` is
+/// empty, `detail` says why.
+pub fn reduced_capacity(detail: &str, retry_after: u64) -> String {
+    let mut out = String::with_capacity(200usize.saturating_add(detail.len()));
+    out.push_str(r#"{"type":"#);
+    push_json_string(&mut out, TEMPORARY_REDUCED_CAPACITY);
+    out.push_str(r#","title":"Temporary Reduced Capacity","status":503,"detail":"#);
+    push_json_string(&mut out, detail);
+    out.push_str(r#","violated-policies":[],"retry_after":"#);
+    push_u64(&mut out, retry_after);
+    out.push('}');
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,158 @@
+use super::*;
+use crate::limiter::WindowOutcome;
+use wasm_bindgen_test::wasm_bindgen_test;
+
+fn outcome(limit: u64, period_ms: u64, remaining: u64, reset_ms: u64, retry_ms: u64) -> WindowOutcome {
+    WindowOutcome { check: 0, window: 0, limit, period_ms, remaining, reset_ms, retry_ms }
+}
+
+/// The seed scenario: 20 per 60 s and 5 per 3 s, the 3 s window denying.
+fn seed() -> [WindowOutcome; 2] {
+    [outcome(20, 60_000, 15, 56_001, 0), outcome(5, 3_000, 0, 1_234, 1_234)]
+}
+
+fn stats(outcomes: &[WindowOutcome; 2]) -> [PolicyStat<'_>; 2] {
+    [
+        PolicyStat { name: "auth.createToken/60s", outcome: &outcomes[0] },
+        PolicyStat { name: "auth.createToken/3s", outcome: &outcomes[1] },
+    ]
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn seed_scenario_problem() {
+    let outcomes = seed();
+    let stats = stats(&outcomes);
+    assert_eq!(
+        quota_exceeded(&stats[1..], 1_234, 429),
+        concat!(
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","#,
+            r#""status":429,"detail":"rate limit exceeded: auth.createToken/3s","#,
+            r#""violated-policies":["auth.createToken/3s"],"#,
+            r#""windows":[{"policy":"auth.createToken/3s","limit":5,"window_ms":3000,"remaining":0,"retry_after_ms":1234}],"#,
+            r#""retry_after":2}"#
+        )
+    );
+    assert_eq!(PROBLEM_CONTENT_TYPE, "application/problem+json");
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn problem_lists_every_denied_window() {
+    let outcomes = seed();
+    let stats = stats(&outcomes);
+    let body: serde_json::Value = serde_json::from_str(&quota_exceeded(&stats, 56_001, 429)).unwrap();
+    assert_eq!(body["detail"], "rate limit exceeded: auth.createToken/60s, auth.createToken/3s");
+    assert_eq!(body["violated-policies"], serde_json::json!(["auth.createToken/60s", "auth.createToken/3s"]));
+    assert_eq!(body["windows"].as_array().unwrap().len(), 2);
+    assert_eq!(body["windows"][0]["window_ms"], 60_000);
+    assert_eq!(body["retry_after"], 57);
+
+    let empty: serde_json::Value = serde_json::from_str(&quota_exceeded(&[], 0, 429)).unwrap();
+    assert_eq!(empty["detail"], "rate limit exceeded");
+    assert_eq!(empty["violated-policies"], serde_json::json!([]));
+    assert_eq!(empty["windows"], serde_json::json!([]));
+    assert_eq!(empty["retry_after"], 0);
+    assert_eq!(empty["status"], 429);
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn problem_escapes_names() {
+    let o = outcome(1, 1_000, 0, 10, 10);
+    let name = "a\"b\\c\r\n</script>é";
+    let body = quota_exceeded(&[PolicyStat { name, outcome: &o }], u64::MAX, 429);
+    let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(parsed["violated-policies"][0], name);
+    assert_eq!(parsed["windows"][0]["policy"], name);
+    assert_eq!(parsed["retry_after"], 18_446_744_073_709_552u64);
+    assert!(!body.contains('\r') && !body.contains('\n'));
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn reduced_capacity_has_the_drafts_type_and_no_policy() {
+    let body: serde_json::Value = serde_json::from_str(&reduced_capacity("rate limiter \"overloaded\"", 1)).unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "type": "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",
+            "title": "Temporary Reduced Capacity",
+            "status": 503,
+            "detail": "rate limiter \"overloaded\"",
+            "violated-policies": [],
+            "retry_after": 1,
+        })
+    );
+}
+
+/// The document as serde_json writes it.
+#[derive(serde::Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: String,
+    #[serde(rename = "violated-policies")]
+    violated_policies: Vec<&'a str>,
+    windows: Vec<Window<'a>>,
+    retry_after: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Window<'a> {
+    policy: &'a str,
+    limit: u64,
+    window_ms: u64,
+    remaining: u64,
+    retry_after_ms: u64,
+}
+
+fn oracle(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u16) -> String {
+    let names: Vec<&str> = denied.iter().map(|s| s.name).collect();
+    let detail = if names.is_empty() {
+        String::from("rate limit exceeded")
+    } else {
+        format!("rate limit exceeded: {}", names.join(", "))
+    };
+    let windows = denied
+        .iter()
+        .map(|s| Window {
+            policy: s.name,
+            limit: s.outcome.limit,
+            window_ms: s.outcome.period_ms,
+            remaining: s.outcome.remaining,
+            retry_after_ms: s.outcome.retry_ms,
+        })
+        .collect();
+    let retry_after = retry_after_secs(retry_after_ms);
+    let kind = QUOTA_EXCEEDED;
+    let title = "Quota Exceeded";
+    serde_json::to_string(&Problem { kind, title, status, detail, violated_policies: names, windows, retry_after })
+        .unwrap()
+}
+
+#[wasm_bindgen_test(unsupported = test)]
+fn problem_is_byte_for_byte_what_serde_json_writes() {
+    let names = ["auth.createToken/3s", "a/1d", "", "x\"y\\z\u{1}\té😀", "rule:with-dots.and_1/250ms"];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..500 {
+        let n = usize::try_from(next() % 4).unwrap();
+        let outcomes: Vec<WindowOutcome> = (0..n)
+            .map(|_| {
+                let pick = |v: u64| if v.is_multiple_of(3) { v } else { v % 100_000 };
+                outcome(pick(next()), pick(next()), pick(next()), pick(next()), pick(next()))
+            })
+            .collect();
+        let stats: Vec<PolicyStat<'_>> = outcomes
+            .iter()
+            .enumerate()
+            .map(|(i, o)| PolicyStat { name: names[(round + i) % names.len()], outcome: o })
+            .collect();
+        let (retry, status) = (next() % 10_000_000, [429, 403, 503][round % 3]);
+        assert_eq!(quota_exceeded(&stats, retry, status), oracle(&stats, retry, status));
+    }
+}

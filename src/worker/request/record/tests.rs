@@ -1,0 +1,58 @@
+use super::*;
+use crate::limiter::WindowOutcome;
+
+fn setup() -> (Config, Vec<Check>) {
+    let config = Config::from_json(
+        br#"{"valkey":{"cluster":"c"},"rules":[{"name":"auth.createToken",
+            "limits":[{"limit":20,"period":"60s"},{"limit":5,"period":"3s"}]}]}"#,
+    )
+    .unwrap();
+    let checks = vec![Check::for_test(0, "k", &[(20, 60_000), (5, 3_000)], 1)];
+    (config, checks)
+}
+
+fn decision(retry_3s: u64) -> Decision {
+    let w = |window, limit, period_ms, remaining, retry_ms| WindowOutcome {
+        check: 0,
+        window,
+        limit,
+        period_ms,
+        remaining,
+        reset_ms: 2_500,
+        retry_ms,
+    };
+    Decision { allowed: retry_3s == 0, now_ms: 0, windows: vec![w(0, 20, 60_000, 15, 0), w(1, 5, 3_000, 0, retry_3s)] }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_store_denial_names_rule_window_remaining_and_round_trip() {
+    let (config, checks) = setup();
+    let mut record = DecisionRecord::decided(&config, &checks, &decision(2_100), Decider::Store, Answer::Denied);
+    record.store_ms = Some(3);
+    assert_eq!(
+        record.plain(),
+        "decider=store answer=denied rules=auth.createToken denied_by=auth.createToken/3s \
+         remaining=auth.createToken/60s:15,auth.createToken/3s:0 store_ms=3"
+    );
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn undecided_requests_name_their_rules_and_nothing_else() {
+    let (config, checks) = setup();
+    let record = DecisionRecord::undecided(&config, &checks, Decider::FailureMode, Answer::Unchecked);
+    assert_eq!(
+        record.plain(),
+        "decider=failure_mode answer=unchecked rules=auth.createToken denied_by=- remaining=- store_ms=-"
+    );
+    let record = DecisionRecord::undecided(&config, &[], Decider::Overload, Answer::Refused);
+    assert_eq!(record.plain(), "decider=overload answer=refused rules=- denied_by=- remaining=- store_ms=-");
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_rule_checked_twice_is_named_once() {
+    let (config, mut checks) = setup();
+    checks.push(Check::for_test(0, "k2", &[(20, 60_000), (5, 3_000)], 1));
+    let d = decision(0);
+    let record = DecisionRecord::decided(&config, &checks, &d, Decider::Cache, Answer::Allowed);
+    assert_eq!(record.rules, ["auth.createToken"]);
+}
