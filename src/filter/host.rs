@@ -1,10 +1,14 @@
 //! [`Host`] over proxy-wasm: each of the worker's requests is one host call
 //! (or a few), whose failures are handled, never unwrapped. Effects on
 //! another request than the one whose callback runs make it the effective
-//! context first and give the callback's own context back after.
+//! context first; the callback's own context is given back before an
+//! effect on it and when the VM entry ends ([`EnvoyHost::finish`]), so the
+//! resumes of one reply message switch once per request, not twice. Stat
+//! increments are gathered per entry and added to Envoy's metrics when it
+//! ends ([`Pending`]).
 
 use super::hostcalls;
-use super::metrics::Metrics;
+use super::metrics::{Metrics, Pending};
 use crate::response::{LocalReply, SHADOW_HEADER};
 use crate::worker::{Gauge, Host, Level, Stat};
 use proxy_wasm::types::MapType;
@@ -15,25 +19,42 @@ use std::time::Duration;
 pub const STREAM_SERVICE: &str = "tollgate.Store";
 pub const STREAM_METHOD: &str = "Pipe";
 
-/// The host as seen from one callback of context `current`.
+/// The host as seen from one callback (one VM entry) of context `current`.
 pub struct EnvoyHost<'a> {
-    pub current: u32,
-    pub metrics: &'a Metrics,
-    pub wake_queue: Option<u32>,
+    current: u32,
+    /// The context effects apply to now.
+    effective: u32,
+    metrics: &'a Metrics,
+    wake_queue: Option<u32>,
+    pending: Pending,
 }
 
-impl EnvoyHost<'_> {
-    /// Runs `f` with request `id` as the effective context; false if it is
+impl<'a> EnvoyHost<'a> {
+    pub fn new(current: u32, metrics: &'a Metrics, wake_queue: Option<u32>) -> EnvoyHost<'a> {
+        EnvoyHost { current, effective: current, metrics, wake_queue, pending: Pending::default() }
+    }
+
+    /// Runs `f` with context `id` as the effective context; false if it is
     /// gone.
-    fn on(&self, id: u32, f: impl FnOnce()) -> bool {
-        if id != self.current && hostcalls::set_effective_context(id).is_err() {
-            return false;
+    fn on(&mut self, id: u32, f: impl FnOnce()) -> bool {
+        if id != self.effective {
+            if hostcalls::set_effective_context(id).is_err() {
+                return false;
+            }
+            self.effective = id;
         }
         f();
-        if id != self.current {
-            let _ = hostcalls::set_effective_context(self.current);
-        }
         true
+    }
+
+    /// The VM entry ends: the stats gathered in it go to Envoy, and the
+    /// callback's own context is the effective one again.
+    pub fn finish(&mut self) {
+        self.pending.flush();
+        if self.effective != self.current {
+            let _ = hostcalls::set_effective_context(self.current);
+            self.effective = self.current;
+        }
     }
 }
 
@@ -94,15 +115,17 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn remove_request_header(&mut self, name: &str) {
-        let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
+        self.on(self.current, || {
+            let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
+        });
     }
 
     fn count(&mut self, stat: Stat, by: u64) {
-        self.metrics.count(stat, by);
+        self.metrics.count(&mut self.pending, stat, by);
     }
 
     fn gauge(&mut self, gauge: Gauge, delta: i64) {
-        self.metrics.gauge(gauge, delta);
+        self.metrics.gauge(&mut self.pending, gauge, delta);
     }
 
     fn record_store_time(&mut self, ms: u64) {

@@ -51,8 +51,10 @@ impl Limiter {
             log::warn!("tollgate: re-entrant callback ignored");
             return None;
         };
-        let mut host = EnvoyHost { current, metrics: &self.metrics, wake_queue: self.wake_queue };
-        Some(f(&mut worker, &mut host))
+        let mut host = EnvoyHost::new(current, &self.metrics, self.wake_queue);
+        let out = f(&mut worker, &mut host);
+        host.finish();
+        Some(out)
     }
 }
 

@@ -10,6 +10,7 @@ mod cluster_failures;
 mod cluster_settle;
 mod fake;
 mod fake_cluster;
+mod group_commit;
 mod lifecycle;
 mod local;
 mod sentinel;
