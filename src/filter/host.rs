@@ -1,11 +1,10 @@
 //! [`Host`] over proxy-wasm: each of the worker's requests is one host call
 //! (or a few), whose failures are handled, never unwrapped. Effects on
 //! another request than the one whose callback runs make it the effective
-//! context first; the callback's own context is given back before an
-//! effect on it and when the VM entry ends ([`EnvoyHost::finish`]), so the
-//! resumes of one reply message switch once per request, not twice. Stat
-//! increments are gathered per entry and added to Envoy's metrics when it
-//! ends ([`Pending`]).
+//! context first and give the callback's own context back after (the
+//! filter's reads of the request, through `plan::RequestView`, go to the
+//! effective context). Stat increments are gathered per VM entry and added
+//! to Envoy's metrics when it ends ([`Pending`]).
 
 use super::hostcalls;
 use super::metrics::{Metrics, Pending};
@@ -22,8 +21,6 @@ pub const STREAM_METHOD: &str = "Pipe";
 /// The host as seen from one callback (one VM entry) of context `current`.
 pub struct EnvoyHost<'a> {
     current: u32,
-    /// The context effects apply to now.
-    effective: u32,
     metrics: &'a Metrics,
     wake_queue: Option<u32>,
     pending: Pending,
@@ -31,30 +28,25 @@ pub struct EnvoyHost<'a> {
 
 impl<'a> EnvoyHost<'a> {
     pub fn new(current: u32, metrics: &'a Metrics, wake_queue: Option<u32>) -> EnvoyHost<'a> {
-        EnvoyHost { current, effective: current, metrics, wake_queue, pending: Pending::default() }
+        EnvoyHost { current, metrics, wake_queue, pending: Pending::default() }
     }
 
-    /// Runs `f` with context `id` as the effective context; false if it is
+    /// Runs `f` with request `id` as the effective context; false if it is
     /// gone.
-    fn on(&mut self, id: u32, f: impl FnOnce()) -> bool {
-        if id != self.effective {
-            if hostcalls::set_effective_context(id).is_err() {
-                return false;
-            }
-            self.effective = id;
+    fn on(&self, id: u32, f: impl FnOnce()) -> bool {
+        if id != self.current && hostcalls::set_effective_context(id).is_err() {
+            return false;
         }
         f();
+        if id != self.current {
+            let _ = hostcalls::set_effective_context(self.current);
+        }
         true
     }
 
-    /// The VM entry ends: the stats gathered in it go to Envoy, and the
-    /// callback's own context is the effective one again.
+    /// The VM entry ends: the stats gathered in it go to Envoy.
     pub fn finish(&mut self) {
         self.pending.flush();
-        if self.effective != self.current {
-            let _ = hostcalls::set_effective_context(self.current);
-            self.effective = self.current;
-        }
     }
 }
 
@@ -115,9 +107,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn remove_request_header(&mut self, name: &str) {
-        self.on(self.current, || {
-            let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
-        });
+        let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
     }
 
     fn count(&mut self, stat: Stat, by: u64) {
