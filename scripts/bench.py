@@ -44,8 +44,8 @@ from pathlib import Path
 import bench_cluster
 import bench_flood
 import bench_report
-from bench_common import (CONNECTIONS, DURATION, ENVOY, VALKEY, WASM, admin_stat, cpu_seconds, free_port,
-                          render, resp, valkey_stats, wait_port, wrk)
+from bench_common import (CONNECTIONS, DURATION, ENVOY, VALKEY, WASM, admin_stat, counting, cpu_seconds,
+                          free_port, render, resp, valkey_stats, wait_port, wrk)
 
 
 def profile(pid, seconds=3):
@@ -64,16 +64,6 @@ def profile(pid, seconds=3):
 
 
 COST = ["requests", "host_calls", "callbacks", "buffers"]
-
-
-def counting(text):
-    """A rendered config whose limiter VM reports its host calls (tollgate.cost.*)."""
-    lines = text.split("\n")
-    start = next(i for i, l in enumerate(lines) if l.strip() == "- name: tollgate")
-    at = next(i for i in range(start, len(lines)) if lines[i].strip() == "vm_config:")
-    pad = " " * (len(lines[at]) - len(lines[at].lstrip()) + 2)
-    lines.insert(at + 1, f'{pad}environment_variables: {{ key_values: {{ TOLLGATE_COUNT_HOST_CALLS: "1" }} }}')
-    return "\n".join(lines)
 
 
 def cost(case, valkey_port, workdir):

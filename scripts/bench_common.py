@@ -123,6 +123,16 @@ def render(case, ports, valkey_port):
     return "\n".join(lines[:start] + replacement + lines[end:])
 
 
+def counting(text):
+    """A rendered config whose limiter VM reports its host calls (tollgate.cost.*)."""
+    lines = text.split("\n")
+    start = next(i for i, l in enumerate(lines) if l.strip() == "- name: tollgate")
+    at = next(i for i in range(start, len(lines)) if lines[i].strip() == "vm_config:")
+    pad = " " * (len(lines[at]) - len(lines[at].lstrip()) + 2)
+    lines.insert(at + 1, f'{pad}environment_variables: {{ key_values: {{ TOLLGATE_COUNT_HOST_CALLS: "1" }} }}')
+    return "\n".join(lines)
+
+
 WRK_USERS = """
 local n = 0
 request = function()

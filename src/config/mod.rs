@@ -130,6 +130,12 @@ pub const MAX_IN_FLIGHT_BOUNDS: Bounds = (1, 16_384);
 pub const DEFAULT_MAX_BATCH: usize = 64;
 /// The bounds of `valkey.max_batch`.
 pub const MAX_BATCH_BOUNDS: Bounds = (1, 1024);
+/// `valkey.max_messages_in_flight` when omitted: messages on the stream
+/// awaiting replies (group commit: while it is reached, decisions wait and
+/// leave together when a reply frees the window).
+pub const DEFAULT_MAX_MESSAGES_IN_FLIGHT: usize = 1;
+/// The bounds of `valkey.max_messages_in_flight`.
+pub const MAX_MESSAGES_IN_FLIGHT_BOUNDS: Bounds = (1, 64);
 /// `valkey.max_queue` when omitted: requests waiting per worker beyond what
 /// the stream can take.
 pub const DEFAULT_MAX_QUEUE: usize = 4096;
@@ -231,6 +237,12 @@ pub struct ValkeyConfig {
     /// Decisions sent in one message on the stream, at most
     /// ([`MAX_BATCH_BOUNDS`], default [`DEFAULT_MAX_BATCH`]).
     pub max_batch: usize,
+    /// Messages on the stream awaiting replies, at most
+    /// ([`MAX_MESSAGES_IN_FLIGHT_BOUNDS`], default
+    /// [`DEFAULT_MAX_MESSAGES_IN_FLIGHT`]): while it is reached, decisions
+    /// wait in the worker's queue and leave in one message when a reply
+    /// frees the window (group commit).
+    pub max_messages_in_flight: usize,
     /// Requests waiting per worker beyond what the stream can take, at most
     /// ([`MAX_QUEUE_BOUNDS`], default [`DEFAULT_MAX_QUEUE`]); beyond it a
     /// request is refused as overload.

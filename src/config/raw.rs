@@ -49,6 +49,7 @@ objects! {
         key_prefix: Option<String>,
         max_in_flight: Option<u64>,
         max_batch: Option<u64>,
+        max_messages_in_flight: Option<u64>,
         max_queue: Option<u64>,
         invoke: Option<String>,
         username: Option<String>,

@@ -9,10 +9,11 @@ use serde_json::{json, Map, Value};
 
 use super::{
     Algorithm, Bounds, DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_LOCAL_KEYS, DEFAULT_MAX_BATCH,
-    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_QUEUE, DENIAL_CACHE_KEYS_BOUNDS, LOCAL_KEYS_BOUNDS,
-    MAX_ACCESS_NAME_BYTES, MAX_BATCH_BOUNDS, MAX_BODY_BYTES_BOUNDS, MAX_CLUSTER_BYTES, MAX_HEADER_MATCHES,
-    MAX_IN_FLIGHT_BOUNDS, MAX_JSON_PATH_BYTES, MAX_KEY_PARTS, MAX_LIMIT, MAX_LITERAL_BYTES, MAX_NAME_CHARS,
-    MAX_PROPERTY_SEGMENTS, MAX_QUEUE_BOUNDS, MAX_TEXT_BYTES, MAX_WINDOWS,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_MESSAGES_IN_FLIGHT, DEFAULT_MAX_QUEUE,
+    DENIAL_CACHE_KEYS_BOUNDS, LOCAL_KEYS_BOUNDS, MAX_ACCESS_NAME_BYTES, MAX_BATCH_BOUNDS, MAX_BODY_BYTES_BOUNDS,
+    MAX_CLUSTER_BYTES, MAX_HEADER_MATCHES, MAX_IN_FLIGHT_BOUNDS, MAX_JSON_PATH_BYTES, MAX_KEY_PARTS, MAX_LIMIT,
+    MAX_LITERAL_BYTES, MAX_MESSAGES_IN_FLIGHT_BOUNDS, MAX_NAME_CHARS, MAX_PROPERTY_SEGMENTS, MAX_QUEUE_BOUNDS,
+    MAX_TEXT_BYTES, MAX_WINDOWS,
 };
 
 /// A duration string.
@@ -77,6 +78,11 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
         "valkey.max_batch" => {
             count("Decisions sent in one message on the store stream, at most.", DEFAULT_MAX_BATCH, MAX_BATCH_BOUNDS)
         }
+        "valkey.max_messages_in_flight" => count(
+            "Messages awaiting replies on a worker's store stream, at most; while it is reached, decisions wait and leave together in the next message (group commit).",
+            DEFAULT_MAX_MESSAGES_IN_FLIGHT,
+            MAX_MESSAGES_IN_FLIGHT_BOUNDS,
+        ),
         "valkey.max_queue" => count(
             "Requests waiting per worker beyond what the store stream can take; beyond it a request is refused (503, overloaded).",
             DEFAULT_MAX_QUEUE,

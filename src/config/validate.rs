@@ -27,7 +27,9 @@ use super::{
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_QUEUE, DEFAULT_TIMEOUT_MS, DENIAL_CACHE_KEYS_BOUNDS, LOCAL_KEYS_BOUNDS,
     MAX_BATCH_BOUNDS, MAX_IN_FLIGHT_BOUNDS, MAX_LOG_COST, MAX_PERIOD_MS, MAX_QUEUE_BOUNDS, MAX_TIMEOUT_MS, MAX_WINDOWS,
 };
-use super::{DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES_BOUNDS};
+use super::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_MESSAGES_IN_FLIGHT, MAX_BODY_BYTES_BOUNDS, MAX_MESSAGES_IN_FLIGHT_BOUNDS,
+};
 
 /// Spelling of [`MAX_TIMEOUT_MS`] in messages.
 pub(crate) const MAX_TIMEOUT_LABEL: &str = "60s";
@@ -101,6 +103,12 @@ fn valkey(raw: RawValkey, env: &dyn Fn(&str) -> Option<String>) -> Result<Valkey
             MAX_IN_FLIGHT_BOUNDS,
         )?,
         max_batch: bounded_count("valkey.max_batch", raw.max_batch, DEFAULT_MAX_BATCH, MAX_BATCH_BOUNDS)?,
+        max_messages_in_flight: bounded_count(
+            "valkey.max_messages_in_flight",
+            raw.max_messages_in_flight,
+            DEFAULT_MAX_MESSAGES_IN_FLIGHT,
+            MAX_MESSAGES_IN_FLIGHT_BOUNDS,
+        )?,
         max_queue: bounded_count("valkey.max_queue", raw.max_queue, DEFAULT_MAX_QUEUE, MAX_QUEUE_BOUNDS)?,
         invoke: invoke(raw.invoke)?,
         auth: auth(raw.username, raw.password_env, env)?,

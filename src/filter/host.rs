@@ -1,10 +1,13 @@
 //! [`Host`] over proxy-wasm: each of the worker's requests is one host call
 //! (or a few), whose failures are handled, never unwrapped. Effects on
 //! another request than the one whose callback runs make it the effective
-//! context first and give the callback's own context back after.
+//! context first and give the callback's own context back after (the
+//! filter's reads of the request, through `plan::RequestView`, go to the
+//! effective context). Stat increments are gathered per VM entry and added
+//! to Envoy's metrics when it ends ([`Pending`]).
 
 use super::hostcalls;
-use super::metrics::Metrics;
+use super::metrics::{Metrics, Pending};
 use crate::response::{LocalReply, SHADOW_HEADER};
 use crate::worker::{DecisionRecord, Gauge, Host, Level, Stat, DECISION_PROPERTY};
 use proxy_wasm::types::MapType;
@@ -15,34 +18,35 @@ use std::time::Duration;
 pub const STREAM_SERVICE: &str = "tollgate.Store";
 pub const STREAM_METHOD: &str = "Pipe";
 
-/// The host as seen from one callback of context `current`.
+/// The host as seen from one callback (one VM entry) of context `current`.
 pub struct EnvoyHost<'a> {
-    pub current: u32,
-    pub metrics: &'a Metrics,
-    pub wake_queue: Option<u32>,
+    current: u32,
+    metrics: &'a Metrics,
+    wake_queue: Option<u32>,
     /// The decision of another request than `current`, set as its property
     /// with its verdict (the worker carries it out next): one host call
     /// instead of three.
-    pending: Option<(u32, String)>,
+    decision: Option<(u32, String)>,
+    /// The stat increments of this VM entry.
+    pending: Pending,
 }
 
 impl<'a> EnvoyHost<'a> {
-    pub fn new(current: u32, metrics: &'a Metrics, wake_queue: Option<u32>) -> Self {
-        EnvoyHost { current, metrics, wake_queue, pending: None }
+    pub fn new(current: u32, metrics: &'a Metrics, wake_queue: Option<u32>) -> EnvoyHost<'a> {
+        EnvoyHost { current, metrics, wake_queue, decision: None, pending: Pending::default() }
     }
 
-    /// Sets the decision still pending, if any (its verdict was deferred);
-    /// called before the callback ends.
-    pub fn flush(&mut self) {
-        if let Some((id, text)) = self.pending.take() {
+    /// Sets the decision still pending, if any (its verdict was deferred).
+    fn flush_decision(&mut self) {
+        if let Some((id, text)) = self.decision.take() {
             self.on(id, || set_decision(&text));
         }
     }
 
     /// The pending decision of request `id`, taken.
     fn take_decision(&mut self, id: u32) -> Option<String> {
-        if self.pending.as_ref().is_some_and(|(p, _)| *p == id) {
-            return self.pending.take().map(|(_, text)| text);
+        if self.decision.as_ref().is_some_and(|(p, _)| *p == id) {
+            return self.decision.take().map(|(_, text)| text);
         }
         None
     }
@@ -58,6 +62,13 @@ impl<'a> EnvoyHost<'a> {
             let _ = hostcalls::set_effective_context(self.current);
         }
         true
+    }
+
+    /// The VM entry ends: a decision still pending is set, and the stats
+    /// gathered in the entry go to Envoy.
+    pub fn finish(&mut self) {
+        self.flush_decision();
+        self.pending.flush();
     }
 }
 
@@ -108,11 +119,11 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn decided(&mut self, id: u32, record: &DecisionRecord) {
-        self.flush();
+        self.flush_decision();
         if id == self.current {
             set_decision(&record.plain());
         } else {
-            self.pending = Some((id, record.plain()));
+            self.decision = Some((id, record.plain()));
         }
     }
 
@@ -139,11 +150,11 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn count(&mut self, stat: Stat, by: u64) {
-        self.metrics.count(stat, by);
+        self.metrics.count(&mut self.pending, stat, by);
     }
 
     fn gauge(&mut self, gauge: Gauge, delta: i64) {
-        self.metrics.gauge(gauge, delta);
+        self.metrics.gauge(&mut self.pending, gauge, delta);
     }
 
     fn record_store_time(&mut self, ms: u64) {

@@ -53,7 +53,7 @@ impl Limiter {
         };
         let mut host = EnvoyHost::new(current, &self.metrics, self.wake_queue);
         let out = f(&mut worker, &mut host);
-        host.flush();
+        host.finish();
         Some(out)
     }
 }

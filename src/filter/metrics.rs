@@ -46,23 +46,51 @@ impl Metrics {
         }
     }
 
-    pub fn count(&self, stat: Stat, by: u64) {
+    /// Adds `by` to `stat` in `pending` (the VM entry's increments, added
+    /// to Envoy's metrics by [`flush`] when the entry ends).
+    pub fn count(&self, pending: &mut Pending, stat: Stat, by: u64) {
         let by = i64::try_from(by).unwrap_or(i64::MAX);
-        add(self.counters.get(&stat).copied(), by);
+        pending.add(self.counters.get(&stat).copied(), by);
         if let Stat::StoreError(_) = stat {
-            add(self.store_errors, by);
+            pending.add(self.store_errors, by);
         }
     }
 
-    pub fn gauge(&self, gauge: Gauge, delta: i64) {
+    pub fn gauge(&self, pending: &mut Pending, gauge: Gauge, delta: i64) {
         let handle = GAUGES.iter().position(|(g, _)| *g == gauge).and_then(|i| self.gauges.get(i));
-        add(handle.copied().flatten(), delta);
+        pending.add(handle.copied().flatten(), delta);
     }
 
     /// Records one store round trip, in milliseconds.
     pub fn store_time(&self, ms: u64) {
         if let Some(id) = self.store_time {
             let _ = hostcalls::record_metric(id, ms);
+        }
+    }
+}
+
+/// The increments of one VM entry, by metric: a counter counted for every
+/// request of a reply message is one host call when the entry ends, not
+/// one per request. Envoy reads its stats between VM entries, so they are
+/// exact whenever read.
+#[derive(Debug, Default)]
+pub struct Pending(Vec<(u32, i64)>);
+
+impl Pending {
+    fn add(&mut self, handle: Option<u32>, by: i64) {
+        let Some(id) = handle else { return };
+        match self.0.iter_mut().find(|(h, _)| *h == id) {
+            Some((_, sum)) => *sum = sum.saturating_add(by),
+            None => self.0.push((id, by)),
+        }
+    }
+
+    /// Adds every pending increment to Envoy's metrics.
+    pub fn flush(&mut self) {
+        for (id, by) in self.0.drain(..) {
+            if by != 0 {
+                add(Some(id), by);
+            }
         }
     }
 }

@@ -92,6 +92,17 @@ pub const MAX_IN_FLIGHT_BYTES: usize = 256 << 10;
 /// caught by the timeout first).
 pub const MAX_WAIT_MS: u64 = 1_000;
 
+/// Which callback a VM entry of the worker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// A request's own callback (headers, body, response).
+    Request,
+    /// The worker's own: a wake-up, a stream's message or close.
+    Own,
+    /// The worker's tick.
+    Tick,
+}
+
 /// One worker's state.
 #[derive(Debug)]
 pub struct Worker {
@@ -183,7 +194,7 @@ impl Worker {
     ) -> Flow {
         self.begin(host, true);
         let flow = self.start(host, id, request, now_ms, headers);
-        self.finish(host, false, now_ms);
+        self.finish(host, Entry::Request, now_ms);
         flow
     }
 
@@ -214,14 +225,14 @@ impl Worker {
     pub fn on_wake(&mut self, host: &mut dyn Host, now_ms: u64) {
         self.woken = false;
         self.begin(host, false);
-        self.finish(host, true, now_ms);
+        self.finish(host, Entry::Own, now_ms);
     }
 
     /// The tick (its own callback): deadlines.
     pub fn on_tick(&mut self, host: &mut dyn Host, now_ms: u64) {
         self.begin(host, false);
         self.expire(host, now_ms);
-        self.finish(host, true, now_ms);
+        self.finish(host, Entry::Tick, now_ms);
     }
 
     /// Bytes arrived on stream `token`.
@@ -237,7 +248,7 @@ impl Worker {
                 self.on_slot_map(host);
             }
         }
-        self.finish(host, true, now_ms);
+        self.finish(host, Entry::Own, now_ms);
     }
 
     /// Stream `token` closed with gRPC `status`.
@@ -250,7 +261,7 @@ impl Worker {
         } else if let Some(c) = self.cluster.as_mut().filter(|c| c.token() == Some(token)) {
             c.on_close(host, status, now_ms);
         }
-        self.finish(host, true, now_ms);
+        self.finish(host, Entry::Own, now_ms);
     }
 
     /// Every VM entry starts here: verdicts left over from the last one
@@ -260,19 +271,26 @@ impl Worker {
     }
 
     /// Every VM entry ends here: send what can be sent, look up the master
-    /// or the slot map when due (from the worker's own callbacks), report,
-    /// and set the tick.
-    fn finish(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
+    /// or the slot map when due (from the worker's own callbacks), report
+    /// the gauges (from the worker's own callbacks: a request's callback
+    /// leaves them to the next one, at most a tick later), and set the tick.
+    /// The tick is sped up at once but slowed or stopped only by its own
+    /// callback: between requests that arrive close together it stays on,
+    /// instead of being turned on and off for each.
+    fn finish(&mut self, host: &mut dyn Host, entry: Entry, now_ms: u64) {
+        let own = entry != Entry::Request;
         if own {
             self.lookup(host, now_ms);
         }
         self.pump(host, own, now_ms);
-        let now = [self.shards.in_flight(), self.calls.len() + self.deliveries.len()];
-        for ((gauge, value), reported) in Gauge::ALL.into_iter().zip(now).zip(&mut self.reported) {
-            let value = i64::try_from(value).unwrap_or(i64::MAX);
-            if value != *reported {
-                host.gauge(gauge, value - *reported);
-                *reported = value;
+        if own {
+            let now = [self.shards.in_flight(), self.calls.len() + self.deliveries.len()];
+            for ((gauge, value), reported) in Gauge::ALL.into_iter().zip(now).zip(&mut self.reported) {
+                let value = i64::try_from(value).unwrap_or(i64::MAX);
+                if value != *reported {
+                    host.gauge(gauge, value - *reported);
+                    *reported = value;
+                }
             }
         }
         let want = if !self.deliveries.is_empty() {
@@ -284,7 +302,8 @@ impl Worker {
         } else {
             Duration::ZERO
         };
-        if want != self.tick {
+        let slower = want.is_zero() || (!self.tick.is_zero() && want > self.tick);
+        if want != self.tick && (entry == Entry::Tick || !slower) {
             host.set_tick(want);
             self.tick = want;
         }

@@ -75,6 +75,6 @@ fn a_misspelt_field_is_unknown() {
     assert_eq!(
         err.to_string(),
         "valkey.max_queu: unknown field, expected one of cluster, timeout, key_prefix, max_in_flight, max_batch, \
-         max_queue, invoke, username, password_env, sentinel, cluster_mode"
+         max_messages_in_flight, max_queue, invoke, username, password_env, sentinel, cluster_mode"
     );
 }

@@ -59,7 +59,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         error(&valkey(r#"{ "cluster": "c", "port": 6379 }"#)),
-        "valkey.port: unknown field, expected one of cluster, timeout, key_prefix, max_in_flight, max_batch, max_queue, invoke, username, password_env, sentinel, cluster_mode"
+        "valkey.port: unknown field, expected one of cluster, timeout, key_prefix, max_in_flight, max_batch, max_messages_in_flight, max_queue, invoke, username, password_env, sentinel, cluster_mode"
     );
     assert_eq!(
         error(&rule(r#"{ "name": "r", "limit": [] }"#)),

@@ -48,6 +48,7 @@ fn example_parses_to_expected_values() {
             key_prefix: "tollgate".into(),
             max_in_flight: 256,
             max_batch: 64,
+            max_messages_in_flight: 1,
             max_queue: 4096,
             invoke: Invoke::Fcall,
             auth: None,

@@ -10,7 +10,7 @@ use crate::limiter::Check;
 use crate::worker::counting::body::{integer, BodyReader};
 use crate::worker::counting::owed::{Decided, Stage};
 use crate::worker::host::{CountStat, Host, ResponseFlow, ResponseView, Stat};
-use crate::worker::Worker;
+use crate::worker::{Entry, Worker};
 
 impl Worker {
     /// The response headers of request `id` arrived (its own callback).
@@ -70,7 +70,7 @@ impl Worker {
             let costs = costs.into_iter().map(|c| c.unwrap_or(0)).collect();
             self.settle_owed(host, id, owed, costs, true, now_ms)
         };
-        self.finish(host, false, now_ms);
+        self.finish(host, Entry::Request, now_ms);
         flow
     }
 
@@ -99,7 +99,7 @@ impl Worker {
             });
         }
         self.settle_owed(host, id, owed, settled, false, now_ms);
-        self.finish(host, false, now_ms);
+        self.finish(host, Entry::Request, now_ms);
     }
 
     /// The units a counted response costs when it does not say.

@@ -13,7 +13,7 @@ use crate::plan::RequestView;
 use crate::worker::calls::Pending;
 use crate::worker::counting::body::{integer, json_field};
 use crate::worker::host::{Flow, Host, Stat};
-use crate::worker::Worker;
+use crate::worker::{Entry, Worker};
 use std::num::NonZeroU64;
 
 /// `value` as a reservation for `check`: at least 1, at most its smallest
@@ -79,7 +79,7 @@ impl Worker {
         // Deadlines count from now: the request waited for its client.
         p.arrival = p.arrival.restarted(now_ms);
         let flow = self.proceed(host, id, p, now_ms);
-        self.finish(host, false, now_ms);
+        self.finish(host, Entry::Request, now_ms);
         flow
     }
 }

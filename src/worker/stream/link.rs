@@ -51,6 +51,9 @@ struct Sent {
     awaited: Awaited,
     at_ms: u64,
     bytes: usize,
+    /// The last command of its message: its reply frees the message's
+    /// place in the window ([`Link::messages`]).
+    ends_message: bool,
 }
 
 /// Where the stream stands.
@@ -72,6 +75,8 @@ pub struct Link {
     state: LinkState,
     sent: VecDeque<Sent>,
     bytes: usize,
+    /// Messages whose last reply has not arrived.
+    messages: usize,
     pending: Vec<u8>,
     /// The last reply, or when the oldest outstanding command was sent.
     progress_ms: u64,
@@ -94,6 +99,7 @@ impl Default for Link {
             state: LinkState::Idle,
             sent: VecDeque::new(),
             bytes: 0,
+            messages: 0,
             pending: Vec::new(),
             progress_ms: 0,
             answered: false,
@@ -125,6 +131,11 @@ impl Link {
         (self.sent.len(), self.bytes)
     }
 
+    /// Messages sent on the stream whose last reply has not arrived.
+    pub fn messages(&self) -> usize {
+        self.messages
+    }
+
     /// A stream was opened under `token`; `ready` unless a preamble must be
     /// answered first.
     pub fn opened(&mut self, token: u32, ready: bool, now_ms: u64) {
@@ -146,8 +157,17 @@ impl Link {
         if self.sent.is_empty() {
             self.progress_ms = now_ms;
         }
-        self.sent.push_back(Sent { awaited, at_ms: now_ms, bytes });
+        self.sent.push_back(Sent { awaited, at_ms: now_ms, bytes, ends_message: false });
         self.bytes = self.bytes.saturating_add(bytes);
+    }
+
+    /// The commands [`Link::sent`] since the last message went out as one
+    /// message: it holds a place in the window until its last reply.
+    pub fn message_sent(&mut self) {
+        if let Some(last) = self.sent.back_mut().filter(|s| !s.ends_message) {
+            last.ends_message = true;
+            self.messages += 1;
+        }
     }
 
     /// Request `id` left while its command was outstanding: its reply will
@@ -177,6 +197,9 @@ impl Link {
                         break;
                     };
                     self.bytes = self.bytes.saturating_sub(sent.bytes);
+                    if sent.ends_message {
+                        self.messages = self.messages.saturating_sub(1);
+                    }
                     out.push((sent.awaited, sent.at_ms, value));
                 }
                 Err(DecodeError::Incomplete) => break,
@@ -239,6 +262,7 @@ impl Link {
     pub fn closed(&mut self, failure: Failure, back_off: bool, now_ms: u64) -> Vec<Awaited> {
         let awaited = self.sent.drain(..).map(|s| s.awaited).collect();
         self.bytes = 0;
+        self.messages = 0;
         self.pending.clear();
         self.state = if self.answered && !back_off {
             LinkState::Idle

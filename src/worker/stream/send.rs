@@ -98,7 +98,10 @@ impl Worker {
                     return;
                 }
                 match host.send(token, &preamble) {
-                    Ok(()) => s.link.sent(Awaited::Preamble, preamble.len(), now_ms),
+                    Ok(()) => {
+                        s.link.sent(Awaited::Preamble, preamble.len(), now_ms);
+                        s.link.message_sent();
+                    }
                     Err(e) => self.lose_store(host, shard, Reset::Closed, Failure::Unavailable(e), false, now_ms),
                 }
             }
@@ -113,11 +116,17 @@ impl Worker {
 
     /// One message of `shard`'s queued requests, as many as the stream's
     /// bounds allow (up to `valkey.max_batch`); false when nothing could be
-    /// sent.
+    /// sent. Group commit: while `valkey.max_messages_in_flight` messages
+    /// await their replies, nothing leaves; what waits meanwhile leaves
+    /// together when a reply frees the window (no timer: the reply's VM
+    /// entry sends it, [`Worker::pump`] at its end).
     fn send_batch(&mut self, host: &mut dyn Host, shard: ShardId, token: u32, now_ms: u64) -> bool {
         let valkey = &self.config.valkey;
         let (max_batch, max_commands) = (valkey.max_batch, valkey.max_in_flight);
         let Some(s) = self.shards.get_mut(shard) else { return false };
+        if s.link.messages() >= valkey.max_messages_in_flight {
+            return false;
+        }
         let mut message = Vec::new();
         // Per request: its id, the bytes of its `ASKING` (0 if none), of its call.
         let mut batch: Vec<(CallId, usize, usize)> = Vec::new();
@@ -198,6 +207,7 @@ impl Worker {
             }
             s.link.sent(Awaited::Call(id), len, now_ms);
         }
+        s.link.message_sent();
         true
     }
 

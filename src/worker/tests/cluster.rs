@@ -81,6 +81,7 @@ fn the_first_request_reads_the_slot_map_then_each_master_gets_its_own_stream() {
     rig.settle();
     assert!(last.iter().all(|id| rig.host.status(*id) == Some(429)));
     assert_eq!(rig.host.opened.len(), 4, "one seed stream and one per master, kept");
+    rig.tick(5);
     assert_eq!(rig.host.tick, IDLE_TICK, "idle, but the map is read again every refresh");
     rig.run_for(5_000);
     rig.settle();

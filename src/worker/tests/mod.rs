@@ -11,6 +11,7 @@ mod cluster_settle;
 mod decisions;
 mod fake;
 mod fake_cluster;
+mod group_commit;
 mod lifecycle;
 mod local;
 mod sentinel;

@@ -38,6 +38,7 @@ fn nothing_is_asked_before_the_first_request_which_starts_discovery() {
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!(store_target(&rig).as_deref(), Some("10.0.0.1:6379"));
     assert_eq!(rig.host.count(Stat::SentinelLookup), 1);
+    rig.tick(5);
     assert_eq!(rig.host.tick, IDLE_TICK, "idle, but lookups fall due every refresh");
 }
 
@@ -93,6 +94,7 @@ fn a_switch_seen_while_the_old_stream_is_open_resets_it() {
     rig.settle();
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!(store_target(&rig).as_deref(), Some("10.0.0.2:6379"));
+    rig.tick(5);
     assert_eq!(rig.host.tick, Duration::from_millis(100));
 }
 

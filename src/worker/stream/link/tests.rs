@@ -109,3 +109,24 @@ fn a_slow_but_answering_stream_earns_a_longer_silence_up_to_the_cap() {
     }
     assert!(!link.stalled(1_799, 100, 1_000) && link.stalled(1_800, 100, 1_000));
 }
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_message_holds_its_place_until_its_last_reply_and_a_closed_stream_frees_all() {
+    let mut link = Link::default();
+    link.opened(7, true, 0);
+    link.sent(Awaited::Call(CallId::Request(1)), 1, 0);
+    link.sent(Awaited::Call(CallId::Request(2)), 1, 0);
+    link.message_sent();
+    link.message_sent();
+    assert_eq!(link.messages(), 1, "a second mark with nothing new sent is no message");
+    link.sent(Awaited::Call(CallId::Request(3)), 1, 1);
+    link.message_sent();
+    assert_eq!(link.messages(), 2);
+    link.abandon(CallId::Request(2));
+    link.feed(b"+A\r\n", 2);
+    assert_eq!(link.messages(), 2, "the first message's last reply is still out");
+    link.feed(b"+B\r\n", 3);
+    assert_eq!(link.messages(), 1, "an abandoned call's reply still ends its message");
+    link.closed(Failure::NoResponse, false, 4);
+    assert_eq!(link.messages(), 0);
+}

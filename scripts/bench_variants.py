@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Variants of the module or its configuration measured against one another
+in one run, the way ../shared/measuring.md measures Envoy's CPU per request:
+one Envoy per variant (--concurrency 1), all up at once against one Valkey,
+wrk -t1 at 64 connections run on each in turn, in rounds, so that whatever
+else loads the machine falls on every variant alike. Per variant and case:
+Envoy CPU µs per request, decisions per message, requests per second, and
+p50 at 1 connection and p99 at 16 connections (measured once per round).
+
+`make bench` runs it for the BASELINE git ref (default: the commit before
+the group-commit work) against the working tree; alone:
+
+    python3 scripts/bench_variants.py [--baseline REF] [--rounds N] [--messages 1,2,4,64]
+
+--messages measures the working tree's module with each value of
+`valkey.max_messages_in_flight` (how its default was chosen).
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import time
+
+from bench_common import (ENVOY, ROOT, TOOLS, VALKEY, WASM, admin_stat, counting, cpu_seconds, free_port, render,
+                          wait_port, wrk)
+
+BIG = 1_000_000_000
+CASES = {
+    "no filter": {"kind": "none"},
+    "unmatched": {"kind": "tollgate", "rule": {"name": "bench", "match": {"path_prefix": "/never"},
+                                                "limits": [{"limit": 1, "period": "1h"}]}},
+    "admitted": {"kind": "tollgate", "rule": {"name": "bench", "algorithm": "fixed_window",
+                                               "key": [{"header": "x-user-id"}],
+                                               "limits": [{"limit": BIG, "period": "1h"}]}},
+}
+
+
+def build_baseline(ref, workdir):
+    """The release module of git `ref`, built as `make build` builds it (cargo, then wasm-metadce with that
+    ref's export list, then wasm-opt -Oz) from a worktree of its own, with this tree's tools (never
+    `make tools` there: it would point .tools/bin at the temporary worktree)."""
+    tree = workdir / "baseline"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), ref], check=True,
+                   capture_output=True)
+    try:
+        target = workdir / "target"
+        subprocess.run(["cargo", "build", "--quiet", "--release", "--target", "wasm32-wasip1", "--lib"], cwd=tree,
+                       check=True, env={**os.environ, "CARGO_TARGET_DIR": str(target)})
+        raw = target / "wasm32-wasip1/release/tollgate.wasm"
+        dce, out = workdir / "baseline.dce.wasm", workdir / "baseline.wasm"
+        subprocess.run([str(TOOLS / "binaryen/usr/bin/wasm-metadce"), "--graph-file",
+                        str(tree / "src/filter/exports.json"), str(raw), "-o", str(dce)], check=True,
+                       capture_output=True)
+        subprocess.run([str(TOOLS / "bin/wasm-opt"), "-Oz", str(dce), "-o", str(out)], check=True)
+        return out
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
+class Variant:
+    def __init__(self, label, wasm, valkey_extra, case, valkey_port, workdir, count_calls=False):
+        self.label, self.case_name = label, case
+        self.ports = [free_port(), free_port(), free_port()]
+        base = {"valkey": {"cluster": "tollgate_valkey", "timeout": "1s", **valkey_extra}}
+        spec = dict(CASES[case], plugin=base)
+        text = render(spec, self.ports, valkey_port).replace(str(WASM), str(wasm))
+        if count_calls:
+            text = counting(text)
+        config = workdir / f"{label}-{case}{'-calls' if count_calls else ''}.yaml".replace(" ", "_")
+        config.write_text(text)
+        self.log = open(config.with_suffix(".log"), "w")
+        self.envoy = subprocess.Popen([ENVOY, "-c", str(config), "--concurrency", "1", "--use-dynamic-base-id",
+                                       "--disable-hot-restart", "-l", "error"], stdout=self.log, stderr=self.log)
+        self.rows = []
+
+    def ready(self):
+        wait_port(self.ports[0])
+        subprocess.run(["wrk", "-t1", "-c4", "-d1s", "-H", "x-user-id: bench", f"http://127.0.0.1:{self.ports[0]}/"],
+                       capture_output=True, check=True)
+
+    def measure(self, workdir, duration):
+        calls = admin_stat(self.ports[2], "wasmcustom.tollgate.store.calls")
+        decisions = admin_stat(self.ports[2], "wasmcustom.tollgate.store.requests")
+        cpu = cpu_seconds(self.envoy.pid)
+        result = wrk(self.ports[0], 64, None, workdir, duration=duration)
+        cpu = cpu_seconds(self.envoy.pid) - cpu
+        calls = admin_stat(self.ports[2], "wasmcustom.tollgate.store.calls") - calls
+        decisions = admin_stat(self.ports[2], "wasmcustom.tollgate.store.requests") - decisions
+        one = wrk(self.ports[0], 1, None, workdir, duration="1s")
+        sixteen = wrk(self.ports[0], 16, None, workdir, duration="1s")
+        self.rows.append({"us": cpu * 1e6 / max(result["requests"], 1), "rps": result["rps"],
+                          "per_message": decisions / calls if calls else 0.0,
+                          "p50_1": one["p50"], "p99_16": sixteen["p99"]})
+
+    def host_calls(self, workdir):
+        """Host calls per request (this Envoy's limiter VM counts them:
+        never one that is timed), 16 connections for 2 s."""
+        names = [f"wasmcustom.tollgate.cost.{n}" for n in ("requests", "host_calls", "requests_done")]
+
+        def read():
+            end = time.time() + 2
+            while True:
+                values = [admin_stat(self.ports[2], n) for n in names]
+                if values[2] == values[0] or time.time() > end:
+                    return values[:2]
+                time.sleep(0.02)
+
+        before = read()
+        wrk(self.ports[0], 16, None, workdir, duration="2s")
+        after = read()
+        return (after[1] - before[1]) / max(after[0] - before[0], 1)
+
+    def summary(self):
+        med = lambda k: statistics.median(r[k] for r in self.rows)
+        return {k: med(k) for k in self.rows[0]}
+
+    def stop(self):
+        self.envoy.terminate()
+        self.envoy.wait()
+        self.log.close()
+
+
+def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admitted")):
+    """`modules`: (label, wasm path, extra valkey fields). Returns {(label, case): summary}."""
+    workdir = Path(tempfile.mkdtemp(prefix="tollgate-variants-"))
+    valkey_port = free_port()
+    valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    variants = []
+    try:
+        wait_port(valkey_port)
+        for case in cases:
+            for label, wasm, extra in modules:
+                if case == "no filter" and variants and any(v.case_name == case for v in variants):
+                    continue
+                variants.append(Variant(label if case != "no filter" else "-", wasm, extra, case, valkey_port,
+                                        workdir))
+        for v in variants:
+            v.ready()
+        for r in range(rounds):
+            for v in variants:
+                v.measure(workdir, duration)
+            print(f"  round {r + 1} of {rounds} done", flush=True)
+        results = {(v.label, v.case_name): v.summary() for v in variants}
+        for v in variants:
+            v.stop()
+        variants = []
+        for (label, case), summary in results.items():
+            summary["host_calls"] = 0.0
+            if case == "no filter":
+                continue
+            module = next(m for m in modules if m[0] == label)
+            counter = Variant(label, module[1], module[2], case, valkey_port, workdir, count_calls=True)
+            variants.append(counter)
+            counter.ready()
+            summary["host_calls"] = counter.host_calls(workdir)
+        return results
+    finally:
+        for v in variants:
+            v.stop()
+        valkey.terminate()
+        valkey.wait()
+
+
+def table(results):
+    """Markdown rows: per variant and case, and the admitted/unmatched CPU ratio per variant."""
+    lines = ["| variant | case | Envoy CPU µs/request | decisions/message | host calls/request | requests/s (64 conn) "
+             "| p50 1 conn (ms) | p99 16 conn (ms) |", "|---|---|---|---|---|---|---|---|"]
+    for (label, case), s in results.items():
+        lines.append(f"| {label} | {case} | {s['us']:.1f} | {s['per_message']:.1f} | {s['host_calls']:.1f} "
+                     f"| {s['rps']:.0f} | {s['p50_1']:.2f} | {s['p99_16']:.2f} |")
+    lines.append("")
+    lines.append("| variant | admitted ÷ unmatched (Envoy CPU per request) |")
+    lines.append("|---|---|")
+    for label in dict.fromkeys(l for l, _ in results if l != "-"):
+        a, u = results.get((label, "admitted")), results.get((label, "unmatched"))
+        if a and u and u["us"]:
+            lines.append(f"| {label} | {a['us'] / u['us']:.2f} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--baseline", default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", default="3s")
+    parser.add_argument("--messages", default=None, help="values of valkey.max_messages_in_flight to compare")
+    args = parser.parse_args()
+    if not WASM.exists():
+        sys.exit("build the module first: make build")
+    modules = []
+    if args.messages:
+        modules += [(f"max_messages_in_flight {m}", WASM, {"max_messages_in_flight": int(m)})
+                    for m in args.messages.split(",")]
+    else:
+        modules.append(("this tree", WASM, {}))
+    if args.baseline:
+        workdir = Path(tempfile.mkdtemp(prefix="tollgate-baseline-"))
+        modules.insert(0, (f"baseline {args.baseline}", build_baseline(args.baseline, workdir), {}))
+    print(table(run(modules, args.rounds, args.duration)))
+
+
+if __name__ == "__main__":
+    main()
