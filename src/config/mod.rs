@@ -76,6 +76,7 @@ mod duration;
 mod error;
 mod keys;
 mod matching;
+mod node;
 mod primitives;
 mod raw;
 mod read;

@@ -19,7 +19,7 @@
 
 use serde_json::Number;
 
-pub(crate) use super::read::Loose;
+pub(crate) use super::node::Loose;
 use super::shape::objects;
 pub(crate) use super::shape::{RawDuration, StrOrObj};
 

@@ -16,33 +16,8 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde_json::Number;
 
 use super::error::{from_json_syntax, render, ConfigError, Seg};
+use super::node::{Loose, Node};
 use super::shape::{Kind, Object, Shape};
-
-/// A value that passed the shape check.
-#[derive(Debug)]
-pub(crate) enum Node {
-    Str(String),
-    Bool(bool),
-    /// `Kind::Number`, `Kind::U64` and `Kind::U32` (the last two in range).
-    Num(Number),
-    /// `Kind::Duration` and `Kind::Any`: any JSON value, checked later.
-    Loose(Loose),
-    /// An object's fields, by position in its shape; `None` when absent or
-    /// `null` (optional fields only: required ones are always there).
-    Obj(Vec<Option<Node>>),
-    Arr(Vec<Node>),
-}
-
-/// Any JSON value, as far as later checks need it (durations, status codes).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Loose {
-    Str(String),
-    Num(Number),
-    Bool(bool),
-    Null,
-    Array,
-    Object,
-}
 
 /// Reads `bytes` as a document of `T`'s shape, into a `T`.
 pub(crate) fn document<T: Object>(bytes: &[u8]) -> Result<T, ConfigError> {

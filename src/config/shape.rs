@@ -13,7 +13,7 @@
 
 use serde_json::Number;
 
-use super::read::{Loose, Node};
+use super::node::{Loose, Node};
 
 /// The JSON type a field must have.
 #[derive(Debug, Clone, Copy)]
@@ -267,7 +267,7 @@ macro_rules! objects {
                 },)*],
             };
 
-            fn from_slots(mut slots: Vec<Option<$crate::config::read::Node>>) -> Option<Self> {
+            fn from_slots(mut slots: Vec<Option<$crate::config::node::Node>>) -> Option<Self> {
                 let mut slots = slots.iter_mut();
                 $(let $field = <$ty as $crate::config::shape::Shaped>::take(slots.next());)*
                 // One exit for all fields, not one per field: less code.
@@ -282,9 +282,9 @@ macro_rules! objects {
             const KIND: $crate::config::shape::Kind =
                 $crate::config::shape::Kind::Obj(&<$name as $crate::config::shape::Object>::SHAPE);
 
-            fn from_node(node: $crate::config::read::Node) -> Option<Self> {
+            fn from_node(node: $crate::config::node::Node) -> Option<Self> {
                 match node {
-                    $crate::config::read::Node::Obj(slots) => {
+                    $crate::config::node::Node::Obj(slots) => {
                         <$name as $crate::config::shape::Object>::from_slots(slots)
                     }
                     _ => None,
