@@ -1,11 +1,11 @@
 //! The host calls the filter makes, each counted on its way to
-//! [`proxy_wasm::hostcalls`]: [`super::calls`] reports them per request when
+//! [`proxy_wasm::hostcalls`]: [`super::tally`] reports them per request when
 //! asked to, and is the one other place that calls the host directly (its
 //! reporting, which must not count itself). A call whose answer is a
 //! non-empty buffer also counts as a buffer: the host allocated it in the
 //! module's memory (one more entry into the VM).
 
-use super::calls::{count_buffer, count_host_call};
+use super::tally::{count_buffer, count_host_call};
 use proxy_wasm::hostcalls as host;
 use proxy_wasm::types::{BufferType, Bytes, MapType, MetricType, Status};
 use std::time::{Duration, SystemTime};

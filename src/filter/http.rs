@@ -13,9 +13,9 @@
 //! right after tollgate keeps the request from the router until then
 //! (docs/configuration.md).
 
-use super::calls;
 use super::hostcalls;
 use super::limiter::{now_ms, Limiter};
+use super::tally;
 use crate::plan::RequestView;
 use crate::worker::{Flow, ResponseFlow, ResponseHeaders, ResponseView};
 use proxy_wasm::traits::{Context, HttpContext};
@@ -88,8 +88,8 @@ impl Http {
 impl Drop for Http {
     // The context's deletion (`proxy_on_delete`).
     fn drop(&mut self) {
-        calls::callback(|| {
-            calls::count_request_done();
+        tally::callback(|| {
+            tally::count_request_done();
             let Some(l) = self.seen() else { return };
             if let Ok(mut worker) = l.worker.try_borrow_mut() {
                 worker.on_gone(self.id);
@@ -151,13 +151,13 @@ impl ResponseView for EnvoyResponse {
 
 impl Context for Http {
     fn on_done(&mut self) -> bool {
-        calls::callback(|| true)
+        tally::callback(|| true)
     }
 }
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
-        calls::callback(|| {
+        tally::callback(|| {
             let Some(l) = &self.limiter else { return Action::Continue };
             let request = EnvoyRequest::new(&l.reads.headers_kept);
             if l.reads.prefilter && !l.any_rule_matches(&request) {
@@ -182,7 +182,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        calls::callback(|| {
+        tally::callback(|| {
             if self.reading_request_body {
                 return self.request_body(Some(body_size), end_of_stream);
             }
@@ -199,11 +199,11 @@ impl HttpContext for Http {
     }
 
     fn on_http_request_trailers(&mut self, _trailers: usize) -> Action {
-        calls::callback(|| if self.reading_request_body { self.request_body(None, true) } else { Action::Continue })
+        tally::callback(|| if self.reading_request_body { self.request_body(None, true) } else { Action::Continue })
     }
 
     fn on_http_response_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
-        calls::callback(|| {
+        tally::callback(|| {
             let Some(l) = self.seen() else { return Action::Continue };
             let id = self.id;
             let owed = l.worker.try_borrow().is_ok_and(|w| w.owes(id));
@@ -235,7 +235,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        calls::callback(|| {
+        tally::callback(|| {
             if self.reading_response_body {
                 let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
                     .ok()
@@ -248,7 +248,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_trailers(&mut self, _trailers: usize) -> Action {
-        calls::callback(|| {
+        tally::callback(|| {
             if self.reading_response_body {
                 self.response_body(&[], true);
             }
@@ -257,6 +257,6 @@ impl HttpContext for Http {
     }
 
     fn on_log(&mut self) {
-        calls::callback(|| ())
+        tally::callback(|| ())
     }
 }

@@ -3,11 +3,10 @@
 //! [`crate::worker::Worker`]'s events and carries out what the worker asks
 //! of its host ([`host`]); as the store tunnel's framing shim ([`shim`]) it
 //! moves body chunks through [`crate::framing`]. No decision is made here.
-//! Every host call goes through [`hostcalls`], which counts it ([`calls`]);
+//! Every host call goes through [`hostcalls`], which counts it ([`tally`]);
 //! two of them reach the ABI through [`abi`] instead of the SDK.
 
 mod abi;
-mod calls;
 mod host;
 mod hostcalls;
 mod http;
@@ -15,6 +14,7 @@ mod limiter;
 mod metrics;
 mod root;
 mod shim;
+mod tally;
 
 use proxy_wasm::traits::RootContext;
 use proxy_wasm::types::LogLevel;

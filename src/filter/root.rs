@@ -3,12 +3,12 @@
 //! stats, and turns its callbacks into the worker's events), or the framing
 //! shim of the store tunnel ([`super::shim`], `root_id: tollgate.framing`).
 
-use super::calls;
 use super::hostcalls;
 use super::http::Http;
 use super::limiter::{now_ms, Limiter};
 use super::metrics::count_config_error;
 use super::shim::{Shim, SHIM_ROOT_ID};
+use super::tally;
 use crate::config::Config;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
@@ -40,7 +40,7 @@ impl Root {
 
 impl Context for Root {
     fn on_grpc_stream_message(&mut self, token: u32, size: usize) {
-        calls::callback(|| {
+        tally::callback(|| {
             let Some(l) = self.limiter() else { return };
             let bytes =
                 hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, size).ok().flatten().unwrap_or_default();
@@ -49,7 +49,7 @@ impl Context for Root {
     }
 
     fn on_grpc_stream_close(&mut self, token: u32, status: u32) {
-        calls::callback(|| {
+        tally::callback(|| {
             let Some(l) = self.limiter() else { return };
             l.with(self.id, |w, host| w.on_stream_close(host, token, status, now_ms()));
         })
@@ -58,11 +58,11 @@ impl Context for Root {
     // Not used; implemented to be counted (the module does not export them,
     // see docs/performance.md).
     fn on_grpc_stream_initial_metadata(&mut self, _token: u32, _headers: u32) {
-        calls::callback(|| ())
+        tally::callback(|| ())
     }
 
     fn on_grpc_stream_trailing_metadata(&mut self, _token: u32, _trailers: u32) {
-        calls::callback(|| ())
+        tally::callback(|| ())
     }
 }
 
@@ -85,8 +85,8 @@ impl RootContext for Root {
                 log::info!("tollgate: configured {} rule(s)", config.rules.len());
                 self.role = Role::Limiter(Rc::new(Limiter::new(config)));
                 // After the configuration's own host calls: only requests' are reported.
-                if calls::asked() {
-                    calls::enable();
+                if tally::asked() {
+                    tally::enable();
                 }
                 true
             }
@@ -99,7 +99,7 @@ impl RootContext for Root {
     }
 
     fn on_queue_ready(&mut self, queue_id: u32) {
-        calls::callback(|| {
+        tally::callback(|| {
             let Some(l) = self.limiter() else { return };
             while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue_id) {}
             l.with(self.id, |w, host| w.on_wake(host, now_ms()));
@@ -107,15 +107,15 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        calls::callback(|| {
+        tally::callback(|| {
             let Some(l) = self.limiter() else { return };
             l.with(self.id, |w, host| w.on_tick(host, now_ms()));
         })
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
-        calls::callback(|| {
-            calls::count_request();
+        tally::callback(|| {
+            tally::count_request();
             let context: Box<dyn HttpContext> = match &self.role {
                 Role::Limiter(l) => Box::new(Http::new(context_id, Some(l.clone()))),
                 Role::Shim => Box::new(Shim::default()),

@@ -1,6 +1,6 @@
 //! What the module costs Envoy per request, through a real Envoy whose
 //! limiter VM counts it (`TOLLGATE_COUNT_HOST_CALLS=1`, see
-//! `src/filter/calls.rs`): host calls, callbacks and buffers on the no-match,
+//! `src/filter/tally.rs`): host calls, callbacks and buffers on the no-match,
 //! denied and allowed paths, pinned so that a change that adds one fails
 //! here (the figures are in docs/performance.md, "Where the time goes"); the
 //! callbacks the module exports; and a route whose filter is disabled, which

@@ -24,6 +24,14 @@ impl Worker {
                 &format!("tollgate: store stream{at} stalled: {outstanding} commands outstanding, no reply for {silent_ms} ms over {ticks} ticks; reconnecting"),
             );
             self.reset_store(host, shard, Reset::Stalled, now_ms);
+            // What waited for that stream's window waited on a store that
+            // stopped answering: it fails now, as it would have on the
+            // stalled stream, but as never run (it was not sent), instead
+            // of meeting a second timeout on the next stream.
+            let failure = Failure::Unavailable(format!("store stream{at} stalled"));
+            for id in self.calls.drain_queue(shard) {
+                self.fail(host, id, &failure, now_ms);
+            }
         }
         for queue in self.calls.queue_ids() {
             let link = self.shards.get(queue).map(|s| s.link());
