@@ -8,7 +8,7 @@
 
 use crate::support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::plugin::{plugin, rule};
 use support::{repo_root, wait_until, wasm_path, Envoy, EnvoyOptions, Valkey};
 
@@ -70,10 +70,27 @@ fn settled(envoy: &Envoy) -> Counters {
     counters.unwrap()
 }
 
+/// The counters once the worker's tick has stopped: it stays on after the
+/// last held request until its own callback (at most two 5 ms ticks), and
+/// that callback is no request's cost. Polls until no callback came for
+/// 15 ms.
+fn quiet(envoy: &Envoy) -> Counters {
+    let mut last = settled(envoy);
+    let mut since = Instant::now();
+    wait_until("the worker's tick to stop", Duration::from_secs(2), || {
+        let now = settled(envoy);
+        if now.callbacks != last.callbacks {
+            (last, since) = (now, Instant::now());
+        }
+        since.elapsed() >= Duration::from_millis(15)
+    });
+    last
+}
+
 /// Host calls, callbacks and buffers of `n` requests made by `send`, each
 /// in its own sequence (one connection each, one after the other).
 fn cost(envoy: &Envoy, n: u64, send: impl Fn(u64)) -> (u64, u64, u64) {
-    let before = settled(envoy);
+    let before = quiet(envoy);
     for i in 0..n {
         send(i);
     }
