@@ -159,6 +159,7 @@ mod tests {
         Decision {
             allowed: retry_3s == 0,
             now_ms: 0,
+            delay_ms: 0,
             windows: vec![w(0, 20, 60_000, 15, 59_500, 0), w(1, 5, 3_000, 0, 2_500, retry_3s)],
         }
     }

@@ -171,6 +171,9 @@ pub struct Decision {
     pub now_ms: u64,
     /// Every window of every check, in check order then window order.
     pub windows: Vec<WindowOutcome>,
+    /// How long an admitted request of a shaped call waits for its slot (ms
+    /// after `now_ms`; 0 = now, and always 0 unshaped): see docs/shaping.md.
+    pub delay_ms: u64,
 }
 
 impl Decision {

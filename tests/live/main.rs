@@ -22,6 +22,7 @@ mod differential;
 mod differential_adjust;
 mod differential_cross;
 mod differential_props;
+mod differential_shape;
 mod e2e;
 mod e2e_algorithms;
 mod e2e_fast;

@@ -142,7 +142,7 @@ pub fn deny_from_cache(config: &Config, checks: &[Check], cache: &mut DenialCach
         Some((check, windows))
     })?;
     let single = std::slice::from_ref(check);
-    let decision = Decision { allowed: false, now_ms, windows };
+    let decision = Decision { allowed: false, now_ms, windows, delay_ms: 0 };
     let names = policy_names(config, single, &decision);
     Some(Ruling {
         rules: vec![(check.rule, RuleOutcome::Denied)],
