@@ -14,6 +14,12 @@ use std::borrow::Cow;
 /// Request header that tells the upstream which policies would have denied
 /// a request that shadow mode let through (`"rule/period", ...`).
 pub const SHADOW_HEADER: &str = "x-tollgate-shadow-denied";
+/// The request header that tells the upstream how long (ms) a request was
+/// held for its slot (shaping, docs/shaping.md); a client's own is removed.
+pub const DELAY_HEADER: &str = "x-tollgate-delay-ms";
+/// The response header that tells the client the same:
+/// `tollgate-delay;dur=<ms>`.
+pub const SERVER_TIMING: &str = "server-timing";
 
 /// A response the filter answers itself instead of forwarding the request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 
 use super::hostcalls;
 use crate::config::Config;
-use crate::worker::stats::{counters, GAUGES, STORE_ERRORS, STORE_TIME};
+use crate::worker::stats::{counters, GAUGES, SHAPE_DELAY, STORE_ERRORS, STORE_TIME};
 use crate::worker::{Gauge, Stat};
 use proxy_wasm::types::MetricType;
 use std::collections::HashMap;
@@ -17,6 +17,8 @@ pub struct Metrics {
     store_errors: Option<u32>,
     gauges: [Option<u32>; GAUGES.len()],
     store_time: Option<u32>,
+    /// Defined only when a rule shapes.
+    shape_delay: Option<u32>,
 }
 
 fn define(kind: MetricType, name: &str) -> Option<u32> {
@@ -43,6 +45,12 @@ impl Metrics {
             store_errors: define(MetricType::Counter, STORE_ERRORS),
             gauges: GAUGES.map(|(_, name)| define(MetricType::Gauge, name)),
             store_time: define(MetricType::Histogram, STORE_TIME),
+            shape_delay: config
+                .rules
+                .iter()
+                .any(|r| r.shaping.is_some())
+                .then(|| define(MetricType::Histogram, SHAPE_DELAY))
+                .flatten(),
         }
     }
 
@@ -57,6 +65,13 @@ impl Metrics {
     pub fn gauge(&self, gauge: Gauge, delta: i64) {
         let handle = GAUGES.iter().position(|(g, _)| *g == gauge).and_then(|i| self.gauges.get(i));
         add(handle.copied().flatten(), delta);
+    }
+
+    /// Records the delay of one request held for its slot, in ms.
+    pub fn shape_delay(&self, ms: u64) {
+        if let Some(id) = self.shape_delay {
+            let _ = hostcalls::record_metric(id, ms);
+        }
     }
 
     /// Records one store round trip, in milliseconds.

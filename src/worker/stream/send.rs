@@ -117,6 +117,7 @@ impl Worker {
     fn send_batch(&mut self, host: &mut dyn Host, shard: ShardId, token: u32, now_ms: u64) -> bool {
         let valkey = &self.config.valkey;
         let (max_batch, max_commands) = (valkey.max_batch, valkey.max_in_flight);
+        let shaping = self.holding.active();
         let Some(s) = self.shards.get_mut(shard) else { return false };
         let mut message = Vec::new();
         // Per request: its id, the bytes of its `ASKING` (0 if none), of its call.
@@ -148,7 +149,7 @@ impl Worker {
                 Invoke::Evalsha if carries || (adjusts && p.noscripts > 0) => Invocation::Eval,
                 Invoke::Evalsha => Invocation::EvalSha,
             };
-            write_call(&mut message, self.script, how, p);
+            write_call(&mut message, self.script, how, p, shaping.then_some(&self.config));
             let len = message.len() - start - asking;
             let (outstanding, bytes) = s.link.in_flight();
             let outstanding = outstanding + usize::from(load > 0) + commands;

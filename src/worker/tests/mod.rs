@@ -14,4 +14,5 @@ mod lifecycle;
 mod local;
 mod sentinel;
 mod settle;
+mod shaping;
 mod stream;
