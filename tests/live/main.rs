@@ -28,6 +28,7 @@ mod e2e_algorithms;
 mod e2e_fast;
 mod e2e_logins;
 mod e2e_rules;
+mod e2e_shaping;
 mod e2e_tokens;
 mod failures;
 mod hostile_requests;
