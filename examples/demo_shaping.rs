@@ -1,8 +1,8 @@
 //! `make demo-shaping`: shaping instead of rejecting. Starts Valkey and
-//! Envoy with `envoy/envoy.yaml` and one rule per algorithm that shapes (5
-//! per second per user, `max_delay` 2 s), fires a burst of 10 requests at
-//! once for one user against each, prints the seed-style table (time sent,
-//! time released, status, delay) and stops.
+//! Envoy with `envoy/envoy.yaml` and one rule per algorithm, each shaping
+//! (5 per second per user, `max_delay` 2 s), fires a burst of 10 requests
+//! at once for one user against each (and 16 against the log), prints the
+//! seed-style table (time sent, time released, status, delay) and stops.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 #[path = "../tests/support/mod.rs"]
@@ -29,6 +29,22 @@ const RULES: &str = r#"{
       "algorithm": "gcra",
       "limits": [ { "limit": 5, "period": "1s" } ],
       "shape": { "max_delay": "2s" }
+    },
+    {
+      "name": "push.fw",
+      "match": { "path_prefix": "/fw/" },
+      "key": [ { "header": "x-user-id" } ],
+      "algorithm": "fixed_window",
+      "limits": [ { "limit": 5, "period": "1s" } ],
+      "shape": { "max_delay": "2s" }
+    },
+    {
+      "name": "push.sw",
+      "match": { "path_prefix": "/sw/" },
+      "key": [ { "header": "x-user-id" } ],
+      "algorithm": "sliding_window",
+      "limits": [ { "limit": 5, "period": "1s" } ],
+      "shape": { "max_delay": "2s" }
     }
   ]
 }"#;
@@ -37,9 +53,14 @@ fn main() {
     let valkey = Valkey::start();
     let options = EnvoyOptions { plugin_config: RULES.to_string(), valkey_port: valkey.port, concurrency: 1 };
     let envoy = Envoy::start(&options);
-    for (algorithm, path, n) in
-        [("sliding_log", "/log/push", 10), ("gcra", "/gcra/push", 10), ("sliding_log", "/log/push", 16)]
-    {
+    let bursts = [
+        ("sliding_log", "/log/push", 10),
+        ("gcra", "/gcra/push", 10),
+        ("fixed_window", "/fw/push", 10),
+        ("sliding_window", "/sw/push", 10),
+        ("sliding_log", "/log/push", 16),
+    ];
+    for (algorithm, path, n) in bursts {
         println!("\n{n} requests at once for alice — 5 per second, shape.max_delay 2s, {algorithm}\n");
         println!(
             "{:>4} | {:>9} | {:>13} | {:>6} | delay (Server-Timing)",
@@ -62,6 +83,7 @@ fn main() {
         }
         std::thread::sleep(Duration::from_millis(2_100));
     }
-    println!("\nThe log admits five now and five when the first five leave the window;");
-    println!("gcra one per emission interval (200 ms); beyond max_delay: 429, nothing recorded.");
+    println!("\nThe log admits five now and five when the first five leave the window; gcra one per");
+    println!("emission interval (200 ms); fixed_window at the next window; sliding_window as the");
+    println!("previous window's weight falls. Beyond max_delay: 429, nothing recorded.");
 }

@@ -1,12 +1,12 @@
 //! `rules[i].shape`: hold a request that does not fit until it does, up to
-//! `max_delay` (docs/shaping.md). Built for `sliding_log` and `gcra` only;
-//! not with `count`, shadow mode or `valkey.cluster_mode` (each an exact
-//! error, checked here or by [`super::validate`] across sections).
+//! `max_delay` (docs/shaping.md), with every algorithm; not with `count`,
+//! shadow mode or `valkey.cluster_mode` (each an exact error, checked here
+//! or by [`super::validate`] across sections).
 
 use super::error::ConfigError;
 use super::primitives::{bounded_count, duration, fail};
 use super::raw::RawShape;
-use super::{Algorithm, Bounds};
+use super::Bounds;
 
 /// The longest `shape.max_delay`, in milliseconds: a held request keeps its
 /// connection and a slot of `max_waiting` this long at most.
@@ -28,23 +28,15 @@ pub struct Shaping {
     pub max_waiting: usize,
 }
 
-/// `rules[i].shape` of a rule counting with `algorithm`; `count` and
-/// `shadow`: whether the rule has them.
+/// `rules[i].shape`; `count` and `shadow`: whether the rule has them.
 pub(crate) fn shaping(
     i: usize,
     raw: Option<RawShape>,
-    algorithm: Algorithm,
     count: bool,
     shadow: bool,
 ) -> Result<Option<Shaping>, ConfigError> {
     let Some(raw) = raw else { return Ok(None) };
     let path = format!("rules[{i}].shape");
-    if !matches!(algorithm, Algorithm::SlidingLog | Algorithm::Gcra) {
-        return fail(
-            path,
-            format!("is not built for algorithm {:?}: only sliding_log and gcra shape", algorithm.name()),
-        );
-    }
     if count {
         return fail(path, format!("does not apply with rules[{i}].count: a held request has no response yet"));
     }

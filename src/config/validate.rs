@@ -220,7 +220,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
             format!("does not apply with rules[{i}].count.cost: the response says what a request costs"),
         );
     }
-    let shaping = shaping(i, raw.shape, algorithm, count.is_some(), shadow)?;
+    let shaping = shaping(i, raw.shape, count.is_some(), shadow)?;
     let policy_names = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
     Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, hash_tag, count, shaping, policy_names })
 }

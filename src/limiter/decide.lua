@@ -100,11 +100,6 @@ end
 -- latest time any window fits from t0; recorded at the slot in every bucket
 -- (but those that only check) if it is at most max_delay ms away.
 local function shape(keys, max_delay)
-  for i = 1, keys do
-    if not BUCKETS[i].algorithm.earliest then
-      return redis.error_reply('ERR tollgate: shaping is not built for key ' .. i)
-    end
-  end
   local t0 = now
   for i = 1, keys do
     local b = BUCKETS[i]
@@ -128,6 +123,8 @@ local function shape(keys, max_delay)
     if b.committed then
       if b.algorithm.at_slot then b.algorithm.at_slot(b) end
       b.algorithm.commit(b)
+    elseif b.algorithm.restat then
+      b.algorithm.restat(b)
     end
     for w = 1, b.n do
       local retry = b[w].earliest - now - max_delay

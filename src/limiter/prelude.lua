@@ -34,7 +34,7 @@
 --           earliest time >= now at which it fits every window of every
 --           key and at or after every key's last slot (its slot); if the
 --           slot is at most max_delay_ms away it is recorded there, else
---           nothing is. Only log and gcra shape (else an error).
+--           nothing is.
 -- ARGV[2..] (ARGV[3..] when shaped) for each key, in KEYS order:
 --             algorithm (log | gcra | sw | fw), cost, n, then n pairs:
 --             limit, period_ms
@@ -103,6 +103,44 @@ end
 local function commit_ttl(b)
   if slot == now then return b.max_period, b.max_period_s end
   return b.max_period + slot - now, nil
+end
+
+-- Shaping for the counters (fixed_window.lua, sliding_window.lua), whose
+-- records do not say when they were made: the bucket's field "s" holds the
+-- last slot given later than its call's now. `check(b, t)` reads the state
+-- at time t (default now), so the slot is found, recorded and reported at
+-- the time it concerns.
+local COUNTER_SHAPING = {
+  last = function(b)
+    b.last0 = tonumber(redis.call('HGET', b.key, 's')) or 0
+    b.read_at = nil
+    return b.last0
+  end,
+  -- (The state is read at t0 once per bucket.)
+  earliest = function(b, w, t0)
+    if b.read_at ~= t0 then
+      b.algorithm.check(b, t0)
+      b.read_at = t0
+    end
+    return t0 + w.retry
+  end,
+  -- Before a commit at the slot: the state at the slot.
+  at_slot = function(b)
+    b.algorithm.check(b, slot)
+    b.from = slot
+  end,
+  -- Not committed: the state at the later of now and its last slot.
+  restat = function(b)
+    local from = now
+    if b.last0 > from then from = b.last0 end
+    b.algorithm.check(b, from)
+    b.from = from
+  end,
+}
+
+-- After a counter's commit at a slot later than now: the slot, in "s".
+local function note_slot(b)
+  if slot ~= now then redis.call('HSET', b.key, 's', slot_str()) end
 end
 
 -- The largest count a window counter keeps (2^52; only adjust() charges
@@ -207,11 +245,13 @@ end
 --                        (not called for a key that only checks)
 --   stats(b, w, allowed) phase 3: remaining, reset_ms of window w after the
 --                        decision
--- and, for the algorithms that shape (decide.lua's shape()):
+-- and, for shaping (decide.lua's shape()):
 --   last(b)              the latest slot recorded in the bucket (0 if none),
 --                        after housekeeping; reads the state
 --   earliest(b, w, t0)   the first time >= t0 at which b.cost fits window w
 --                        (t0 >= last(b))
+--   at_slot(b)           (optional) before a commit at the slot
+--   restat(b)            (optional) before stats, when not committed
 --   shaped_stats(b, w)   as stats, at now, with state at future slots
 -- Each algorithm file registers a function making its table in
 -- MAKE_ALGORITHM; the table is made on first use, so a script (which makes

@@ -51,7 +51,8 @@
 //! `FCALL` needs Valkey (any version) or Redis 7.0 and later. The smallest ACL
 //! (`tests/live/script_acl.rs`): `~<key prefix>:* +time +zadd +zcount
 //! +zrangebyscore +zremrangebyscore +hmget +hset +pexpire`, plus `+fcall
-//! +function|load` for the library, `+evalsha +eval` for the script. Redis 6
+//! +function|load` for the library, `+evalsha +eval` for the script; shaping
+//! `sliding_window` or `fixed_window` also `+hget` (docs/shaping.md). Redis 6
 //! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
 use super::{Adjustment, Check, ADJUST_MAX};

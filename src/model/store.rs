@@ -151,7 +151,7 @@ impl ModelStore {
 
     /// `numkeys, KEYS..., now, [~max_delay,] (algorithm, cost, n, (limit,
     /// period)...)...`; a cost `?<units>` only checks; `~max_delay` shapes
-    /// (the reply ends with the delay; a counter's key is an error).
+    /// (the reply ends with the delay).
     fn decide(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
         let mut args = args.iter().map(text).peekable();
         let (keys, now) = keys_and_clock(&mut args, now_ms)?;
@@ -170,7 +170,7 @@ impl ModelStore {
             checks.push(Check { rule, key, windows: windows(&mut args)?, cost, algorithm, check_only });
         }
         let Some(max_delay) = max_delay else { return Some(reply(&self.model.decide(&checks, now))) };
-        let decision = self.model.decide_shaped(&checks, max_delay, now).ok()?;
+        let decision = self.model.decide_shaped(&checks, max_delay, now);
         let Value::Array(mut items) = reply(&decision) else { return None };
         items.push(Value::Integer(i64::try_from(decision.delay_ms).unwrap_or(i64::MAX)));
         Some(Value::Array(items))

@@ -97,6 +97,32 @@ fn the_burst_is_released_at_the_slots_within_a_tick() {
     assert!(p50 < 15.0 && p90 < 25.0, "released within a tick plus scheduling: {late:.1?}");
 }
 
+/// The counters: held requests go on at the slots their windows give, on
+/// Valkey's clock (the machine's): `fixed_window` at the next aligned
+/// second, `sliding_window` at multiples of 200 ms (as the previous
+/// window's weight falls by a fifth of the limit).
+#[test]
+fn the_counters_release_at_their_window_slots() {
+    let valkey = Valkey::start();
+    let upstream = Upstream::start();
+    let envoy = start(&valkey, 1, &upstream);
+    for (algorithm, grid) in [("fw", 1_000.0), ("sw", 200.0)] {
+        let mut held = 0;
+        for round in 0..3 {
+            let user = format!("c{round}");
+            let shots = burst(envoy.port, &format!("/{algorithm}/x"), &[("x-user-id", &user)], 10, Duration::ZERO);
+            assert!(shots.iter().all(|s| s.status == 200), "{algorithm}: within 2 s: {shots:?}");
+            for s in shots.iter().filter(|s| s.delay_ms.is_some()) {
+                held += 1;
+                let after = s.answered_epoch_ms % grid;
+                assert!(after < 40.0, "{algorithm}: released {after:.1} ms after its slot's grid: {shots:?}");
+            }
+            std::thread::sleep(Duration::from_millis(2_100));
+        }
+        assert!(held >= 5, "{algorithm}: {held} held");
+    }
+}
+
 #[test]
 fn a_held_client_that_disconnects_gives_its_slot_back() {
     let valkey = Valkey::start();

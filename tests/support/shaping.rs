@@ -85,8 +85,8 @@ pub fn quantile(values: &mut [f64], q: f64) -> f64 {
     values.get(i).copied().unwrap_or(f64::NAN)
 }
 
-/// Both shaping algorithms, 5 per second per user, held up to 2 s: `/log/`
-/// and `/gcra/`; `/one/` holds one per 500 ms; `/flood/` has
+/// Every algorithm, 5 per second per user, held up to 2 s: `/log/`,
+/// `/gcra/`, `/fw/`, `/sw/`; `/one/` holds one per 500 ms; `/flood/` has
 /// `max_waiting` 64.
 pub fn rules() -> Plugin {
     let shape = r#""shape": { "max_delay": "2s" }"#;
@@ -95,6 +95,10 @@ pub fn rules() -> Plugin {
         .failure_mode("deny")
         .with(rule("log").path_prefix("/log/").header("x-user-id").limit(5, "1s").field(shape))
         .with(rule("gcra").path_prefix("/gcra/").header("x-user-id").algorithm("gcra").limit(5, "1s").field(shape))
+        .with(rule("fw").path_prefix("/fw/").header("x-user-id").algorithm("fixed_window").limit(5, "1s").field(shape))
+        .with(
+            rule("sw").path_prefix("/sw/").header("x-user-id").algorithm("sliding_window").limit(5, "1s").field(shape),
+        )
         .with(rule("one").path_prefix("/one/").header("x-user-id").limit(1, "500ms").field(shape))
         .with(
             rule("flood")

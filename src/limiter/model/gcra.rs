@@ -88,9 +88,9 @@ impl Bucket for Gcra {
         }
     }
 
-    fn last_slot(&self, windows: &[Window]) -> Option<u64> {
+    fn last_slot(&self, windows: &[Window]) -> u64 {
         let at = |w: &Window| self.windows.get(&(w.limit.get(), w.period_ms.get())).map_or(0, |&(at, _)| at);
-        Some(windows.iter().map(at).max().unwrap_or(0))
+        windows.iter().map(at).max().unwrap_or(0)
     }
 
     /// `t0` is at or after `at`: the debt drains from there.

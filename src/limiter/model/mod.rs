@@ -46,10 +46,8 @@ pub trait Bucket {
     /// algorithm), at `now`.
     fn refund(&mut self, windows: &[Window], at: u64, units: u64, now: u64);
     /// Shaping ([`shape`]): the latest slot recorded in the bucket's
-    /// `windows` (0 if none), or `None` if the algorithm does not shape.
-    fn last_slot(&self, _windows: &[Window]) -> Option<u64> {
-        None
-    }
+    /// `windows` (0 if none).
+    fn last_slot(&self, windows: &[Window]) -> u64;
     /// Shaping: the earliest time `>= t0` at which `cost` fits window `w`,
     /// for `t0` at or after [`Bucket::last_slot`].
     fn earliest(&self, _w: &Window, _cost: u64, t0: u64) -> u64 {
@@ -60,6 +58,16 @@ pub trait Bucket {
     fn shaped_stats(&self, w: &Window, now: u64) -> (u64, u64) {
         self.stats(w, now)
     }
+    /// Shaping: a commit at `slot`, later than the call's `now`, was made
+    /// (for the buckets whose records do not say when they were made).
+    fn note_slot(&mut self, _slot: u64) {}
+}
+
+/// The counters' shaping stats: `stats` at `from` = the later of `now` and
+/// the last slot, `reset_ms` counted from `now`.
+pub(crate) fn stats_from(stats: (u64, u64), from: u64, now: u64) -> (u64, u64) {
+    let (remaining, reset) = stats;
+    (remaining, if reset > 0 { reset + (from - now) } else { 0 })
 }
 
 /// The state of one bucket, whichever algorithm counts it.

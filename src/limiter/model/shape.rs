@@ -23,45 +23,22 @@
 //! * Per window `remaining` and `reset_ms` at `now`, from the state after
 //!   the decision ([`Bucket::shaped_stats`]).
 //!
-//! Only `sliding_log` and `gcra` shape; the configuration rejects `shape`
-//! on the other algorithms.
+//! Every algorithm shapes; the counters (`sliding_window`, `fixed_window`)
+//! store their last slot, as their records do not say when they were made.
 
 use super::{sat, Bucket, Model};
-use crate::limiter::{Algorithm, Check, Decision};
-use std::fmt;
-
-/// A check whose algorithm does not shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unshapeable {
-    /// Index of the check in the call.
-    pub check: usize,
-    pub algorithm: Algorithm,
-}
-
-impl fmt::Display for Unshapeable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "shaping is not built for key {} ({})", self.check + 1, self.algorithm.name())
-    }
-}
-
-/// Whether `algorithm` shapes.
-pub fn shapes(algorithm: Algorithm) -> bool {
-    matches!(algorithm, Algorithm::SlidingLog | Algorithm::Gcra)
-}
+use crate::limiter::{Check, Decision};
 
 impl Model {
     /// Decides for all `checks` at once at `now_ms`, shaping: admitted at the
     /// slot if it is at most `max_delay_ms` away (module doc).
-    pub fn decide_shaped(&mut self, checks: &[Check], max_delay_ms: u64, now_ms: u64) -> Result<Decision, Unshapeable> {
-        if let Some((i, c)) = checks.iter().enumerate().find(|(_, c)| !shapes(c.algorithm)) {
-            return Err(Unshapeable { check: i, algorithm: c.algorithm });
-        }
+    pub fn decide_shaped(&mut self, checks: &[Check], max_delay_ms: u64, now_ms: u64) -> Decision {
         for check in checks {
             self.state_mut(check).bucket_mut().prepare(&check.windows, now_ms);
         }
         let mut t0 = now_ms;
         for check in checks {
-            let last = self.bucket(check).and_then(|b| b.last_slot(&check.windows)).unwrap_or(0);
+            let last = self.bucket(check).map_or(0, |b| b.last_slot(&check.windows));
             t0 = t0.max(last);
         }
         let mut earliest: Vec<u64> = Vec::new();
@@ -74,7 +51,11 @@ impl Model {
         let allowed = slot - now_ms <= max_delay_ms;
         if allowed {
             for check in checks.iter().filter(|c| !c.check_only) {
-                self.state_mut(check).bucket_mut().commit(&check.windows, check.cost.get(), slot);
+                let bucket = self.state_mut(check).bucket_mut();
+                bucket.commit(&check.windows, check.cost.get(), slot);
+                if slot > now_ms {
+                    bucket.note_slot(slot);
+                }
             }
         }
         let limit = i128::from(now_ms) + i128::from(max_delay_ms);
@@ -82,7 +63,7 @@ impl Model {
         let checks: Vec<&Check> = checks.iter().collect();
         let mut decision = self.outcome_with(&checks, allowed, retries, now_ms, true);
         decision.delay_ms = if allowed { slot - now_ms } else { 0 };
-        Ok(decision)
+        decision
     }
 }
 

@@ -77,8 +77,8 @@ impl Bucket for Log {
         self.entries.drain(start..start + taken);
     }
 
-    fn last_slot(&self, _windows: &[Window]) -> Option<u64> {
-        Some(self.entries.last().copied().unwrap_or(0))
+    fn last_slot(&self, _windows: &[Window]) -> u64 {
+        self.entries.last().copied().unwrap_or(0)
     }
 
     /// No entry lies after `t0`: when the `(count + cost - limit)`-th oldest

@@ -29,7 +29,12 @@ fn admitted(rig: &Rig, ids: &[u32]) -> usize {
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn the_burst_is_released_at_the_slots_the_windows_allow() {
-    for (algorithm, delays) in [("sliding_log", [1_000; 5].to_vec()), ("gcra", [200, 400, 600, 800, 1_000].to_vec())] {
+    for (algorithm, delays) in [
+        ("sliding_log", [1_000; 5].to_vec()),
+        ("gcra", [200, 400, 600, 800, 1_000].to_vec()),
+        ("fixed_window", [1_000; 5].to_vec()),
+        ("sliding_window", [1_200, 1_400, 1_600, 1_800, 2_000].to_vec()),
+    ] {
         let mut rig = Rig::new(shaped(algorithm, None));
         let ids = burst(&mut rig, 10);
         assert_eq!(admitted(&rig, &ids), 5, "{algorithm}: five at once");
