@@ -7,6 +7,7 @@ use super::plugin::{plugin, rule, Plugin};
 use super::Valkey;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tollgate::cli::table::delay_of;
 use tollgate::resp::Value;
 
 /// One request of a burst.
@@ -21,11 +22,6 @@ pub struct Shot {
     pub status: u16,
     /// The delay the response reports, if it was held.
     pub delay_ms: Option<u64>,
-}
-
-/// The delay in a `Server-Timing` value (`tollgate-delay;dur=<ms>`).
-pub fn delay_of(server_timing: &str) -> Option<u64> {
-    server_timing.split(',').find_map(|m| m.trim().strip_prefix("tollgate-delay;dur=")?.parse().ok())
 }
 
 /// Fires `n` requests (`POST path`, `headers`) at `port` at once, `gap`
