@@ -1,7 +1,7 @@
 //! `rules[i].shape`: hold a request that does not fit until it does, up to
-//! `max_delay` (docs/shaping.md), with every algorithm; not with `count`,
-//! shadow mode or `valkey.cluster_mode` (each an exact error, checked here
-//! or by [`super::validate`] across sections).
+//! `max_delay` (docs/shaping.md), with every algorithm; not with `count` or
+//! shadow mode, on a Valkey Cluster only with a single rule (each an exact
+//! error, checked here or by [`super::validate`] across sections).
 
 use super::error::ConfigError;
 use super::primitives::{bounded_count, duration, fail};

@@ -82,13 +82,17 @@ pub(crate) fn config(
     })
 }
 
-/// Shaping across sections: not on a Valkey Cluster (a request's buckets
-/// may span slots, each decided by its own call, and one slot must not
-/// admit before another's delay) and not in shadow mode.
+/// Shaping across sections: on a Valkey Cluster only with a single rule (a
+/// request's buckets may otherwise span slots, each decided by its own
+/// call, and one slot must not admit before another's delay); not in
+/// shadow mode.
 fn shaping_fits(valkey: &ValkeyConfig, shadow: bool, rules: &[Rule]) -> Result<(), ConfigError> {
     let Some(i) = rules.iter().position(|r| r.shaping.is_some()) else { return Ok(()) };
-    if valkey.cluster_mode.is_some() {
-        return fail("valkey.cluster_mode", format!("shaping (rules[{i}].shape) is not built on a Valkey Cluster"));
+    if valkey.cluster_mode.is_some() && rules.len() > 1 {
+        return fail(
+            "valkey.cluster_mode",
+            format!("shaping (rules[{i}].shape) needs a single rule on a Valkey Cluster: a request matching several rules may have buckets on several slots"),
+        );
     }
     if shadow {
         return fail("shadow", format!("does not apply with rules[{i}].shape: it would hold requests it never denies"));

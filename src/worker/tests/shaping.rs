@@ -116,3 +116,43 @@ fn max_waiting_refuses_without_a_store_call() {
     rig.settle();
     assert_eq!(rig.host.status(id), Some(200));
 }
+
+/// On a Valkey Cluster (one rule, so one slot per request): the call and
+/// the give-back go to the master of the bucket's slot.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn on_a_cluster_each_bucket_is_shaped_by_its_master() {
+    use super::cluster::{cluster_plugin, cluster_rig, executed, user_on};
+    let shape = r#""shape": { "max_delay": "2s" }"#;
+    let config = cluster_plugin().with(rule("burst").header("x-user-id").limit(5, "1s").algorithm("gcra").field(shape));
+    let mut rig = cluster_rig(config, 3);
+    let user = user_on(&rig, "burst", 2);
+    let ids: Vec<u32> = (0..7).map(|_| rig.request(&user).0).collect();
+    rig.settle();
+    assert_eq!(admitted(&rig, &ids), 5);
+    assert_eq!((executed(&rig, 0), executed(&rig, 1), executed(&rig, 2)), (0, 0, 7));
+    rig.worker.on_gone(ids[6]);
+    rig.tick(5);
+    rig.settle();
+    assert_eq!(rig.cluster.as_ref().unwrap().nodes[2].adjusted, 1, "given back on its master");
+    assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), 1);
+    rig.run_for(300);
+    assert_eq!(rig.host.delayed.iter().map(|(_, d)| *d).collect::<Vec<_>>(), [200]);
+}
+
+/// Behind Sentinel the master is one store: held and released as usual.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn behind_sentinel_the_master_shapes() {
+    let sentinel = r#""sentinel": { "cluster": "tollgate_sentinels", "master_name": "mymaster" }"#;
+    let shape = r#""shape": { "max_delay": "2s" }"#;
+    let config = plugin()
+        .failure_mode("deny")
+        .valkey(sentinel)
+        .with(rule("burst").header("x-user-id").limit(5, "1s").algorithm("gcra").field(shape));
+    let mut rig = Rig::new(config);
+    rig.store.master = Some("10.0.0.1:6379".into());
+    let ids = burst(&mut rig, 6);
+    assert_eq!(admitted(&rig, &ids), 5);
+    rig.run_for(200);
+    assert_eq!(admitted(&rig, &ids), 6);
+    assert_eq!(rig.host.delayed.iter().map(|(_, d)| *d).collect::<Vec<_>>(), [200]);
+}
