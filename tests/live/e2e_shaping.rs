@@ -3,7 +3,8 @@
 //! the slots the windows allow, within a tick of them; a held client that
 //! disconnects gives its slot back (checked in Valkey); two Envoys of two
 //! workers each sharing one key interleave their held requests one
-//! emission interval apart. The measured lateness is printed
+//! emission interval apart; a real Valkey Cluster shapes each bucket on
+//! its master. The measured lateness is printed
 //! (docs/shaping.md quotes it). The flood is in `tests/load/shaping.rs`.
 
 use crate::support;
@@ -170,4 +171,38 @@ fn two_envoys_of_two_workers_interleave_one_key() {
     }
     let state = valkey.cmd(&["HGETALL", "tollgate:{gcra:shared}:gcra"]);
     eprintln!("two Envoys x two workers: {admitted} admitted, releases {released:?}, state {state:?}");
+}
+
+/// On a real Valkey Cluster of 3 masters (one rule, so one slot per
+/// request): a burst per user on every master, each shaped by its master.
+#[test]
+fn on_a_real_cluster_every_master_shapes_its_buckets() {
+    let cluster = support::cluster::ValkeyCluster::start(3, 2_000);
+    let shape = r#""shape": { "max_delay": "2s" }"#;
+    let config = support::plugin::plugin()
+        .timeout("200ms")
+        .failure_mode("deny")
+        .valkey(r#""cluster_mode": { "seeds": "tollgate_valkey_seeds", "refresh": "5s" }"#)
+        .with(support::plugin::rule("push").header("x-user-id").limit(5, "1s").field(shape));
+    let envoy = cluster.envoy(&config.json(), 1);
+    let key = |user: &str| format!("tollgate:{{push:{user}}}:log");
+    let mut ports = Vec::new();
+    for i in 0.. {
+        let user = format!("user{i}");
+        let port = cluster.owner_port(tollgate::store::cluster::key_slot(key(&user).as_bytes()));
+        if ports.iter().any(|(_, p)| *p == port) {
+            continue;
+        }
+        let shots = burst(envoy.port, "/push", &[("x-user-id", &user)], 10, Duration::ZERO);
+        assert!(shots.iter().all(|s| s.status == 200), "{user}: {shots:?}");
+        assert_eq!(shots.iter().filter(|s| s.delay_ms.is_some()).count(), 5, "{user}: five held");
+        let slots = entries(cluster.node(port), &key(&user));
+        assert_eq!(slots.len(), 10, "{user}: recorded on its master");
+        assert_within(&slots, 5, 1_000);
+        ports.push((user, port));
+        if ports.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(stat(&envoy, "shape.delayed"), 15);
 }
