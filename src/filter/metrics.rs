@@ -37,20 +37,18 @@ fn add(handle: Option<u32>, by: i64) {
 
 impl Metrics {
     pub fn define(config: &Config) -> Metrics {
+        let shaping = config.rules.iter().any(|r| r.shaping.is_some());
         Metrics {
             counters: counters(config)
                 .into_iter()
                 .filter_map(|(stat, name)| Some((stat, define(MetricType::Counter, &name)?)))
                 .collect(),
             store_errors: define(MetricType::Counter, STORE_ERRORS),
-            gauges: GAUGES.map(|(_, name)| define(MetricType::Gauge, name)),
+            // The shaping gauge only when a rule shapes.
+            gauges: GAUGES
+                .map(|(g, name)| (shaping || g != Gauge::Waiting).then(|| define(MetricType::Gauge, name)).flatten()),
             store_time: define(MetricType::Histogram, STORE_TIME),
-            shape_delay: config
-                .rules
-                .iter()
-                .any(|r| r.shaping.is_some())
-                .then(|| define(MetricType::Histogram, SHAPE_DELAY))
-                .flatten(),
+            shape_delay: shaping.then(|| define(MetricType::Histogram, SHAPE_DELAY)).flatten(),
         }
     }
 

@@ -3,8 +3,9 @@
 //! the filter defines one Envoy metric per name and counts a [`Stat`] into
 //! the metric named for it. Bounded: 4 per rule (9 for a rule with
 //! `count`), 23 others, one per [`FailureKind`] and one per [`Reset`], 4
-//! when a rule shapes; plus the total of store errors, three gauges and the
-//! histograms of store time and shaping delay.
+//! when a rule shapes; plus the total of store errors, two gauges (three
+//! when a rule shapes), the histogram of store time (and of shaping delay
+//! when a rule shapes).
 
 use super::host::{CountStat, Gauge, Reset, ShapeStat, Stat};
 use super::request::ruling::RuleOutcome;
