@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 
-.PHONY: all tools redis7 prometheus image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
+.PHONY: all tools redis7 prometheus image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens demo-shaping test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
 
 all: build
 
@@ -83,6 +83,10 @@ compose-configs:
 
 demo: build
 	cargo run --quiet --example demo
+
+# Shaping: a burst of 10 against 5 per second held until it fits (max_delay 2 s).
+demo-shaping: build
+	cargo run --quiet --example demo_shaping
 
 # A token budget counted on the response (reserve max_tokens, settle with usage).
 demo-tokens: build

@@ -12,6 +12,12 @@ use std::borrow::Cow;
 /// Request header that tells the upstream which policies would have denied
 /// a request that shadow mode let through (`"rule/period", ...`).
 pub const SHADOW_HEADER: &str = "x-tollgate-shadow-denied";
+/// The request header that tells the upstream how long (ms) a request was
+/// held for its slot (shaping, docs/shaping.md); a client's own is removed.
+pub const DELAY_HEADER: &str = "x-tollgate-delay-ms";
+/// The response header that tells the client the same:
+/// `tollgate-delay;dur=<ms>`.
+pub const SERVER_TIMING: &str = "server-timing";
 
 /// A response the filter answers itself instead of forwarding the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +191,7 @@ mod tests {
         Decision {
             allowed: retry_3s == 0,
             now_ms: 0,
+            delay_ms: 0,
             windows: vec![w(0, 20, 60_000, 15, 59_500, 0), w(1, 5, 3_000, 0, 2_500, retry_3s)],
         }
     }
@@ -244,7 +251,7 @@ mod tests {
                 "1",
             ),
         ] {
-            let d = Decision { allowed: false, now_ms: 0, windows: vec![minute, burst] };
+            let d = Decision { allowed: false, now_ms: 0, windows: vec![minute, burst], delay_ms: 0 };
             let mut config = config.clone();
             config.response.x_ratelimit_headers = true;
             let reply = denied(&config, &policy_names(&config, &checks, &d), &d);

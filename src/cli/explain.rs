@@ -108,6 +108,12 @@ fn explain_rule(config: &Config, index: usize, rule: &Rule) -> String {
             if bursty.limit.get() / cost == 1 { "" } else { "s" }
         ));
     }
+    if let Some(s) = rule.shaping {
+        out.push_str(&format!(
+            "  shaped: a request that does not fit waits for its slot, up to {} ms (later: denied); at most {} of the rule held or being decided per worker\n",
+            s.max_delay_ms, s.max_waiting
+        ));
+    }
     out.push_str(&format!("  Valkey memory per bucket at full quota: {}\n", memory(rule)));
     out.push_str(&headers(config, index, rule));
     out

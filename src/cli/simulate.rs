@@ -1,15 +1,16 @@
 //! `tollgate simulate FILE TRACE`: every request of the trace through the
 //! filter's own worker ([`crate::worker::Worker`], the same code Envoy runs),
 //! with the pure models answering its store stream instead of Valkey
-//! ([`ModelStore`]): plan, the denial cache, the decision, shadow mode and the
-//! response a client sees. Time is the trace's, as `testing.now_header` makes
+//! ([`ModelStore`]): plan, the denial cache, the decision, shadow mode,
+//! shaping (a held request goes on at its slot: the row says `held <ms>
+//! ms`) and the response a client sees. Time is the trace's, as `testing.now_header` makes
 //! it in Envoy, so a replay through a real Envoy and Valkey gives the same
 //! table (`tests/live/cli_simulate_envoy.rs`).
 
 use std::io::Write;
 use std::path::Path;
 
-use super::table::{self, Row};
+use super::table::{self, delay_of, Row};
 use super::trace::{self, Request};
 use crate::config::Config;
 use crate::model::host::RecordingHost;
@@ -80,6 +81,11 @@ impl Simulator {
             }
             if let Some(response) = self.answer(id, headers) {
                 return response;
+            }
+            // Held for its slot (shaping): the trace's clock moves on to it.
+            let held = headers.borrow().iter().find(|(k, _)| k == "server-timing").and_then(|(_, v)| delay_of(v));
+            if let Some(delay) = held {
+                self.worker.on_tick(&mut self.host, now.saturating_add(delay));
             }
         }
         let reply = crate::response::store_unavailable();

@@ -14,8 +14,9 @@ pub struct Row {
     pub status: u32,
     /// `r=` of each column's policy in the `RateLimit` header, if present.
     pub remaining: Vec<Option<u64>>,
-    /// The violated policies of a denial (from its problem+json body), or
-    /// the shadow-mode report of an admitted request (`shadow: ...`).
+    /// The violated policies of a denial (from its problem+json body), the
+    /// shadow-mode report of an admitted request (`shadow: ...`), or how
+    /// long a shaped one was held (`held <ms> ms`, from `Server-Timing`).
     pub denied_by: String,
 }
 
@@ -31,8 +32,19 @@ impl Row {
     ) -> Row {
         let ratelimit = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("ratelimit")).map(|(_, v)| v.as_str());
         let remaining = columns.iter().map(|policy| ratelimit.and_then(|h| remaining_of(h, policy))).collect();
-        Row { offset_ms, status, remaining, denied_by: violated(body).join(", ") }
+        let held = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("server-timing")).and_then(|(_, v)| delay_of(v));
+        let denied_by = match held {
+            Some(ms) => format!("held {ms} ms"),
+            None => violated(body).join(", "),
+        };
+        Row { offset_ms, status, remaining, denied_by }
     }
+}
+
+/// The delay of a shaped request in a `Server-Timing` value
+/// (`tollgate-delay;dur=<ms>`).
+pub fn delay_of(server_timing: &str) -> Option<u64> {
+    server_timing.split(',').find_map(|m| m.trim().strip_prefix("tollgate-delay;dur=")?.parse().ok())
 }
 
 /// `r=` of `policy` in a `RateLimit` header value.

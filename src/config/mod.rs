@@ -87,6 +87,7 @@ pub mod schema;
 #[cfg(not(target_family = "wasm"))]
 mod schema_fields;
 mod shape;
+mod shaping;
 mod validate;
 
 #[cfg(test)]
@@ -110,6 +111,7 @@ pub use keys::{KeyPart, KeySource, OnMissing, Prefixes, MAX_KEY_PARTS, MAX_LITER
 pub use limits::*;
 pub use matching::{HeaderCondition, HeaderMatch, Match, Pattern, MAX_HEADER_MATCHES};
 pub use response::{Body, ResponseConfig, DEFAULT_TEXT_BODY, MAX_TEXT_BYTES};
+pub use shaping::{Shaping, DEFAULT_MAX_WAITING, MAX_SHAPE_DELAY_MS, MAX_WAITING_BOUNDS};
 
 /// A validated filter configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,6 +291,9 @@ pub struct Rule {
     /// the response reports, with an optional reservation on the request.
     /// `None`: counted on the request, `cost` units.
     pub count: Option<Count>,
+    /// Holds a request that does not fit until it does (`shape`,
+    /// docs/shaping.md); `None`: a request that does not fit is denied.
+    pub shaping: Option<Shaping>,
     /// The policy name of each window, `"<name>/<period label>"` (as in the
     /// `RateLimit` headers), built once here instead of on every request.
     pub policy_names: Vec<String>,

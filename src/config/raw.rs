@@ -93,6 +93,13 @@ objects! {
         shadow: Option<bool>,
         hash_tag: Option<u64>,
         count: Option<RawCount>,
+        shape: Option<RawShape>,
+    }
+
+    /// `rules[i].shape`: hold a request until it fits.
+    RawShape {
+        max_delay: RawDuration,
+        max_waiting: Option<u64>,
     }
 
     /// `rules[i].count`: the rule counts what the response says.

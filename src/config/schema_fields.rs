@@ -7,13 +7,14 @@
 
 use serde_json::{json, Map, Value};
 
+use super::DEFAULT_MAX_WAITING;
 use super::{
     Algorithm, Bounds, DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_LOCAL_KEYS, DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_MESSAGES_IN_FLIGHT, DEFAULT_MAX_QUEUE,
     DENIAL_CACHE_KEYS_BOUNDS, LOCAL_KEYS_BOUNDS, MAX_ACCESS_NAME_BYTES, MAX_BATCH_BOUNDS, MAX_BODY_BYTES_BOUNDS,
     MAX_CLUSTER_BYTES, MAX_HEADER_MATCHES, MAX_IN_FLIGHT_BOUNDS, MAX_JSON_PATH_BYTES, MAX_KEY_PARTS, MAX_LIMIT,
     MAX_LITERAL_BYTES, MAX_MESSAGES_IN_FLIGHT_BOUNDS, MAX_NAME_CHARS, MAX_PROPERTY_SEGMENTS, MAX_QUEUE_BOUNDS,
-    MAX_TEXT_BYTES, MAX_WINDOWS,
+    MAX_TEXT_BYTES, MAX_WAITING_BOUNDS, MAX_WINDOWS,
 };
 
 /// A duration string.
@@ -229,6 +230,17 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
         "rules[].hash_tag" => {
             json!({ "description": "The index of the key part whose value alone is the hash tag of the rule's keys: rules tagged by the same value share a Valkey Cluster slot, so one call decides them together. Left out, the tag is the rule name and every part.", "maximum": MAX_KEY_PARTS - 1 })
         }
+        "rules[].shape" => {
+            json!({ "description": "Hold a request that does not fit until it does, at most max_delay, instead of denying it (not with count or shadow mode; on a Valkey Cluster only with a single rule)." })
+        }
+        "rules[].shape.max_delay" => {
+            json!({ "description": "The longest a request may wait for its slot: > 0 and <= 30s; a request that would wait longer is denied." })
+        }
+        "rules[].shape.max_waiting" => count(
+            "Requests of the rule held or being decided per worker, at most; beyond, a request is denied (429) without a store call.",
+            DEFAULT_MAX_WAITING,
+            MAX_WAITING_BOUNDS,
+        ),
         "rules[].count" => {
             json!({ "description": "Count what the response says: only some statuses or responses with a header, a cost the response reports, and an optional reservation on the request that the response settles. A request is still denied when the rule's windows are full." })
         }

@@ -21,6 +21,7 @@ use super::matching::matcher;
 use super::primitives::{bounded_count, duration, envoy_cluster, fail, header_name, limit_count, name_like};
 use super::raw::{RawConfig, RawLimit, RawLocalLimiter, RawRule, RawTesting, RawValkey};
 use super::response::response;
+use super::shaping::shaping;
 use super::{
     Algorithm, Config, FailureMode, Invoke, Limit, LocalLimiterConfig, Overload, Period, Rule, Testing, ValkeyConfig,
     DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_LOCAL_KEYS, DEFAULT_LOCAL_SHARE_PPM, DEFAULT_MAX_BATCH,
@@ -62,6 +63,13 @@ pub(crate) fn config(
         bounded_count("max_body_bytes", raw.max_body_bytes, DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES_BOUNDS),
     );
     let testing = keep(errors, testing(raw.testing));
+    let shadow = raw.shadow.unwrap_or(false);
+    if let (Some(valkey), Some(rules)) = (&valkey, &rules) {
+        keep(errors, shaping_fits(valkey, shadow, rules));
+    }
+    if !errors.is_empty() {
+        return None;
+    }
     Some(Config {
         valkey: valkey?,
         failure_mode: failure_mode?,
@@ -69,11 +77,29 @@ pub(crate) fn config(
         overload: overload?,
         rules: rules?,
         response: response?,
-        shadow: raw.shadow.unwrap_or(false),
+        shadow,
         denial_cache_keys: denial_cache_keys?,
         max_body_bytes: max_body_bytes?,
         testing: testing?,
     })
+}
+
+/// Shaping across sections: on a Valkey Cluster only with a single rule (a
+/// request's buckets may otherwise span slots, each decided by its own
+/// call, and one slot must not admit before another's delay); not in
+/// shadow mode.
+fn shaping_fits(valkey: &ValkeyConfig, shadow: bool, rules: &[Rule]) -> Result<(), ConfigError> {
+    let Some(i) = rules.iter().position(|r| r.shaping.is_some()) else { return Ok(()) };
+    if valkey.cluster_mode.is_some() && rules.len() > 1 {
+        return fail(
+            "valkey.cluster_mode",
+            format!("shaping (rules[{i}].shape) needs a single rule on a Valkey Cluster: a request matching several rules may have buckets on several slots"),
+        );
+    }
+    if shadow {
+        return fail("shadow", format!("does not apply with rules[{i}].shape: it would hold requests it never denies"));
+    }
+    Ok(())
 }
 
 /// The value, or `None` with its error recorded.
@@ -206,8 +232,9 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
             format!("does not apply with rules[{i}].count.cost: the response says what a request costs"),
         );
     }
+    let shaping = shaping(i, raw.shape, count.is_some(), shadow)?;
     let policy_names = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
-    Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, hash_tag, count, policy_names })
+    Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, hash_tag, count, shaping, policy_names })
 }
 
 /// `rules[i].hash_tag`: the index of one of the rule's `parts` key parts.

@@ -8,7 +8,7 @@
 
 use super::hostcalls;
 use super::metrics::{Metrics, Pending};
-use crate::response::{LocalReply, SHADOW_HEADER};
+use crate::response::{LocalReply, DELAY_HEADER, SHADOW_HEADER};
 use crate::worker::{DecisionRecord, Gauge, Host, Level, Stat, DECISION_PROPERTY};
 use proxy_wasm::types::MapType;
 use std::time::Duration;
@@ -105,6 +105,14 @@ impl Host for EnvoyHost<'_> {
         });
     }
 
+    fn admit_delayed(&mut self, id: u32, shadow_denied: Option<&str>, delay_ms: u64) {
+        self.on(id, || {
+            let value = delay_ms.to_string();
+            let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, DELAY_HEADER, Some(value.as_str()));
+        });
+        self.admit(id, shadow_denied);
+    }
+
     fn reply(&mut self, id: u32, reply: &LocalReply) {
         let decision = self.take_decision(id);
         self.on(id, || {
@@ -159,6 +167,10 @@ impl Host for EnvoyHost<'_> {
 
     fn record_store_time(&mut self, ms: u64) {
         self.metrics.store_time(ms);
+    }
+
+    fn record_shape_delay(&mut self, ms: u64) {
+        self.metrics.shape_delay(ms);
     }
 
     fn set_tick(&mut self, period: Duration) {

@@ -6,7 +6,7 @@
 
 use super::hostcalls;
 use crate::config::Config;
-use crate::worker::stats::{counters, GAUGES, STORE_ERRORS, STORE_TIME};
+use crate::worker::stats::{counters, GAUGES, SHAPE_DELAY, STORE_ERRORS, STORE_TIME};
 use crate::worker::{Gauge, Stat};
 use proxy_wasm::types::MetricType;
 use std::collections::HashMap;
@@ -17,6 +17,8 @@ pub struct Metrics {
     store_errors: Option<u32>,
     gauges: [Option<u32>; GAUGES.len()],
     store_time: Option<u32>,
+    /// Defined only when a rule shapes.
+    shape_delay: Option<u32>,
 }
 
 fn define(kind: MetricType, name: &str) -> Option<u32> {
@@ -35,14 +37,18 @@ fn add(handle: Option<u32>, by: i64) {
 
 impl Metrics {
     pub fn define(config: &Config) -> Metrics {
+        let shaping = config.rules.iter().any(|r| r.shaping.is_some());
         Metrics {
             counters: counters(config)
                 .into_iter()
                 .filter_map(|(stat, name)| Some((stat, define(MetricType::Counter, &name)?)))
                 .collect(),
             store_errors: define(MetricType::Counter, STORE_ERRORS),
-            gauges: GAUGES.map(|(_, name)| define(MetricType::Gauge, name)),
+            // The shaping gauge only when a rule shapes.
+            gauges: GAUGES
+                .map(|(g, name)| (shaping || g != Gauge::Waiting).then(|| define(MetricType::Gauge, name)).flatten()),
             store_time: define(MetricType::Histogram, STORE_TIME),
+            shape_delay: shaping.then(|| define(MetricType::Histogram, SHAPE_DELAY)).flatten(),
         }
     }
 
@@ -59,6 +65,13 @@ impl Metrics {
     pub fn gauge(&self, pending: &mut Pending, gauge: Gauge, delta: i64) {
         let handle = GAUGES.iter().position(|(g, _)| *g == gauge).and_then(|i| self.gauges.get(i));
         pending.add(handle.copied().flatten(), delta);
+    }
+
+    /// Records the delay of one request held for its slot, in ms.
+    pub fn shape_delay(&self, ms: u64) {
+        if let Some(id) = self.shape_delay {
+            let _ = hostcalls::record_metric(id, ms);
+        }
     }
 
     /// Records one store round trip, in milliseconds.

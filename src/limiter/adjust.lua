@@ -7,7 +7,9 @@
 -- KEYS[i]   the bucket, as for decide().
 -- ARGV[1]   now, as for decide().
 -- ARGV[2]   at: the now_ms of the decision that recorded what changes (its
---           reply's second item: the store's clock).
+--           reply's second item: the store's clock); for a shaped
+--           admission, its slot (now_ms + delay_ms: a held request that
+--           went away gives its slot back, from its cost to 0).
 -- ARGV[3..] for each key, in KEYS order: algorithm, from, to, n, then n
 --           pairs limit, period_ms. `from`: the units the decision
 --           recorded (0 if it only checked); `to`: the units it should

@@ -16,10 +16,12 @@ local function read_clock(s)
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     ttl_slack = 0
+    slot = now
     return true
   end
   now = tonumber(s)
   ttl_slack = 60000
+  slot = now
   return now and now >= 0 and now % 1 == 0
 end
 
@@ -67,7 +69,7 @@ end
 -- { allowed, now, then remaining, reset, retry per window }. (The
 -- reply is made at its final size when that is 1 or 2 windows: growing a
 -- table costs.)
-local function report(keys, allowed)
+local function report(keys, allowed, shaped)
   local flag, reply = allowed and 1 or 0, nil
   local windows = 0
   for i = 1, keys do windows = windows + BUCKETS[i].n end
@@ -82,6 +84,7 @@ local function report(keys, allowed)
   for i = 1, keys do
     local b = BUCKETS[i]
     local stats = b.algorithm.stats
+    if shaped then stats = b.algorithm.shaped_stats end
     for w = 1, b.n do
       local win = b[w]
       local remaining, reset = stats(b, win, b.committed)
@@ -89,6 +92,50 @@ local function report(keys, allowed)
       r = r + 3
     end
   end
+  return reply
+end
+
+-- A shaped call (contract in prelude.lua; model: src/limiter/model/shape.rs):
+-- t0 = the latest of now and every bucket's last slot; the slot = the
+-- latest time any window fits from t0; recorded at the slot in every bucket
+-- (but those that only check) if it is at most max_delay ms away.
+local function shape(keys, max_delay)
+  local t0 = now
+  for i = 1, keys do
+    local b = BUCKETS[i]
+    local last = b.algorithm.last(b)
+    if last > t0 then t0 = last end
+  end
+  local at = t0
+  for i = 1, keys do
+    local b = BUCKETS[i]
+    for w = 1, b.n do
+      local e = b.algorithm.earliest(b, b[w], t0)
+      b[w].earliest = e
+      if e > at then at = e end
+    end
+  end
+  local allowed = at - now <= max_delay
+  slot = at
+  for i = 1, keys do
+    local b = BUCKETS[i]
+    b.committed = allowed and not b.check_only
+    if b.committed then
+      if b.algorithm.at_slot then b.algorithm.at_slot(b) end
+      b.algorithm.commit(b)
+    elseif b.algorithm.restat then
+      b.algorithm.restat(b)
+    end
+    for w = 1, b.n do
+      local retry = b[w].earliest - now - max_delay
+      if retry < 0 then retry = 0 end
+      b[w].retry = retry
+    end
+  end
+  local reply = report(keys, allowed, true)
+  local delay = 0
+  if allowed then delay = at - now end
+  reply[#reply + 1] = delay
   return reply
 end
 
@@ -102,6 +149,14 @@ local function decide(KEYS, ARGV, once)
 
   local keys = #KEYS
   local a = 2
+  local max_delay = nil
+  if string.byte(ARGV[2] or '', 1) == 126 then -- '~': shape
+    max_delay = tonumber(string.sub(ARGV[2], 2))
+    if not max_delay or max_delay < 0 or max_delay % 1 ~= 0 then
+      return redis.error_reply('ERR tollgate: bad max_delay')
+    end
+    a = 3
+  end
   for i = 1, keys do
     local algorithm = algorithm_for(ARGV[a])
     local cost_s = ARGV[a + 1]
@@ -127,6 +182,8 @@ local function decide(KEYS, ARGV, once)
   if a ~= #ARGV + 1 then
     return redis.error_reply('ERR tollgate: argument count does not match KEYS')
   end
+
+  if max_delay then return shape(keys, max_delay) end
 
   -- Phase 1: does the request fit every window of every key?
   local allowed = true

@@ -9,14 +9,20 @@
 -- commit    count = count + cost; TTL = longest period.
 -- stats     remaining = limit - count; reset = end of the window if
 --           count > 0, else 0.
+-- shaping  (COUNTER_SHAPING in prelude.lua) the last slot in field "s"; a
+--           window fits at t0 + retry at t0; the commit counts in the
+--           slot's window, TTL = longest period after the slot; stats at
+--           the later of now and the last slot.
 -- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
 MAKE_ALGORITHM.fw = function() return {
-  check = function(b)
+  -- The state at t (default now).
+  check = function(b, t)
+    t = t or now
     for w = 1, b.n do
       local win = b[w]
       name_fields(win, 'fw', win.period_s, ':k', ':c')
-      win.k = idiv(now, win.period)
+      win.k = idiv(t, win.period)
     end
     local v = hmget(b, 2)
     local fits = true
@@ -28,7 +34,7 @@ MAKE_ALGORITHM.fw = function() return {
       if count + b.cost <= win.limit then
         win.retry = 0
       else
-        win.retry = (win.k + 1) * win.period - now
+        win.retry = (win.k + 1) * win.period - t
         fits = false
       end
     end
@@ -44,7 +50,22 @@ MAKE_ALGORITHM.fw = function() return {
       win.count = count
       win.v1, win.v2 = num(win.k), num(count)
     end
-    hset_expire(b, 2, b.max_period, b.max_period_s)
+    hset_expire(b, 2, commit_ttl(b))
+    note_slot(b)
+  end,
+
+  last = COUNTER_SHAPING.last,
+  earliest = COUNTER_SHAPING.earliest,
+  at_slot = COUNTER_SHAPING.at_slot,
+  restat = COUNTER_SHAPING.restat,
+
+  -- The state was read at b.from (at_slot, restat): reset counts from now.
+  shaped_stats = function(b, w)
+    local remaining = w.limit - w.count
+    if remaining < 0 then remaining = 0 end
+    local reset = 0
+    if w.count > 0 then reset = (w.k + 1) * w.period - now end
+    return remaining, reset
   end,
 
   -- adjust(): from the count of `at`'s window, if that is still the one

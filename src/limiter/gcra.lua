@@ -12,7 +12,22 @@
 --           retry = ceil((debt - (L - cost) * P) / L).
 -- commit    at = now, d = debt + cost * P; TTL = longest period.
 -- stats     remaining = floor((P * L - debt) / P); reset = ceil(debt / L).
+-- shaping  last = the latest "at" of the bucket's windows; a window fits at
+--           t0 + retry at t0 (t0 >= at); the commit records at = the slot,
+--           d = the debt at the slot + cost * P; stats are taken at the later
+--           of now and at, reset_ms adding the wait until at.
 -- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
+
+-- The debt of window w (its stored at0, d0) at time t >= at0.
+local function gcra_debt_at(w, t)
+  local at, d = w.at0, w.d0
+  if not at or not d then return 0 end
+  local elapsed = t - at
+  if elapsed >= w.period then return 0 end
+  local debt = d - elapsed * w.limit
+  if debt < 0 then debt = 0 end
+  return debt
+end
 
 MAKE_ALGORITHM.gcra = function() return {
   check = function(b)
@@ -60,9 +75,9 @@ MAKE_ALGORITHM.gcra = function() return {
       local debt, full = win.debt + b.cost * win.period, win.period * win.limit
       if debt > full then debt = full end
       win.debt = debt
-      win.v1, win.v2 = now_str(), num(debt)
+      win.v1, win.v2 = slot_str(), num(debt)
     end
-    hset_expire(b, 2, b.max_period, b.max_period_s)
+    hset_expire(b, 2, commit_ttl(b))
   end,
 
   -- adjust(): from the debt, only if the decision at `at` is still the
@@ -83,6 +98,45 @@ MAKE_ALGORITHM.gcra = function() return {
       end
     end
     if m > 0 then redis.call('HSET', b.key, unpack(ARGS, 1, m)) end
+  end,
+
+  last = function(b)
+    for w = 1, b.n do
+      local win = b[w]
+      if win.named_for ~= 'gcra' or win.named_limit ~= win.limit_s or win.named_period ~= win.period_s then
+        name_fields(win, 'gcra', win.limit_s .. '/' .. win.period_s, ':at', ':d')
+      end
+    end
+    local v = hmget(b, 2)
+    local last = 0
+    for w = 1, b.n do
+      local win = b[w]
+      win.at0, win.d0 = tonumber(v[2 * w - 1]), tonumber(v[2 * w])
+      if win.at0 and win.d0 and win.at0 > last then last = win.at0 end
+    end
+    return last
+  end,
+
+  earliest = function(b, w, t0)
+    local over = gcra_debt_at(w, t0) - (w.limit - b.cost) * w.period
+    if over <= 0 then return t0 end
+    return t0 + cdiv(over, w.limit)
+  end,
+
+  -- Before a shaped commit: the debt at the slot.
+  at_slot = function(b)
+    for w = 1, b.n do b[w].debt = gcra_debt_at(b[w], slot) end
+  end,
+
+  shaped_stats = function(b, w)
+    local from, debt = now, 0
+    if b.committed then
+      from, debt = slot, w.debt
+    elseif w.at0 and w.d0 then
+      if w.at0 > now then from = w.at0 end
+      debt = gcra_debt_at(w, from)
+    end
+    return idiv(w.period * w.limit - debt, w.period), from - now + cdiv(debt, w.limit)
   end,
 
   stats = function(b, w)

@@ -29,7 +29,13 @@
 -- ARGV[1]   now, in ms since the Unix epoch; "" = the server's clock (TIME).
 --           Proxies never supply the time in production, so skewed proxy
 --           clocks cannot disagree; tests inject it.
--- ARGV[2..] for each key, in KEYS order:
+-- ARGV[2]   optionally "~<max_delay_ms>": shape the call (docs/shaping.md;
+--           model: src/limiter/model/shape.rs). The request is given the
+--           earliest time >= now at which it fits every window of every
+--           key and at or after every key's last slot (its slot); if the
+--           slot is at most max_delay_ms away it is recorded there, else
+--           nothing is.
+-- ARGV[2..] (ARGV[3..] when shaped) for each key, in KEYS order:
 --             algorithm (log | gcra | sw | fw), cost, n, then n pairs:
 --             limit, period_ms
 --           A cost written "?<cost>" only checks: the key must have room
@@ -46,6 +52,11 @@
 --           reset_ms:  ms until the window is empty again (0 if it is)
 --           retry_ms:  ms until this request would fit this window (0 = fits);
 --                      the request fits every window at max(retry_ms).
+--           A shaped call's reply has one more item, delay_ms: ms from now
+--           to the admitted request's slot (0 when denied). Its retry_ms is
+--           max(0, the window's earliest fitting time - now - max_delay_ms),
+--           and remaining, reset_ms count the entries or debt at future
+--           slots. An unshaped call's reply is unchanged.
 -- Errors    "ERR tollgate: ..." on malformed arguments.
 --
 -- Every number is an integer below 2^53 (gcra and sliding_window compute with
@@ -59,6 +70,10 @@
 -- expiry: expired state reads as empty, and the algorithms ignore stale
 -- state; expiry only collects idle keys).
 local now, now_s, ttl_slack = 0, nil, 0
+
+-- The time a commit records at: now, or a shaped request's slot (set by
+-- decide(); read_clock() makes it now).
+local slot = 0
 
 -- An integer (|x| < 2^53) as a decimal string, never an exponent. ('%d' is
 -- exact there and 2.5 times cheaper than '%.0f'.)
@@ -75,6 +90,57 @@ end
 local function ttl(ms, ms_s)
   if ttl_slack == 0 and ms_s then return ms_s end
   return num(ms + ttl_slack)
+end
+
+-- The time a commit records at, as a decimal string.
+local function slot_str()
+  if slot == now then return now_str() end
+  return num(slot)
+end
+
+-- The TTL of bucket b after a commit at the slot: its longest period after
+-- the slot (the number as sent when the slot is now), for ttl().
+local function commit_ttl(b)
+  if slot == now then return b.max_period, b.max_period_s end
+  return b.max_period + slot - now, nil
+end
+
+-- Shaping for the counters (fixed_window.lua, sliding_window.lua), whose
+-- records do not say when they were made: the bucket's field "s" holds the
+-- last slot given later than its call's now. `check(b, t)` reads the state
+-- at time t (default now), so the slot is found, recorded and reported at
+-- the time it concerns.
+local COUNTER_SHAPING = {
+  last = function(b)
+    b.last0 = tonumber(redis.call('HGET', b.key, 's')) or 0
+    b.read_at = nil
+    return b.last0
+  end,
+  -- (The state is read at t0 once per bucket.)
+  earliest = function(b, w, t0)
+    if b.read_at ~= t0 then
+      b.algorithm.check(b, t0)
+      b.read_at = t0
+    end
+    return t0 + w.retry
+  end,
+  -- Before a commit at the slot: the state at the slot.
+  at_slot = function(b)
+    b.algorithm.check(b, slot)
+    b.from = slot
+  end,
+  -- Not committed: the state at the later of now and its last slot.
+  restat = function(b)
+    local from = now
+    if b.last0 > from then from = b.last0 end
+    b.algorithm.check(b, from)
+    b.from = from
+  end,
+}
+
+-- After a counter's commit at a slot later than now: the slot, in "s".
+local function note_slot(b)
+  if slot ~= now then redis.call('HSET', b.key, 's', slot_str()) end
 end
 
 -- The largest count a window counter keeps (2^52; only adjust() charges
@@ -179,6 +245,14 @@ end
 --                        (not called for a key that only checks)
 --   stats(b, w, allowed) phase 3: remaining, reset_ms of window w after the
 --                        decision
+-- and, for shaping (decide.lua's shape()):
+--   last(b)              the latest slot recorded in the bucket (0 if none),
+--                        after housekeeping; reads the state
+--   earliest(b, w, t0)   the first time >= t0 at which b.cost fits window w
+--                        (t0 >= last(b))
+--   at_slot(b)           (optional) before a commit at the slot
+--   restat(b)            (optional) before stats, when not committed
+--   shaped_stats(b, w)   as stats, at now, with state at future slots
 -- Each algorithm file registers a function making its table in
 -- MAKE_ALGORITHM; the table is made on first use, so a script (which makes
 -- everything again on every call) makes only the algorithms it uses.

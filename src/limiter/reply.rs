@@ -41,14 +41,16 @@ impl fmt::Display for ReplyError {
 
 impl std::error::Error for ReplyError {}
 
-/// Parses `{allowed, now_ms, (remaining, reset_ms, retry_ms) per window}`.
+/// Parses `{allowed, now_ms, (remaining, reset_ms, retry_ms) per window}`,
+/// and a shaped call's reply, which ends with one more item: `delay_ms`
+/// (only an admission waits).
 pub fn parse(value: &Value, checks: &[Check]) -> Result<Decision, ReplyError> {
     let Value::Array(items) = value else {
         return Err(ReplyError::NotAnArray);
     };
     let windows: usize = checks.iter().map(|c| c.windows.len()).sum();
     let expected = 2 + 3 * windows;
-    if items.len() != expected {
+    if items.len() != expected && items.len() != expected + 1 {
         return Err(ReplyError::WrongLength { expected, got: items.len() });
     }
     let mut numbers = items.iter().enumerate().map(|(index, v)| match v {
@@ -76,8 +78,9 @@ pub fn parse(value: &Value, checks: &[Check]) -> Result<Decision, ReplyError> {
             });
         }
     }
-    let decision = Decision { allowed, now_ms, windows: outcomes };
-    if decision.allowed == decision.denied_by().next().is_some() {
+    let delay_ms = if items.len() > expected { next()? } else { 0 };
+    let decision = Decision { allowed, now_ms, windows: outcomes, delay_ms };
+    if decision.allowed == decision.denied_by().next().is_some() || (!allowed && delay_ms > 0) {
         return Err(ReplyError::Inconsistent);
     }
     Ok(decision)
@@ -117,10 +120,21 @@ mod tests {
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn parses_a_shaped_reply_with_its_delay() {
+        let d = parse(&ints(&[1, 7, 19, 60_000, 0, 0, 3_000, 0, 1_200]), &checks()).unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.delay_ms, 1_200);
+        assert_eq!(parse(&ints(&[1, 7, 19, 60_000, 0, 0, 3_000, 0]), &checks()).unwrap().delay_ms, 0);
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn rejects_every_malformed_shape() {
         let c = checks();
         assert_eq!(parse(&Value::Integer(1), &c), Err(ReplyError::NotAnArray));
         assert_eq!(parse(&ints(&[1, 7, 19]), &c), Err(ReplyError::WrongLength { expected: 8, got: 3 }));
+        let long = ints(&[1, 7, 19, 1, 0, 4, 3_000, 0, 5, 5]);
+        assert_eq!(parse(&long, &c), Err(ReplyError::WrongLength { expected: 8, got: 10 }));
+        assert_eq!(parse(&ints(&[0, 7, 19, 1, 0, 4, 3_000, 9, 5]), &c), Err(ReplyError::Inconsistent));
         assert_eq!(parse(&ints(&[1, 7, 19, -1, 0, 4, 3_000, 0]), &c), Err(ReplyError::NotANumber { index: 3 }));
         assert_eq!(parse(&ints(&[2, 7, 19, 1, 0, 4, 3_000, 0]), &c), Err(ReplyError::BadAllowedFlag(2)));
         assert_eq!(parse(&ints(&[1, 7, 19, 1, 0, 4, 3_000, 9]), &c), Err(ReplyError::Inconsistent));

@@ -29,7 +29,8 @@
 //! * [`encode_call`]`(out, limiter(), how, checks, now_ms)` appends one
 //!   command deciding `checks` atomically: [`Invocation::EvalSha`],
 //!   [`Invocation::Eval`] (the body) or [`Invocation::FCall`];
-//!   [`encode_adjust`] the same for `adjust`.
+//!   [`encode_adjust`] the same for `adjust`; [`encode_shaped_call`] a
+//!   shaped decision (docs/shaping.md).
 //! * [`encode_load`]`(out, limiter())` appends `FUNCTION LOAD REPLACE
 //!   <library>`; Valkey answers the library name as a bulk string (see
 //!   [`is_loaded`]). `REPLACE` makes concurrent loads by several proxies
@@ -50,7 +51,8 @@
 //! `FCALL` needs Valkey (any version) or Redis 7.0 and later. The smallest ACL
 //! (`tests/live/script_acl.rs`): `~<key prefix>:* +time +zadd +zcount
 //! +zrangebyscore +zremrangebyscore +hmget +hset +pexpire`, plus `+fcall
-//! +function|load` for the library, `+evalsha +eval` for the script. Redis 6
+//! +function|load` for the library, `+evalsha +eval` for the script; shaping
+//! `sliding_window` or `fixed_window` also `+hget` (docs/shaping.md). Redis 6
 //! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
 use super::{Adjustment, Check, ADJUST_MAX};
@@ -137,10 +139,37 @@ pub enum Invocation {
 /// `now_ms` overrides the server clock (tests only; `None` = Valkey
 /// `TIME`).
 pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: &[Check], now_ms: Option<u64>) {
-    let mut owned: Vec<String> = Vec::with_capacity(2 + checks.len() * 8);
+    encode_decide(out, script, how, checks, None, now_ms);
+}
+
+/// [`encode_call`] for a shaped call (docs/shaping.md): the request may wait
+/// up to `max_delay_ms` for its slot (`~<max_delay_ms>` after the time).
+pub fn encode_shaped_call(
+    out: &mut Vec<u8>,
+    script: &Script,
+    how: Invocation,
+    checks: &[Check],
+    max_delay_ms: u64,
+    now_ms: Option<u64>,
+) {
+    encode_decide(out, script, how, checks, Some(max_delay_ms), now_ms);
+}
+
+fn encode_decide(
+    out: &mut Vec<u8>,
+    script: &Script,
+    how: Invocation,
+    checks: &[Check],
+    max_delay_ms: Option<u64>,
+    now_ms: Option<u64>,
+) {
+    let mut owned: Vec<String> = Vec::with_capacity(3 + checks.len() * 8);
     owned.push(checks.len().to_string());
     owned.extend(checks.iter().map(|c| c.key.clone()));
     owned.push(now_ms.map(|n| n.to_string()).unwrap_or_default());
+    if let Some(max_delay) = max_delay_ms {
+        owned.push(format!("~{max_delay}"));
+    }
     for check in checks {
         owned.push(check.algorithm.id().to_string());
         owned.push(if check.check_only { format!("?{}", check.cost) } else { check.cost.to_string() });

@@ -11,6 +11,13 @@
 -- commit    cost entries at now; TTL = longest period.
 -- stats     remaining = limit - count; reset = when the oldest counted entry
 --           leaves (0 if none).
+-- shaping  last = the newest entry (if after now); a window fits at t >= t0 when the
+--           (count + cost - limit)-th oldest entry counted at t0 leaves
+--           (t0 + period if cost exceeds the limit); stats as above, the
+--           entries at future slots counted. Commands: ZREMRANGEBYSCORE,
+--           ZCOUNT after now (and the newest entry if any), per window ZCOUNT (and the entry it waits
+--           for), when admitted ZCOUNT at the slot, ZADD, PEXPIRE; per window
+--           ZCOUNT and the oldest counted entry for stats.
 -- Commands  ZREMRANGEBYSCORE, then ZCOUNT for the longest window, and for
 --           each shorter one unless the longest counted none (windows are
 --           nested: then none counts any); when admitted ZADD and PEXPIRE
@@ -77,7 +84,7 @@ MAKE_ALGORITHM.log = function() return {
   end,
 
   commit = function(b)
-    local key, at = b.key, now_str()
+    local key, at = b.key, slot_str()
     local first = 0
     if not b.empty then first = redis.call('ZCOUNT', key, at, at) end
     if b.cost == 1 then
@@ -95,7 +102,7 @@ MAKE_ALGORITHM.log = function() return {
         end
       end
     end
-    redis.call('PEXPIRE', key, ttl(b.max_period, b.max_period_s))
+    redis.call('PEXPIRE', key, ttl(commit_ttl(b)))
   end,
 
   -- adjust(): an extra charge records at most the largest limit.
@@ -129,6 +136,37 @@ MAKE_ALGORITHM.log = function() return {
         k = 0
       end
     end
+  end,
+
+  last = function(b)
+    local key = b.key
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - b.max_period))
+    b.empty = false
+    -- Only a slot after now matters (t0 = max(now, last)).
+    local after = '(' .. now_str()
+    local m = redis.call('ZCOUNT', key, after, '+inf')
+    if m == 0 then return 0 end
+    local e = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', m - 1, 1)
+    return tonumber(e[2])
+  end,
+
+  earliest = function(b, w, t0)
+    local from = '(' .. num(t0 - w.period)
+    local excess = redis.call('ZCOUNT', b.key, from, '+inf') + b.cost - w.limit
+    if excess <= 0 then return t0 end
+    local e = redis.call('ZRANGEBYSCORE', b.key, from, '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
+    if e[2] then return tonumber(e[2]) + w.period end
+    return t0 + w.period
+  end,
+
+  shaped_stats = function(b, w)
+    local from = '(' .. num(now - w.period)
+    local count = redis.call('ZCOUNT', b.key, from, '+inf')
+    if count == 0 then return w.limit, 0 end
+    local remaining = w.limit - count
+    if remaining < 0 then remaining = 0 end
+    local e = redis.call('ZRANGEBYSCORE', b.key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    return remaining, tonumber(e[2]) + w.period - now
   end,
 
   stats = function(b, w, allowed)

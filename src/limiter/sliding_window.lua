@@ -15,6 +15,10 @@
 -- commit    cur = cur + cost; TTL = 2 * longest period.
 -- stats     remaining = limit - cur - ceil(prev * (P - e) / P) (>= 0); reset =
 --           end of window k + 1 if cur > 0, end of k if prev > 0, else 0.
+-- shaping  (COUNTER_SHAPING in prelude.lua) the last slot in field "s"; a
+--           window fits at t0 + retry at t0; the commit counts in the
+--           slot's window, TTL = twice the longest period after the slot;
+--           stats at the later of now and the last slot.
 -- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
 -- The smallest e in [0, P) with prev * (P - e) <= room * P, or nil.
@@ -27,12 +31,30 @@ local function sw_fit_offset(prev, room, period)
   return nil
 end
 
+-- Stats of window w at time t: reset counts from now.
+local function sw_stats(w, t)
+  local period, limit = w.period, w.limit
+  local prev = math.min(w.prev, limit)
+  local e = t - w.k * period
+  local remaining = limit - w.cur - cdiv(prev * (period - e), period)
+  if remaining < 0 then remaining = 0 end
+  local reset = 0
+  if w.cur > 0 then
+    reset = (w.k + 2) * period - now
+  elseif prev > 0 then
+    reset = (w.k + 1) * period - now
+  end
+  return remaining, reset
+end
+
 MAKE_ALGORITHM.sw = function() return {
-  check = function(b)
+  -- The state at t (default now).
+  check = function(b, t)
+    t = t or now
     for w = 1, b.n do
       local win = b[w]
       name_fields(win, 'sw', win.period_s, ':k', ':c', ':p')
-      win.k = idiv(now, win.period)
+      win.k = idiv(t, win.period)
     end
     local v = hmget(b, 3)
     local fits = true
@@ -48,7 +70,7 @@ MAKE_ALGORITHM.sw = function() return {
       end
       win.cur, win.prev = cur, prev
       local capped = math.min(prev, limit)
-      local e = now - win.k * period
+      local e = t - win.k * period
       local room = limit - cur - b.cost
       if room >= 0 and capped * (period - e) <= room * period then
         win.retry = 0
@@ -61,7 +83,7 @@ MAKE_ALGORITHM.sw = function() return {
           local e1 = sw_fit_offset(math.min(cur, limit), limit - b.cost, period)
           if e1 then at = (win.k + 1) * period + e1 else at = (win.k + 2) * period end
         end
-        local retry = at - now
+        local retry = at - t
         if retry < 1 then retry = 1 end
         win.retry = retry
         fits = false
@@ -78,8 +100,15 @@ MAKE_ALGORITHM.sw = function() return {
       if win.cur > STATE_MAX then win.cur = STATE_MAX end -- adjust() charges only
       win.v1, win.v2, win.v3 = num(win.k), num(win.cur), num(win.prev)
     end
-    hset_expire(b, 3, 2 * b.max_period)
+    hset_expire(b, 3, 2 * b.max_period + slot - now)
+    note_slot(b)
   end,
+
+  last = COUNTER_SHAPING.last,
+  earliest = COUNTER_SHAPING.earliest,
+  at_slot = COUNTER_SHAPING.at_slot,
+  restat = COUNTER_SHAPING.restat,
+  shaped_stats = function(b, w) return sw_stats(w, b.from) end,
 
   -- adjust(): from the count of `at`'s window: the stored current count
   -- if it is still that window, the stored previous one if it is the one
@@ -106,18 +135,5 @@ MAKE_ALGORITHM.sw = function() return {
     if m > 0 then redis.call('HSET', b.key, unpack(ARGS, 1, m)) end
   end,
 
-  stats = function(b, w)
-    local period, limit = w.period, w.limit
-    local prev = math.min(w.prev, limit)
-    local e = now - w.k * period
-    local remaining = limit - w.cur - cdiv(prev * (period - e), period)
-    if remaining < 0 then remaining = 0 end
-    local reset = 0
-    if w.cur > 0 then
-      reset = (w.k + 2) * period - now
-    elseif prev > 0 then
-      reset = (w.k + 1) * period - now
-    end
-    return remaining, reset
-  end,
+  stats = function(b, w) return sw_stats(w, now) end,
 } end

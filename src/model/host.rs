@@ -26,6 +26,9 @@ pub struct RecordingHost {
     pub messages: usize,
     pub cancelled: Vec<u32>,
     pub admitted: Vec<(u32, Option<String>)>,
+    /// Admissions held for their slot (shaping): id, delay in ms (each is
+    /// in `admitted` too).
+    pub delayed: Vec<(u32, u64)>,
     pub replies: Vec<(u32, LocalReply)>,
     /// What was decided about each request, in order.
     pub decisions: Vec<(u32, DecisionRecord)>,
@@ -35,11 +38,14 @@ pub struct RecordingHost {
     pub counts: HashMap<Stat, u64>,
     pub in_flight: i64,
     pub held: i64,
+    /// Requests held for their slot (the shaping gauge).
+    pub waiting: i64,
     pub tick: Duration,
     /// `wake`s asked for and not yet carried out (the driver resets it).
     pub wakes: usize,
     pub logs: Vec<(Level, String)>,
     pub store_times: Vec<u64>,
+    pub shape_delays: Vec<u64>,
     /// Requests let go or answered in the current VM entry (the driver
     /// resets it per event).
     pub settled_this_entry: usize,
@@ -117,6 +123,11 @@ impl Host for RecordingHost {
         self.admitted.push((id, shadow_denied.map(str::to_owned)));
     }
 
+    fn admit_delayed(&mut self, id: u32, shadow_denied: Option<&str>, delay_ms: u64) {
+        self.admit(id, shadow_denied);
+        self.delayed.push((id, delay_ms));
+    }
+
     fn reply(&mut self, id: u32, reply: &LocalReply) {
         self.settled_this_entry += 1;
         if let Some(current) = self.request_entry.filter(|c| *c != id) {
@@ -146,11 +157,16 @@ impl Host for RecordingHost {
         match gauge {
             Gauge::InFlight => self.in_flight += delta,
             Gauge::Held => self.held += delta,
+            Gauge::Waiting => self.waiting += delta,
         }
     }
 
     fn record_store_time(&mut self, ms: u64) {
         self.store_times.push(ms);
+    }
+
+    fn record_shape_delay(&mut self, ms: u64) {
+        self.shape_delays.push(ms);
     }
 
     fn set_tick(&mut self, period: Duration) {

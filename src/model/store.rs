@@ -149,11 +149,16 @@ impl ModelStore {
         Value::Array(vec![Value::Array(shard)])
     }
 
-    /// `numkeys, KEYS..., now, (algorithm, cost, n, (limit, period)...)...`;
-    /// a cost `?<units>` only checks.
+    /// `numkeys, KEYS..., now, [~max_delay,] (algorithm, cost, n, (limit,
+    /// period)...)...`; a cost `?<units>` only checks; `~max_delay` shapes
+    /// (the reply ends with the delay).
     fn decide(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
-        let mut args = args.iter().map(text);
+        let mut args = args.iter().map(text).peekable();
         let (keys, now) = keys_and_clock(&mut args, now_ms)?;
+        let mut max_delay = None;
+        if let Some(delay) = args.next_if(|a| a.starts_with('~')) {
+            max_delay = Some(delay.get(1..)?.parse::<u64>().ok()?);
+        }
         let mut checks = Vec::with_capacity(keys.len());
         for (rule, key) in keys.into_iter().enumerate() {
             let algorithm = algorithm(args.next())?;
@@ -164,7 +169,11 @@ impl ModelStore {
             };
             checks.push(Check { rule, key, windows: windows(&mut args)?, cost, algorithm, check_only });
         }
-        Some(reply(&self.model.decide(&checks, now)))
+        let Some(max_delay) = max_delay else { return Some(reply(&self.model.decide(&checks, now))) };
+        let decision = self.model.decide_shaped(&checks, max_delay, now);
+        let Value::Array(mut items) = reply(&decision) else { return None };
+        items.push(Value::Integer(i64::try_from(decision.delay_ms).unwrap_or(i64::MAX)));
+        Some(Value::Array(items))
     }
 
     /// `numkeys, KEYS..., now, at, (algorithm, from, to, n, (limit, period)...)...`

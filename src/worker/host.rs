@@ -123,6 +123,37 @@ pub enum Stat {
     ClusterShardFailure,
     StreamOpen,
     StreamReset(Reset),
+    /// Shaping (`rules[].shape`).
+    Shape(ShapeStat),
+}
+
+/// The counters of shaping (`tollgate.shape.<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShapeStat {
+    /// Requests admitted at a later slot and held until then.
+    Delayed,
+    /// Requests refused without a store call: a rule had `max_waiting`
+    /// requests held or being decided.
+    Full,
+    /// Slots of held requests that went away, given back in the store.
+    GivenBack,
+    /// Give-backs the store did not apply (or that could not be sent).
+    GiveBackFailed,
+}
+
+impl ShapeStat {
+    pub const ALL: [ShapeStat; 4] =
+        [ShapeStat::Delayed, ShapeStat::Full, ShapeStat::GivenBack, ShapeStat::GiveBackFailed];
+
+    /// The stat name suffix: `tollgate.shape.<name>`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShapeStat::Delayed => "delayed",
+            ShapeStat::Full => "full",
+            ShapeStat::GivenBack => "given_back",
+            ShapeStat::GiveBackFailed => "give_back_failed",
+        }
+    }
 }
 
 /// The counters of a rule with `count`.
@@ -165,10 +196,12 @@ pub enum Gauge {
     /// Requests the worker holds: waiting for the store, or answered and
     /// waiting for their turn to be resumed.
     Held,
+    /// Requests admitted at a later slot, held until then (shaping).
+    Waiting,
 }
 
 impl Gauge {
-    pub const ALL: [Gauge; 2] = [Gauge::InFlight, Gauge::Held];
+    pub const ALL: [Gauge; 3] = [Gauge::InFlight, Gauge::Held, Gauge::Waiting];
 }
 
 /// How loud a log line is.
@@ -210,6 +243,9 @@ pub trait Host {
     /// Lets paused request `id` go on (with the shadow-mode report for the
     /// upstream, if any). A request that is gone is ignored.
     fn admit(&mut self, id: u32, shadow_denied: Option<&str>);
+    /// [`Host::admit`] for a request held `delay_ms` for its slot
+    /// (shaping): the upstream is told the delay.
+    fn admit_delayed(&mut self, id: u32, shadow_denied: Option<&str>, delay_ms: u64);
     /// Answers request `id` with a local reply.
     fn reply(&mut self, id: u32, reply: &LocalReply);
     /// Records what was decided about request `id` (for the access log),
@@ -226,6 +262,8 @@ pub trait Host {
     fn gauge(&mut self, gauge: Gauge, delta: i64);
     /// Records one store round trip, in ms.
     fn record_store_time(&mut self, ms: u64);
+    /// Records the delay of one request held for its slot, in ms.
+    fn record_shape_delay(&mut self, ms: u64);
     /// Calls `on_tick` every `period` (zero: never).
     fn set_tick(&mut self, period: Duration);
     /// Calls `on_wake` soon, from the worker's own context; false if it

@@ -24,9 +24,11 @@
 //! * [`counting`]: counting on the response (`count`): a reservation on
 //!   admission, the cost the response says, and the settlement that
 //!   corrects the store's record.
+//! * [`shaping`]: requests of rules that shape, counted against
+//!   `max_waiting`, admissions held until their slot, slots given back.
 //!
 //! Rooms import one another in one direction only: `calls` ← `stream` ←
-//! `discovery` ← `request` ← `cross`, `counting`. A step that needs several
+//! `discovery` ← `request` ← `cross`, `counting`, `shaping`. A step that needs several
 //! rooms is a method of [`Worker`] in the room of its concern, and reaches
 //! another room's state only through that room's methods. The events are
 //! here, except those of counting on the response: `on_request_body`
@@ -51,6 +53,7 @@ pub mod cross;
 mod discovery;
 pub mod host;
 mod request;
+mod shaping;
 pub mod stats;
 mod stream;
 
@@ -58,13 +61,15 @@ mod stream;
 mod tests;
 
 use host::Throttle;
-pub use host::{CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, Stat};
+pub use host::{
+    CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, ShapeStat, Stat,
+};
 pub use request::record::{Answer, Decider, DecisionRecord, DECISION_PROPERTY};
 pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
 
 use crate::cache::DenialCache;
 use crate::config::{Config, Invoke};
-use crate::limiter::script::{encode_adjust, encode_call, limiter, Invocation, Script};
+use crate::limiter::script::{encode_adjust, encode_call, encode_shaped_call, limiter, Invocation, Script};
 use crate::plan::RequestView;
 use crate::store::Preamble;
 use calls::table::Calls;
@@ -76,6 +81,8 @@ use discovery::cluster_lookup::ClusterLookup;
 use discovery::sentinel_lookup::SentinelLookup;
 use request::local::LocalLimiter;
 use request::verdict::Deliveries;
+use shaping::hold::give_back;
+use shaping::{max_delay, Holding};
 use std::time::Duration;
 use stream::shards::Shards;
 
@@ -138,10 +145,12 @@ pub struct Worker {
     serving: bool,
     woken: bool,
     /// The gauges' values last reported, in [`Gauge::ALL`] order.
-    reported: [i64; 2],
+    reported: [i64; 3],
     log: Throttle,
     /// Requests decided across cluster slots, by context id.
     crossings: Crossings,
+    /// Shaping: requests counted against `max_waiting`, and those held.
+    holding: Holding,
 }
 
 impl Worker {
@@ -171,9 +180,10 @@ impl Worker {
             tick: Duration::ZERO,
             serving: false,
             woken: false,
-            reported: [0; 2],
+            reported: [0; 3],
             log: Throttle::default(),
             crossings: Crossings::default(),
+            holding: Holding::new(&config),
             config,
         }
     }
@@ -205,11 +215,16 @@ impl Worker {
             || self.crossings.waits(id)
             || self.settlements.awaits_body(id)
             || self.deliveries.waits(id)
+            || self.holding.holds(id)
     }
 
     /// The request's context is gone (client reset, or done).
     pub fn on_gone(&mut self, id: u32) {
         self.cross_gone(id);
+        if self.holding.active() {
+            // A held request's slot is given back at the next entry.
+            self.holding.gone(id);
+        }
         if let Some(p) = self.calls.remove(CallId::Request(id)) {
             if p.sent {
                 self.shards.abandon(p.shard, CallId::Request(id));
@@ -282,9 +297,12 @@ impl Worker {
         if own {
             self.lookup(host, now_ms);
         }
+        if self.holding.active() {
+            self.shape_step(host, now_ms);
+        }
         self.pump(host, own, now_ms);
         if own {
-            let now = [self.shards.in_flight(), self.calls.len() + self.deliveries.len()];
+            let now = [self.shards.in_flight(), self.calls.len() + self.deliveries.len(), self.holding.len()];
             for ((gauge, value), reported) in Gauge::ALL.into_iter().zip(now).zip(&mut self.reported) {
                 let value = i64::try_from(value).unwrap_or(i64::MAX);
                 if value != *reported {
@@ -295,7 +313,11 @@ impl Worker {
         }
         let want = if !self.deliveries.is_empty() {
             DEFERRED_TICK
-        } else if !self.calls.is_empty() || self.shards.in_flight() > 0 || self.discovery_busy() {
+        } else if !self.calls.is_empty()
+            || self.shards.in_flight() > 0
+            || self.discovery_busy()
+            || !self.holding.is_empty()
+        {
             TICK
         } else if (self.sentinels.is_some() || self.cluster.is_some()) && self.serving {
             IDLE_TICK
@@ -330,13 +352,19 @@ impl Worker {
     }
 }
 
-/// Writes held call `p` into `out`, invoked `how`. The composition's: the
-/// kinds of call come from three rooms (a decision, a step across slots, a
-/// settlement), and all go on the same streams.
-fn write_call(out: &mut Vec<u8>, script: &Script, how: Invocation, p: &Pending) {
+/// Writes held call `p` into `out`, invoked `how` (a decision shaped as
+/// `shaping`'s rules say, when some rule shapes). The composition's: the
+/// kinds of call come from four rooms (a decision, a step across slots, a
+/// settlement, a slot given back), and all go on the same streams.
+fn write_call(out: &mut Vec<u8>, script: &Script, how: Invocation, p: &Pending, shaping: Option<&Config>) {
     let now_override = p.arrival.now_override;
     match &p.call {
-        Call::Decide | Call::Part(Part::Decide { .. }) => encode_call(out, script, how, &p.checks, now_override),
+        Call::Decide => match shaping.and_then(|config| max_delay(config, &p.checks)) {
+            Some(delay) => encode_shaped_call(out, script, how, &p.checks, delay, now_override),
+            None => encode_call(out, script, how, &p.checks, now_override),
+        },
+        Call::Part(Part::Decide { .. }) => encode_call(out, script, how, &p.checks, now_override),
+        Call::GiveBack(at_ms) => encode_adjust(out, script, how, &give_back(&p.checks), *at_ms, now_override),
         Call::Part(Part::Undo { at_ms, .. }) => {
             encode_adjust(out, script, how, &undo(&p.checks), *at_ms, now_override);
         }

@@ -2,10 +2,12 @@
 //! listed in docs/configuration.md), derived from the configuration once:
 //! the filter defines one Envoy metric per name and counts a [`Stat`] into
 //! the metric named for it. Bounded: 4 per rule (9 for a rule with
-//! `count`), 23 others, one per [`FailureKind`] and one per [`Reset`]; plus
-//! the total of store errors, two gauges and the store-time histogram.
+//! `count`), 23 others, one per [`FailureKind`] and one per [`Reset`], 4
+//! when a rule shapes; plus the total of store errors, two gauges (three
+//! when a rule shapes), the histogram of store time (and of shaping delay
+//! when a rule shapes).
 
-use super::host::{CountStat, Gauge, Reset, Stat};
+use super::host::{CountStat, Gauge, Reset, ShapeStat, Stat};
 use super::request::ruling::RuleOutcome;
 use crate::config::Config;
 use crate::store::FailureKind;
@@ -14,10 +16,15 @@ use crate::store::FailureKind;
 pub const STORE_ERRORS: &str = "tollgate.store.errors";
 /// The histogram of store round trips, in ms.
 pub const STORE_TIME: &str = "tollgate.store.rq_time";
+/// The histogram of shaping delays (requests held for their slot), in ms.
+pub const SHAPE_DELAY: &str = "tollgate.shape.delay";
 
 /// The gauges, by name.
-pub const GAUGES: [(Gauge, &str); 2] =
-    [(Gauge::InFlight, "tollgate.stream.in_flight"), (Gauge::Held, "tollgate.requests.held")];
+pub const GAUGES: [(Gauge, &str); 3] = [
+    (Gauge::InFlight, "tollgate.stream.in_flight"),
+    (Gauge::Held, "tollgate.requests.held"),
+    (Gauge::Waiting, "tollgate.shape.waiting"),
+];
 
 /// The counters other than rules', errors' and resets', by name.
 const OTHERS: [(Stat, &str); 23] = [
@@ -64,6 +71,9 @@ pub fn counters(config: &Config) -> Vec<(Stat, String)> {
     out.extend(FailureKind::ALL.map(|k| (Stat::StoreError(k), format!("{STORE_ERRORS}.{}", k.name()))));
     out.extend(OTHERS.map(|(stat, name)| (stat, format!("tollgate.{name}"))));
     out.extend(Reset::ALL.map(|r| (Stat::StreamReset(r), format!("tollgate.stream.resets.{}", r.name()))));
+    if config.rules.iter().any(|r| r.shaping.is_some()) {
+        out.extend(ShapeStat::ALL.map(|s| (Stat::Shape(s), format!("tollgate.shape.{}", s.name()))));
+    }
     out
 }
 

@@ -272,3 +272,16 @@ fn schema_prints_the_committed_schema() {
     assert_eq!(out, std::fs::read_to_string(root().join("schema/tollgate.schema.json")).unwrap());
     assert!(Path::new(&root().join("schema/tollgate.schema.json")).is_file());
 }
+
+/// Shaping: a held request goes on at its slot on the trace's clock, and
+/// its row says how long it was held; beyond `max_delay`, a 429.
+#[test]
+fn simulate_shows_requests_held_for_their_slot() {
+    let (code, out, err) = tollgate(&["simulate", "tests/fixtures/cli/shape.json", "tests/fixtures/cli/shape.csv"]);
+    assert_eq!(out, expected("shape.simulate.expected"));
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert!(out.contains("   4 |     10 |    200 |              0 | held 990 ms\n"), "{out}");
+    let (code, out, _) = tollgate(&["explain", "tests/fixtures/cli/shape.json"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("  shaped: a request that does not fit waits for its slot, up to 1000 ms"), "{out}");
+}

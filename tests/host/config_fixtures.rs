@@ -153,3 +153,11 @@ fn integer_periods_fixture_values() {
     assert_eq!(rule.matcher.methods, ["GET", "HEAD"]);
     assert_eq!(rule.key, [KeyPart::header(":authority"), KeyPart::header("x-api-key")]);
 }
+
+#[test]
+fn shape_fixture_values_and_defaults() {
+    let config = parse_valid("shape.json");
+    let shaping: Vec<_> = config.rules.iter().map(|r| r.shaping.map(|s| (s.max_delay_ms, s.max_waiting))).collect();
+    assert_eq!(shaping, [Some((2_000, 256)), Some((30_000, tollgate::config::DEFAULT_MAX_WAITING))]);
+    assert_eq!(parse_valid("minimal.json").rules[0].shaping, None);
+}

@@ -11,4 +11,5 @@ mod support;
 
 mod flood;
 mod netns;
+mod shaping;
 mod soak;

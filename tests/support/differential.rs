@@ -10,7 +10,9 @@ use super::{try_command, Valkey};
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use tollgate::limiter::model::Model;
-use tollgate::limiter::script::{encode_adjust, encode_call, encode_load, is_loaded, is_missing, limiter, Invocation};
+use tollgate::limiter::script::{
+    encode_adjust, encode_call, encode_load, encode_shaped_call, is_loaded, is_missing, limiter, Invocation,
+};
 use tollgate::limiter::{reply, Adjustment, Algorithm, Check, Decision, Window};
 use tollgate::resp::Value;
 
@@ -44,8 +46,19 @@ pub fn store_reply(port: u16, path: Path, checks: &[Check], now_ms: Option<u64>)
 /// [`store_reply`] on a given connection (e.g. one that has authenticated).
 /// A failed load is returned as the reply.
 pub fn decide_on(conn: &mut Conn, path: Path, checks: &[Check], now_ms: Option<u64>) -> Value {
+    shaped_on(conn, path, checks, None, now_ms)
+}
+
+/// [`decide_on`], shaped with `max_delay_ms` when given.
+pub fn shaped_on(
+    conn: &mut Conn,
+    path: Path,
+    checks: &[Check],
+    max_delay_ms: Option<u64>,
+    now_ms: Option<u64>,
+) -> Value {
     let [first, retry] = path.invocations();
-    let reply = call(conn, first, checks, now_ms);
+    let reply = call(conn, first, checks, max_delay_ms, now_ms);
     if !is_missing(&reply) {
         return reply;
     }
@@ -57,7 +70,7 @@ pub fn decide_on(conn: &mut Conn, path: Path, checks: &[Check], now_ms: Option<u
             return loaded;
         }
     }
-    let reply = call(conn, retry, checks, now_ms);
+    let reply = call(conn, retry, checks, max_delay_ms, now_ms);
     assert!(!is_missing(&reply), "{path:?}: still missing after loading: {reply:?}");
     reply
 }
@@ -108,9 +121,25 @@ pub fn store_adjust_via(
     reply::parse(&reply, &checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
 }
 
-fn call(conn: &mut Conn, how: Invocation, checks: &[Check], now_ms: Option<u64>) -> Value {
+/// One shaped decision through `path` (docs/shaping.md).
+pub fn store_shaped_via(
+    valkey: &Valkey,
+    path: Path,
+    checks: &[Check],
+    max_delay_ms: u64,
+    now_ms: Option<u64>,
+) -> Decision {
+    let reply = shaped_on(&mut Conn::connect(valkey.port), path, checks, Some(max_delay_ms), now_ms);
+    assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
+    reply::parse(&reply, checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
+}
+
+fn call(conn: &mut Conn, how: Invocation, checks: &[Check], max_delay_ms: Option<u64>, now_ms: Option<u64>) -> Value {
     let mut body = Vec::new();
-    encode_call(&mut body, limiter(), how, checks, now_ms);
+    match max_delay_ms {
+        Some(max_delay) => encode_shaped_call(&mut body, limiter(), how, checks, max_delay, now_ms),
+        None => encode_call(&mut body, limiter(), how, checks, now_ms),
+    }
     conn.pipeline(&body, 1).remove(0)
 }
 
@@ -223,6 +252,27 @@ impl<'a> Differential<'a> {
             self.check_entries(c);
             if got.allowed && !c.check_only {
                 self.written.insert(c.key.clone(), (now, ttl_ms(c)));
+            }
+        }
+        self.steps += 1;
+        got
+    }
+
+    /// Decides `checks` at `now` in both, shaped with `max_delay`, and
+    /// asserts identical answers (keys written at the slot live a TTL after it).
+    pub fn step_shaped(&mut self, checks: &[Check], max_delay: u64, now: u64) -> Decision {
+        self.expire(now);
+        let expected = self.model.decide_shaped(checks, max_delay, now);
+        let got = store_shaped_via(self.valkey, self.path, checks, max_delay, Some(now));
+        assert_eq!(
+            got, expected,
+            "{:?} step {} at {now} ms (max_delay {max_delay}): store and model disagree on {checks:#?}",
+            self.path, self.steps
+        );
+        for c in checks {
+            self.check_entries(c);
+            if got.allowed && !c.check_only {
+                self.written.insert(c.key.clone(), (now + got.delay_ms, ttl_ms(c)));
             }
         }
         self.steps += 1;

@@ -75,6 +75,7 @@ fn example_parses_to_expected_values() {
             shadow: false,
             hash_tag: None,
             count: None,
+            shaping: None,
             policy_names: vec!["auth.createToken/60s".into(), "auth.createToken/3s".into()],
         }],
         response: ResponseConfig::default(),

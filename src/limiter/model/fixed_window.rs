@@ -9,15 +9,21 @@
 //! * **commit**: `count += cost` (once per distinct period).
 //! * **stats**: `remaining = limit - count`; `reset_ms` = the end of the
 //!   window if `count > 0`, else 0.
+//! * Shaping ([`super::shape`]): the bucket also stores the last slot given
+//!   later than its call's `now`; a window fits at `t0 + retry(t0)` (the
+//!   next window's start when full); the commit counts in the slot's
+//!   window; stats at the later of `now` and the last slot.
 
-use super::{sat, Bucket};
+use super::{sat, stats_from, Bucket};
 use crate::limiter::{Window, STATE_MAX};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Per period: `(k, count)`.
+/// Per period: `(k, count)`; and the last slot of a shaped call later than
+/// its `now` (shaping), 0 if none.
 #[derive(Debug, Default, Clone)]
 pub struct Counters {
     periods: BTreeMap<u64, (u64, u64)>,
+    last: u64,
 }
 
 impl Counters {
@@ -65,6 +71,23 @@ impl Bucket for Counters {
                 }
             }
         }
+    }
+
+    fn last_slot(&self, _windows: &[Window]) -> u64 {
+        self.last
+    }
+
+    fn earliest(&self, w: &Window, cost: u64, t0: u64) -> u64 {
+        t0.saturating_add(self.retry(w, cost, t0))
+    }
+
+    fn shaped_stats(&self, w: &Window, now: u64) -> (u64, u64) {
+        let from = now.max(self.last);
+        stats_from(self.stats(w, from), from, now)
+    }
+
+    fn note_slot(&mut self, slot: u64) {
+        self.last = slot;
     }
 
     fn stats(&self, w: &Window, now: u64) -> (u64, u64) {

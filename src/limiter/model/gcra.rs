@@ -19,6 +19,9 @@
 //! * **commit**: `at = now`, `d = debt + cost × P` (once per distinct window).
 //! * **stats**: `remaining = floor((P × limit - debt) / P)` whole units;
 //!   `reset_ms = ceil(debt / limit)`, when the bucket is full again.
+//! * Shaping ([`super::shape`]): the last slot is the latest `at` of the
+//!   check's windows; a window fits at `t0 + retry(t0)`; stats are taken at
+//!   the later of `now` and `at` (`reset_ms` adds the wait until `at`).
 
 use super::{ceil_div, sat, Bucket};
 use crate::limiter::Window;
@@ -83,6 +86,27 @@ impl Bucket for Gcra {
                 }
             }
         }
+    }
+
+    fn last_slot(&self, windows: &[Window]) -> u64 {
+        let at = |w: &Window| self.windows.get(&(w.limit.get(), w.period_ms.get())).map_or(0, |&(at, _)| at);
+        windows.iter().map(at).max().unwrap_or(0)
+    }
+
+    /// `t0` is at or after `at`: the debt drains from there.
+    fn earliest(&self, w: &Window, cost: u64, t0: u64) -> u64 {
+        t0.saturating_add(self.retry(w, cost, t0))
+    }
+
+    /// At `now` or, when the last admission is a future slot, at that slot:
+    /// `reset_ms` counts the time until it too.
+    fn shaped_stats(&self, w: &Window, now: u64) -> (u64, u64) {
+        let (limit, period) = (i128::from(w.limit.get()), i128::from(w.period_ms.get()));
+        let at = self.windows.get(&(w.limit.get(), w.period_ms.get())).map_or(0, |&(at, _)| at);
+        let from = now.max(at);
+        let debt = self.debt(w, from);
+        let reset = i128::from(from - now) + ceil_div(debt, limit);
+        (sat((period * limit - debt).div_euclid(period)), sat(reset))
     }
 
     fn stats(&self, w: &Window, now: u64) -> (u64, u64) {

@@ -20,6 +20,7 @@
 
 pub mod fixed_window;
 pub mod gcra;
+pub mod shape;
 pub mod sliding_log;
 pub mod sliding_window;
 
@@ -44,6 +45,29 @@ pub trait Bucket {
     /// recorded, where that record can still be told apart (see each
     /// algorithm), at `now`.
     fn refund(&mut self, windows: &[Window], at: u64, units: u64, now: u64);
+    /// Shaping ([`shape`]): the latest slot recorded in the bucket's
+    /// `windows` (0 if none).
+    fn last_slot(&self, windows: &[Window]) -> u64;
+    /// Shaping: the earliest time `>= t0` at which `cost` fits window `w`,
+    /// for `t0` at or after [`Bucket::last_slot`].
+    fn earliest(&self, _w: &Window, _cost: u64, t0: u64) -> u64 {
+        t0
+    }
+    /// Shaping's phase 3: `(remaining, reset_ms)` of window `w` at `now`,
+    /// whose state may lie in the future.
+    fn shaped_stats(&self, w: &Window, now: u64) -> (u64, u64) {
+        self.stats(w, now)
+    }
+    /// Shaping: a commit at `slot`, later than the call's `now`, was made
+    /// (for the buckets whose records do not say when they were made).
+    fn note_slot(&mut self, _slot: u64) {}
+}
+
+/// The counters' shaping stats: `stats` at `from` = the later of `now` and
+/// the last slot, `reset_ms` counted from `now`.
+pub(crate) fn stats_from(stats: (u64, u64), from: u64, now: u64) -> (u64, u64) {
+    let (remaining, reset) = stats;
+    (remaining, if reset > 0 { reset + (from - now) } else { 0 })
 }
 
 /// The state of one bucket, whichever algorithm counts it.
@@ -160,11 +184,17 @@ impl Model {
 
     /// The decision's per-window outcome after phase 2.
     fn outcome(&self, checks: &[&Check], allowed: bool, retries: Vec<u64>, now_ms: u64) -> Decision {
+        self.outcome_with(checks, allowed, retries, now_ms, false)
+    }
+
+    /// [`Model::outcome`], with shaping's stats when `shaped`.
+    fn outcome_with(&self, checks: &[&Check], allowed: bool, retries: Vec<u64>, now_ms: u64, shaped: bool) -> Decision {
         let mut windows = Vec::with_capacity(retries.len());
         let mut retry = retries.into_iter();
         for (ci, check) in checks.iter().enumerate() {
             for (wi, w) in check.windows.iter().enumerate() {
-                let (remaining, reset_ms) = self.bucket(check).map_or((w.limit.get(), 0), |b| b.stats(w, now_ms));
+                let stats = |b: &dyn Bucket| if shaped { b.shaped_stats(w, now_ms) } else { b.stats(w, now_ms) };
+                let (remaining, reset_ms) = self.bucket(check).map_or((w.limit.get(), 0), stats);
                 windows.push(WindowOutcome {
                     check: ci,
                     window: wi,
@@ -176,7 +206,7 @@ impl Model {
                 });
             }
         }
-        Decision { allowed, now_ms, windows }
+        Decision { allowed, now_ms, windows, delay_ms: 0 }
     }
 
     /// Decides for all `checks` at once at time `now_ms`.

@@ -10,6 +10,9 @@
 //! * **stats**: `remaining = limit - count`; `reset_ms` = when the oldest
 //!   counted entry leaves (0 if none).
 //! * Housekeeping: entries at or before `now - longest period` are dropped.
+//! * Shaping ([`super::shape`]): the last slot is the newest entry; a
+//!   window fits at `t >= t0` once enough entries counted at `t0` left;
+//!   stats as above (entries at future slots count).
 
 use super::{sat, Bucket};
 use crate::limiter::Window;
@@ -72,6 +75,22 @@ impl Bucket for Log {
         let end = self.entries.partition_point(|&t| t <= at);
         let taken = usize::try_from(units).unwrap_or(usize::MAX).min(end - start);
         self.entries.drain(start..start + taken);
+    }
+
+    fn last_slot(&self, _windows: &[Window]) -> u64 {
+        self.entries.last().copied().unwrap_or(0)
+    }
+
+    /// No entry lies after `t0`: when the `(count + cost - limit)`-th oldest
+    /// entry counted at `t0` leaves (`t0 + P` if `cost` exceeds the limit).
+    fn earliest(&self, w: &Window, cost: u64, t0: u64) -> u64 {
+        let counted = self.counted(t0, w.period_ms.get());
+        let excess = (counted.len() as u64 + cost).saturating_sub(w.limit.get());
+        if excess == 0 {
+            return t0;
+        }
+        let entry = usize::try_from(excess - 1).ok().and_then(|i| counted.get(i));
+        entry.map_or(t0, |&t| t).saturating_add(w.period_ms.get())
     }
 
     fn stats(&self, w: &Window, now: u64) -> (u64, u64) {

@@ -22,15 +22,24 @@
 //! * **stats**: `remaining = limit - cur - ceil(prev × (P - e) / P)` (at
 //!   least 0); `reset_ms` = until the estimate is 0: the end of window
 //!   `k + 1` if `cur > 0`, else the end of window `k` if `prev > 0`, else 0.
+//! * Shaping ([`super::shape`]): the bucket also stores the last slot given
+//!   later than its call's `now`; a window fits at `t0 + retry(t0)`; the
+//!   commit counts in the slot's window. Recorded at the slot, the
+//!   estimate only falls from there (within the window it is `cur` plus a
+//!   shrinking share of `prev`; in the next, a shrinking share of `cur`),
+//!   so fitting at the slot is fitting from then on. Stats at the later of
+//!   `now` and the last slot.
 
-use super::{ceil_div, sat, Bucket};
+use super::{ceil_div, sat, stats_from, Bucket};
 use crate::limiter::{Window, STATE_MAX};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Per period: `(k, cur, prev)`.
+/// Per period: `(k, cur, prev)`; and the last slot of a shaped call later
+/// than its `now` (shaping), 0 if none.
 #[derive(Debug, Default, Clone)]
 pub struct Counters {
     periods: BTreeMap<u64, (u64, u64, u64)>,
+    last: u64,
 }
 
 impl Counters {
@@ -102,6 +111,23 @@ impl Bucket for Counters {
                 }
             }
         }
+    }
+
+    fn last_slot(&self, _windows: &[Window]) -> u64 {
+        self.last
+    }
+
+    fn earliest(&self, w: &Window, cost: u64, t0: u64) -> u64 {
+        t0.saturating_add(self.retry(w, cost, t0))
+    }
+
+    fn shaped_stats(&self, w: &Window, now: u64) -> (u64, u64) {
+        let from = now.max(self.last);
+        stats_from(self.stats(w, from), from, now)
+    }
+
+    fn note_slot(&mut self, slot: u64) {
+        self.last = slot;
     }
 
     fn stats(&self, w: &Window, now: u64) -> (u64, u64) {

@@ -25,6 +25,8 @@ pub enum CallId {
     Part(u32),
     /// A settlement of a response.
     Settlement(u32),
+    /// A held request's slot given back (shaping).
+    GiveBack(u32),
 }
 
 /// A shard of the worker (one store stream), by a number never reused.
@@ -67,6 +69,9 @@ pub enum Call {
     Part(Part),
     /// A settlement (`adjust` of `checks`) of a response.
     Settle(SettleCall),
+    /// A gone held request's record taken back from its slot (`adjust` of
+    /// `checks` to 0, at this time on the store's clock; shaping).
+    GiveBack(u64),
 }
 
 impl Call {
@@ -76,7 +81,7 @@ impl Call {
         match self {
             Call::Decide => false,
             Call::Part(part) => part.undo_at().is_some(),
-            Call::Settle(_) => true,
+            Call::Settle(_) | Call::GiveBack(_) => true,
         }
     }
 

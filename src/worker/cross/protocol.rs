@@ -141,6 +141,7 @@ pub fn merge(parts: &[(&Group, &Decision)]) -> (Vec<usize>, Decision) {
         allowed: parts.iter().all(|(_, d)| d.allowed),
         now_ms: parts.iter().map(|(_, d)| d.now_ms).max().unwrap_or(0),
         windows,
+        delay_ms: 0,
     };
     (indices, decision)
 }
@@ -163,7 +164,7 @@ pub fn answer(
             d.clone()
         } else {
             match undos.get(i).and_then(Option::as_ref) {
-                Some(u) => Decision { allowed: true, now_ms: u.now_ms, windows: u.windows.clone() },
+                Some(u) => Decision { allowed: true, now_ms: u.now_ms, windows: u.windows.clone(), delay_ms: 0 },
                 None => given_back(d, &group.of(checks)),
             }
         };
@@ -199,8 +200,8 @@ mod tests {
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn a_known_denial_wins_and_any_group_still_waiting_delays_the_rest() {
-        let yes = Step::Decided(Decision { allowed: true, now_ms: 1, windows: vec![] });
-        let no = Step::Decided(Decision { allowed: false, now_ms: 1, windows: vec![] });
+        let yes = Step::Decided(Decision { allowed: true, now_ms: 1, windows: vec![], delay_ms: 0 });
+        let no = Step::Decided(Decision { allowed: false, now_ms: 1, windows: vec![], delay_ms: 0 });
         let lost = Step::Failed { may_have_run: true };
         assert_eq!(fate(&[yes.clone(), Step::Waiting]), None);
         assert_eq!(fate(&[Step::Waiting, no.clone()]), Some(Fate::Deny));

@@ -4,7 +4,7 @@
 //! cluster slots ([`crate::worker::cross::crossings`]).
 
 use crate::plan::{plan, RequestView};
-use crate::response::SHADOW_HEADER;
+use crate::response::{DELAY_HEADER, SHADOW_HEADER};
 use crate::worker::calls::{Arrival, Call, CallId, Pending, PARKED};
 use crate::worker::discovery::routing::Route;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
@@ -33,6 +33,10 @@ impl Worker {
         if self.any_shadow {
             host.remove_request_header(SHADOW_HEADER);
         }
+        // Nor the report of a delay (shaping).
+        if self.holding.active() {
+            host.remove_request_header(DELAY_HEADER);
+        }
         let planned = plan(&self.config, request);
         for rule in &planned.skipped {
             host.count(Stat::RuleSkipped(*rule), 1);
@@ -48,6 +52,11 @@ impl Worker {
             host.count(Stat::CacheHit, 1);
             host.decided(id, &record);
             return self.rule_now(host, id, ruling, &headers);
+        }
+        if self.holding.active() {
+            if let Some(ruling) = self.shaping_enter(host, id, &planned.checks) {
+                return self.rule_now(host, id, ruling, &headers);
+            }
         }
         let pending = Pending {
             checks: planned.checks,

@@ -5,10 +5,10 @@
 use crate::config::{FailureMode, Overload};
 use crate::limiter::{Check, Decision};
 use crate::response::{overloaded, store_unavailable};
-use crate::store::{Failure, FailureKind};
+use crate::store::{Failure, FailureKind, Outcome};
 use crate::worker::calls::{Call, CallId, Pending};
 use crate::worker::host::Throttle;
-use crate::worker::host::{Host, Level, ResponseHeaders, Stat};
+use crate::worker::host::{Host, Level, ResponseHeaders, ShapeStat, Stat};
 use crate::worker::request::record::{Answer, Decider, DecisionRecord};
 use crate::worker::request::rule::{answer_now, answer_of};
 use crate::worker::request::ruling::respond;
@@ -134,6 +134,7 @@ impl Worker {
         match p.call {
             Call::Decide => {}
             Call::Part(_) => return self.part_failed(host, p, failure, now_ms),
+            Call::GiveBack(_) => return self.given_back(host, &Outcome::Failed(failure.clone())),
             Call::Settle(_) => {
                 // A settlement: counted, never the response's failure.
                 host.count(Stat::StoreError(failure.kind()), 1);
@@ -141,6 +142,7 @@ impl Worker {
             }
         }
         let CallId::Request(id) = id else { return };
+        self.holding.leave(id);
         let verdict = self.failure(host, failure, &Failing::of(id, p, now_ms), now_ms);
         self.deliveries.deliver(host, id, verdict);
     }
@@ -186,8 +188,10 @@ impl Worker {
             Call::Decide => {}
             Call::Part(_) => return self.part_shed(host, &p),
             Call::Settle(_) => return self.settle_failed(host, &p),
+            Call::GiveBack(_) => return host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1),
         }
         let CallId::Request(id) = id else { return };
+        self.holding.leave(id);
         let verdict = self.overloaded(host, id, &p.checks);
         self.deliveries.deliver(host, id, verdict);
     }

@@ -125,7 +125,7 @@ impl LocalLimiter {
             }
             self.put(&check.key, state);
         }
-        Decision { allowed, now_ms, windows }
+        Decision { allowed, now_ms, windows, delay_ms: 0 }
     }
 
     /// A request's record in `check`'s bucket changes from `from` to `to`

@@ -91,7 +91,7 @@ pub(in crate::worker) fn answer_of(action: &Action) -> Answer {
 /// its own callback.
 pub(in crate::worker) fn answer_now(host: &mut dyn Host, id: u32, verdict: Verdict) -> Flow {
     match verdict {
-        Verdict::Admit(_) | Verdict::Resume(_) => Flow::Continue,
+        Verdict::Admit(_) | Verdict::AdmitDelayed(..) | Verdict::Resume(_) => Flow::Continue,
         Verdict::Reply(reply) => {
             host.reply(id, &reply);
             Flow::Pause

@@ -148,7 +148,7 @@ pub fn deny_from_cache(
         Some((check, windows))
     })?;
     let single = std::slice::from_ref(check);
-    let decision = Decision { allowed: false, now_ms, windows };
+    let decision = Decision { allowed: false, now_ms, windows, delay_ms: 0 };
     let names = policy_names(config, single, &decision);
     let record = DecisionRecord::decided(config, single, &decision, Decider::Cache, Answer::Denied);
     let ruling = Ruling {

@@ -18,6 +18,8 @@ pub const MAX_DELIVERED_PER_ENTRY: usize = 128;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Admit(Option<String>),
+    /// An admission held for its slot (shaping), after this many ms.
+    AdmitDelayed(Option<String>, u64),
     Reply(LocalReply),
     /// A held response goes on, with these headers.
     Resume(Vec<(String, String)>),
@@ -89,6 +91,7 @@ impl Deliveries {
 fn carry_out(host: &mut dyn Host, id: u32, verdict: &Verdict) {
     match verdict {
         Verdict::Admit(shadow) => host.admit(id, shadow.as_deref()),
+        Verdict::AdmitDelayed(shadow, delay_ms) => host.admit_delayed(id, shadow.as_deref(), *delay_ms),
         Verdict::Reply(reply) => host.reply(id, reply),
         Verdict::Resume(headers) => host.resume_response(id, headers),
     }

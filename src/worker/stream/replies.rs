@@ -115,6 +115,10 @@ impl Worker {
                 self.part_answered(host, id, p, outcome, now_ms);
                 return false;
             }
+            Call::GiveBack(_) => {
+                self.given_back(host, &outcome);
+                return false;
+            }
             Call::Settle(_) => {
                 if let Outcome::Failed(failure) = &outcome {
                     host.count(Stat::StoreError(failure.kind()), 1);
@@ -128,9 +132,14 @@ impl Worker {
                 let CallId::Request(context) = id else { return false };
                 self.learn(&p, &decision, now_ms);
                 let (arrival_ms, round_trip) = (p.arrival.request_ms, Some(round_trip_ms));
-                let verdict =
-                    self.rule_decided(host, context, &p.checks, &decision, arrival_ms, &p.headers, round_trip);
-                self.deliveries.deliver(host, context, verdict);
+                let mut verdict =
+                    Some(self.rule_decided(host, context, &p.checks, &decision, arrival_ms, &p.headers, round_trip));
+                if self.holding.active() {
+                    verdict = verdict.and_then(|v| self.shaped(host, context, &p, &decision, v, now_ms));
+                }
+                if let Some(verdict) = verdict {
+                    self.deliveries.deliver(host, context, verdict);
+                }
             }
             Outcome::NoScript => self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
             Outcome::Failed(failure) => self.fail_held(host, id, &p, &failure, now_ms),

@@ -123,6 +123,7 @@ impl Worker {
     fn send_batch(&mut self, host: &mut dyn Host, shard: ShardId, token: u32, now_ms: u64) -> bool {
         let valkey = &self.config.valkey;
         let (max_batch, max_commands) = (valkey.max_batch, valkey.max_in_flight);
+        let shaping = self.holding.active();
         let Some(s) = self.shards.get_mut(shard) else { return false };
         if s.link.messages() >= valkey.max_messages_in_flight {
             return false;
@@ -157,7 +158,7 @@ impl Worker {
                 Invoke::Evalsha if carries || (adjusts && p.noscripts > 0) => Invocation::Eval,
                 Invoke::Evalsha => Invocation::EvalSha,
             };
-            write_call(&mut message, self.script, how, p);
+            write_call(&mut message, self.script, how, p, shaping.then_some(&self.config));
             let len = message.len() - start - asking;
             let (outstanding, bytes) = s.link.in_flight();
             // An idle stream always takes one call (with the library's

@@ -16,4 +16,5 @@ mod lifecycle;
 mod local;
 mod sentinel;
 mod settle;
+mod shaping;
 mod stream;

@@ -32,6 +32,7 @@ fn a_bucket_the_store_found_full_stays_denied_until_it_resets() {
     let full = Decision {
         allowed: false,
         now_ms: 0,
+        delay_ms: 0,
         windows: vec![
             WindowOutcome {
                 check: 0,
@@ -80,6 +81,7 @@ fn what_a_worker_admitted_alone_counts_for_the_period_through_any_number_of_outa
     let store = |remaining| Decision {
         allowed: true,
         now_ms: 0,
+        delay_ms: 0,
         windows: vec![WindowOutcome {
             check: 0,
             window: 0,

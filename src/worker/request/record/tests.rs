@@ -21,7 +21,12 @@ fn decision(retry_3s: u64) -> Decision {
         reset_ms: 2_500,
         retry_ms,
     };
-    Decision { allowed: retry_3s == 0, now_ms: 0, windows: vec![w(0, 20, 60_000, 15, 0), w(1, 5, 3_000, 0, retry_3s)] }
+    Decision {
+        allowed: retry_3s == 0,
+        now_ms: 0,
+        windows: vec![w(0, 20, 60_000, 15, 0), w(1, 5, 3_000, 0, retry_3s)],
+        delay_ms: 0,
+    }
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

@@ -18,7 +18,7 @@ fn checks() -> Vec<Check> {
 
 /// Rule a (check 0) denies for 500 ms, rule b has room.
 fn a_denies() -> Decision {
-    Decision { allowed: false, now_ms: 0, windows: vec![window(0, 0, 500), window(1, 0, 0)] }
+    Decision { allowed: false, now_ms: 0, windows: vec![window(0, 0, 500), window(1, 0, 0)], delay_ms: 0 }
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
@@ -55,7 +55,7 @@ fn global_shadow_admits_everything() {
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn an_admission_is_an_admission() {
     let c = config(false, false);
-    let d = Decision { allowed: true, now_ms: 0, windows: vec![window(0, 0, 0), window(1, 0, 0)] };
+    let d = Decision { allowed: true, now_ms: 0, windows: vec![window(0, 0, 0), window(1, 0, 0)], delay_ms: 0 };
     let ruling = respond(&c, &checks(), &d, 0);
     assert!(matches!(&ruling.action, Action::Admit { shadow_denied: None, .. }), "{ruling:?}");
     assert!(ruling.denials.is_empty());

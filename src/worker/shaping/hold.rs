@@ -1,0 +1,148 @@
+//! The worker's steps of shaping (the room's doc: [`super`]): counting a
+//! request at its arrival, holding an admission with a delay, releasing
+//! held requests at their time, and giving back the slots of those gone.
+
+use crate::limiter::{Adjustment, Check, Decision, WindowOutcome};
+use crate::response::{denied, policy_names, SERVER_TIMING};
+use crate::store::Outcome;
+use crate::worker::calls::{Call, CallId, Pending};
+use crate::worker::discovery::routing::Route;
+use crate::worker::host::{Host, ShapeStat, Stat};
+use crate::worker::request::ruling::{Action, RuleOutcome, Ruling};
+use crate::worker::request::verdict::Verdict;
+use crate::worker::shaping::Held;
+use crate::worker::Worker;
+
+impl Worker {
+    /// Request `id` of `checks` arrives: counted against its shaping rules,
+    /// or refused if one is full (the ruling: a 429 of that rule, retry
+    /// after its `max_delay`).
+    pub(in crate::worker) fn shaping_enter(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        checks: &[Check],
+    ) -> Option<Ruling> {
+        let calls = &self.calls;
+        let rule = self.holding.enter(id, checks, |c| calls.get(CallId::Request(c)).is_some()).err()?;
+        host.count(Stat::Shape(ShapeStat::Full), 1);
+        let check = checks.iter().find(|c| c.rule == rule)?;
+        let max_delay = self.config.rules.get(rule).and_then(|r| r.shaping).map_or(0, |s| s.max_delay_ms);
+        let windows = check
+            .windows
+            .iter()
+            .enumerate()
+            .map(|(window, w)| WindowOutcome {
+                check: 0,
+                window,
+                limit: w.limit.get(),
+                period_ms: w.period_ms.get(),
+                remaining: 0,
+                reset_ms: max_delay,
+                retry_ms: max_delay.max(1),
+            })
+            .collect();
+        let decision = Decision { allowed: false, now_ms: 0, windows, delay_ms: 0 };
+        let single = std::slice::from_ref(check);
+        let names = policy_names(&self.config, single, &decision);
+        Some(Ruling {
+            rules: vec![(rule, RuleOutcome::Denied)],
+            denials: Vec::new(),
+            action: Action::Deny(denied(&self.config, &names, &decision)),
+        })
+    }
+
+    /// The store decided request `id` (`p`), and `verdict` follows: an
+    /// admission with a delay is held (`None`: nothing to deliver now); any
+    /// other verdict goes now, and the request is no longer counted.
+    pub(in crate::worker) fn shaped(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        p: &Pending,
+        decision: &Decision,
+        verdict: Verdict,
+        now_ms: u64,
+    ) -> Option<Verdict> {
+        let Verdict::Admit(shadow_denied) = verdict else {
+            self.holding.leave(id);
+            return Some(verdict);
+        };
+        let delay_ms = decision.delay_ms;
+        if delay_ms == 0 {
+            self.holding.leave(id);
+            return Some(Verdict::Admit(shadow_denied));
+        }
+        host.count(Stat::Shape(ShapeStat::Delayed), 1);
+        host.record_shape_delay(delay_ms);
+        if let Ok(mut headers) = p.headers.try_borrow_mut() {
+            headers.push((SERVER_TIMING.to_string(), format!("tollgate-delay;dur={delay_ms}")));
+        }
+        let held = Held {
+            release_ms: now_ms.saturating_add(delay_ms),
+            delay_ms,
+            shadow_denied,
+            checks: p.checks.clone(),
+            slot_ms: decision.now_ms.saturating_add(delay_ms),
+            arrival: p.arrival,
+        };
+        self.holding.hold(id, held);
+        None
+    }
+
+    /// Every VM entry: held requests whose time has come go on, and the
+    /// slots of gone ones are given back.
+    pub(in crate::worker) fn shape_step(&mut self, host: &mut dyn Host, now_ms: u64) {
+        for (id, held) in self.holding.take_due(now_ms) {
+            self.deliveries.deliver(host, id, Verdict::AdmitDelayed(held.shadow_denied, held.delay_ms));
+        }
+        for held in self.holding.take_given() {
+            self.give_back(host, held, now_ms);
+        }
+    }
+
+    /// Queues the `adjust` that takes a gone request's whole record back
+    /// from its slot.
+    fn give_back(&mut self, host: &mut dyn Host, held: Held, now_ms: u64) {
+        let (route, slot) = self.route(&held.checks);
+        let Route::Shard(shard) = route else {
+            host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
+            return;
+        };
+        if self.shards.down(shard, now_ms).is_some() {
+            host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
+            return;
+        }
+        let pending = Pending {
+            checks: held.checks,
+            arrival: held.arrival.on_behalf(now_ms),
+            noscripts: 0,
+            headers: Default::default(),
+            sent: false,
+            shard,
+            slot,
+            redirects: 0,
+            asking: false,
+            call: Call::GiveBack(held.slot_ms),
+        };
+        let id = self.holding.next_id();
+        self.calls.push(id, pending);
+    }
+
+    /// The store answered (or failed) a give-back: counted.
+    pub(in crate::worker) fn given_back(&mut self, host: &mut dyn Host, outcome: &Outcome) {
+        match outcome {
+            Outcome::Decided(_) => host.count(Stat::Shape(ShapeStat::GivenBack), 1),
+            Outcome::Failed(failure) => {
+                host.count(Stat::StoreError(failure.kind()), 1);
+                host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
+            }
+            Outcome::NoScript => host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1),
+        }
+    }
+}
+
+/// The adjustments that give back everything `checks` recorded.
+pub fn give_back(checks: &[Check]) -> Vec<Adjustment> {
+    checks.iter().map(|c| Adjustment { check: c.clone(), from: c.recorded(), to: 0 }).collect()
+}

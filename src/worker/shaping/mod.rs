@@ -1,0 +1,184 @@
+//! Shaping (`rules[].shape`, docs/shaping.md): requests the store admitted
+//! at a later slot, held until then, and the bound on them.
+//!
+//! * A request of a rule that shapes is *counted* from its arrival until it
+//!   leaves: decided without delay, failed, released at its slot, or gone.
+//!   At most `shape.max_waiting` requests of a rule are counted per worker;
+//!   any request of a full rule is refused (429) without a store call, as
+//!   it might have to wait ([`Holding::enter`]).
+//! * A request the store admitted with a delay is *held* ([`Held`]) until
+//!   its release time on the proxy's clock (the reply's arrival plus the
+//!   delay); every VM entry releases those due ([`hold`]), and the tick is
+//!   the short one while any is held.
+//! * A held request that goes away gives its slot back: an `adjust` of its
+//!   whole cost at its slot, queued at the next VM entry of the worker's own.
+
+pub(super) mod hold;
+
+use crate::config::Config;
+use crate::limiter::Check;
+use crate::worker::calls::{Arrival, CallId};
+use std::collections::{BTreeSet, HashMap};
+
+/// The longest any request of `checks` may wait: the smallest `max_delay`
+/// of their rules (a rule without `shape` counts 0), or `None` when no rule
+/// of theirs shapes (an unshaped call).
+pub fn max_delay(config: &Config, checks: &[Check]) -> Option<u64> {
+    let delays = checks.iter().map(|c| config.rules.get(c.rule).and_then(|r| r.shaping).map(|s| s.max_delay_ms));
+    let mut shaped = false;
+    let mut least = u64::MAX;
+    for delay in delays {
+        shaped |= delay.is_some();
+        least = least.min(delay.unwrap_or(0));
+    }
+    shaped.then_some(least)
+}
+
+/// A request admitted at a later slot, held until its release.
+#[derive(Debug, Clone)]
+pub struct Held {
+    /// On the proxy's clock.
+    pub release_ms: u64,
+    pub delay_ms: u64,
+    /// The shadow-mode report for the upstream, if any.
+    pub shadow_denied: Option<String>,
+    /// What it recorded, for giving its slot back.
+    pub checks: Vec<Check>,
+    /// Its slot on the store's clock (where its record is).
+    pub slot_ms: u64,
+    pub arrival: Arrival,
+}
+
+/// One worker's counted and held requests.
+#[derive(Debug, Default)]
+pub struct Holding {
+    /// Per rule: its `max_waiting`, 0 for a rule that does not shape.
+    max_waiting: Vec<usize>,
+    /// Per rule: requests of it counted now.
+    waiting: Vec<usize>,
+    /// The rules each counted request counts against, by context id.
+    counted: HashMap<u32, Vec<usize>>,
+    /// Held requests by release time, then id.
+    due: BTreeSet<(u64, u32)>,
+    held: HashMap<u32, Held>,
+    /// Slots of gone requests to give back at the next VM entry.
+    given: Vec<Held>,
+    /// The last give-back's id.
+    next: u32,
+}
+
+impl Holding {
+    pub fn new(config: &Config) -> Holding {
+        let max_waiting: Vec<usize> = config.rules.iter().map(|r| r.shaping.map_or(0, |s| s.max_waiting)).collect();
+        Holding { waiting: vec![0; max_waiting.len()], max_waiting, ..Holding::default() }
+    }
+
+    /// Whether some rule shapes.
+    pub fn active(&self) -> bool {
+        self.max_waiting.iter().any(|&m| m > 0)
+    }
+
+    /// Counts request `id` against the shaping rules of `checks`; the first
+    /// rule that is full otherwise (nothing counted). When one is full,
+    /// requests counted that are no longer `live` (left by a path that did
+    /// not say so) are forgotten first.
+    pub fn enter(&mut self, id: u32, checks: &[Check], live: impl Fn(u32) -> bool) -> Result<(), usize> {
+        let rules: Vec<usize> =
+            checks.iter().map(|c| c.rule).filter(|&r| self.max_waiting.get(r).is_some_and(|&m| m > 0)).collect();
+        if rules.is_empty() {
+            return Ok(());
+        }
+        if self.full(&rules).is_some() {
+            let stale: Vec<u32> =
+                self.counted.keys().copied().filter(|&c| !live(c) && !self.held.contains_key(&c)).collect();
+            for c in stale {
+                self.leave(c);
+            }
+        }
+        if let Some(rule) = self.full(&rules) {
+            return Err(rule);
+        }
+        for &r in &rules {
+            if let Some(w) = self.waiting.get_mut(r) {
+                *w += 1;
+            }
+        }
+        self.counted.insert(id, rules);
+        Ok(())
+    }
+
+    fn full(&self, rules: &[usize]) -> Option<usize> {
+        rules.iter().copied().find(|&r| self.waiting.get(r) >= self.max_waiting.get(r))
+    }
+
+    /// Request `id` is no longer counted (decided without delay, failed,
+    /// released, gone).
+    pub fn leave(&mut self, id: u32) {
+        for r in self.counted.remove(&id).unwrap_or_default() {
+            if let Some(w) = self.waiting.get_mut(r) {
+                *w = w.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Holds request `id` until `held.release_ms` (it stays counted).
+    pub fn hold(&mut self, id: u32, held: Held) {
+        self.due.insert((held.release_ms, id));
+        self.held.insert(id, held);
+    }
+
+    /// The held requests due at `now_ms`, in release order, no longer
+    /// counted.
+    pub fn take_due(&mut self, now_ms: u64) -> Vec<(u32, Held)> {
+        let mut out = Vec::new();
+        while let Some(&(release_ms, id)) = self.due.first() {
+            if release_ms > now_ms {
+                break;
+            }
+            self.due.pop_first();
+            if let Some(held) = self.held.remove(&id) {
+                self.leave(id);
+                out.push((id, held));
+            }
+        }
+        out
+    }
+
+    /// Request `id` is gone: if it was held, its slot is to be given back.
+    pub fn gone(&mut self, id: u32) {
+        if let Some(held) = self.held.remove(&id) {
+            self.due.remove(&(held.release_ms, id));
+            self.given.push(held);
+        }
+        self.leave(id);
+    }
+
+    /// A new give-back's id.
+    pub fn next_id(&mut self) -> CallId {
+        self.next = self.next.wrapping_add(1);
+        CallId::GiveBack(self.next)
+    }
+
+    /// The slots to give back now.
+    pub fn take_given(&mut self) -> Vec<Held> {
+        std::mem::take(&mut self.given)
+    }
+
+    /// Whether request `id` is held.
+    pub fn holds(&self, id: u32) -> bool {
+        self.held.contains_key(&id)
+    }
+
+    /// Requests held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Nothing held and no slot to give back.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.given.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+//! Shaping (docs/shaping.md) against its model (`Model::decide_shaped`) in a
+//! real Valkey, through both invocation paths, with injected time: the seed's
+//! burst per algorithm, several keys of two algorithms in one call, slots
+//! given back (`adjust` at the slot), calls that may not wait (`max_delay`
+//! 0: a request also matching a rule without `shape`), unshaped calls of
+//! other keys between them, and random traces. Model and Lua must agree on
+//! every reply (delay included) and on the log's stored entries. A key of a
+//! shaping rule only ever gets shaped calls (docs/shaping.md), so no trace
+//! sends it an unshaped one.
+
+use crate::support;
+
+use proptest::prelude::*;
+use proptest::test_runner::{FileFailurePersistence, TestRunner};
+use support::differential::{check, Differential, Path};
+use support::Valkey;
+use tollgate::limiter::{Adjustment, Algorithm, Check};
+
+const SHAPING: [Algorithm; 4] = Algorithm::ALL;
+const T: u64 = 1_800_000_000_000;
+
+fn give_back(c: &Check) -> Adjustment {
+    Adjustment { check: c.clone(), from: c.cost.get(), to: 0 }
+}
+
+/// The seed's burst (10 against 5/s, max_delay 2 s), a slot given back, the
+/// next request's shorter wait, rejections beyond the delay, then unshaped
+/// and shaped calls of two keys and both algorithms together.
+#[test]
+fn named_cases_agree() {
+    let valkey = Valkey::start();
+    for path in Path::ALL {
+        valkey.cmd(&["FLUSHALL"]);
+        for algorithm in SHAPING {
+            let key = |name: &str| format!("s:{{{path:?}:{name}}}:{}", algorithm.id());
+            let c = check(algorithm, 0, &key("burst"), &[(5, 1_000)], 1);
+            let mut d = Differential::via(&valkey, path);
+            let delays: Vec<u64> =
+                (0..10).map(|_| d.step_shaped(std::slice::from_ref(&c), 2_000, T).delay_ms).collect();
+            let expected = match algorithm {
+                Algorithm::SlidingLog | Algorithm::FixedWindow => {
+                    vec![0, 0, 0, 0, 0, 1_000, 1_000, 1_000, 1_000, 1_000]
+                }
+                Algorithm::Gcra => vec![0, 0, 0, 0, 0, 200, 400, 600, 800, 1_000],
+                Algorithm::SlidingWindow => vec![0, 0, 0, 0, 0, 1_200, 1_400, 1_600, 1_800, 2_000],
+            };
+            assert_eq!(delays, expected, "{path:?} {algorithm:?}");
+            // The last one's client goes away: its slot comes back.
+            let last = T + delays[9];
+            d.adjust(&[give_back(&c)], last, T + 10);
+            let next = d.step_shaped(std::slice::from_ref(&c), 2_000, T + 20);
+            assert!(next.allowed && next.delay_ms + 20 <= delays[9], "{path:?} {algorithm:?}: {next:?}");
+            for i in 0..12 {
+                d.step_shaped(std::slice::from_ref(&c), 2_000, T + 30 + 7 * i);
+            }
+            // Two keys, the other algorithm too, some unshaped calls between.
+            let other = Algorithm::ALL[(algorithm as usize + 1) % 4];
+            let a = check(algorithm, 0, &key("a"), &[(3, 500), (8, 4_000)], 2);
+            let b = check(other, 1, &format!("s:{{{path:?}:b}}:{}", other.id()), &[(2, 700)], 1);
+            let plain = check(other, 2, &format!("s:{{{path:?}:plain}}:{}", other.id()), &[(2, 700)], 1);
+            for i in 0..30 {
+                let now = T + 5_000 + 97 * i;
+                if i % 7 == 3 {
+                    d.step_shaped(std::slice::from_ref(&b), 0, now);
+                    d.step(std::slice::from_ref(&plain), now);
+                } else {
+                    d.step_shaped(&[a.clone(), b.clone()], 1_500, now);
+                }
+            }
+            let mut only = check(algorithm, 0, &key("only"), &[(2, 1_000)], 1);
+            only.check_only = true;
+            for i in 0..5 {
+                d.step_shaped(&[only.clone(), a.clone()], 3_000, T + 20_000 + i);
+            }
+        }
+    }
+}
+
+/// Random traces: bursts of one or two keys at random gaps, shaped with a
+/// random max_delay (0: may not wait), sometimes a slot given back.
+#[test]
+fn random_traces_agree() {
+    let valkey = Valkey::start();
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 96,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    });
+    let windows = prop::collection::vec((1..=6u64, prop::sample::select(vec![50u64, 300, 1_000, 4_000])), 1..=2);
+    let step = (
+        0..4u8,
+        prop::sample::select(vec![0u64, 0, 1, 20, 150, 900]),
+        prop::sample::select(vec![0u64, 100, 800, 3_000]),
+    );
+    let case = (prop::sample::select(SHAPING.to_vec()), windows, 1..=2u64, prop::collection::vec(step, 1..60));
+    let run = std::sync::atomic::AtomicU64::new(0);
+    let delayed = std::sync::atomic::AtomicU64::new(0);
+    runner
+        .run(&case, |(algorithm, windows, cost, steps)| {
+            let n = run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = Path::ALL[usize::try_from(n % 2).unwrap()];
+            let smallest = windows.iter().map(|w| w.0).min().unwrap_or(1);
+            let c = check(algorithm, 0, &format!("p:{{{n}}}:{}", algorithm.id()), &windows, cost.min(smallest));
+            let other = Algorithm::ALL[usize::try_from(n % 4).unwrap()];
+            let o = check(other, 1, &format!("p:{{{n}o}}:{}", other.id()), &[(3, 1_000)], 1);
+            let mut d = Differential::via(&valkey, path);
+            let mut now = T;
+            let mut last_slot = None;
+            for (kind, gap, max_delay) in steps {
+                now += gap;
+                match kind {
+                    0 => {
+                        d.step_shaped(&[c.clone(), o.clone()], 0, now);
+                    }
+                    1 => {
+                        if let Some(slot) = last_slot.take() {
+                            d.adjust(&[give_back(&c)], slot, now);
+                        }
+                    }
+                    2 => {
+                        d.step_shaped(&[c.clone(), o.clone()], max_delay, now);
+                    }
+                    _ => {
+                        let got = d.step_shaped(std::slice::from_ref(&c), max_delay, now);
+                        if got.allowed {
+                            last_slot = Some(now + got.delay_ms);
+                        }
+                        if got.delay_ms > 0 {
+                            delayed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert!(delayed.into_inner() > 50, "the traces delay requests");
+}
