@@ -55,7 +55,10 @@ answers() { [ "$(cli "$1" PING)" = PONG ]; }
 says_ok() { [ "$(cli "$@")" = OK ]; }
 address() { cli "$1" CLIENT INFO | sed -n 's/.* laddr=\([0-9.]*\):.*/\1/p'; }
 bus_port() { cli "$1" CLUSTER NODES | grep myself | sed -n 's/^[^ ]* [^ @]*@\([0-9]*\).*/\1/p'; }
-formed() { cli "$1" CLUSTER INFO | grep -q '^cluster_state:ok'; }
+formed() {
+  info=$(cli "$1" CLUSTER INFO) || return 1
+  case "$info" in *cluster_state:ok*) return 0 ;; *) return 1 ;; esac
+}
 knows_all() {
   known=$(cli "$1" CLUSTER NODES | grep -v handshake | grep -c ' connected') || true
   [ "${known:-0}" -eq "$count" ]

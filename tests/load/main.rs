@@ -11,5 +11,6 @@ mod support;
 
 mod flood;
 mod netns;
+mod reload;
 mod shaping;
 mod soak;

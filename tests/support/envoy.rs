@@ -291,6 +291,10 @@ impl Envoy {
             .arg("-c")
             .arg(&config)
             .args(["--concurrency", &options.concurrency.to_string(), "--use-dynamic-base-id"])
+            // A listener replaced by LDS drains for 2 s, not Envoy's default
+            // 600 s: its filter chains (and the plugin configuration's store
+            // streams) go once it has drained (tests/load/reload.rs).
+            .args(["--drain-time-s", "2"])
             // TOLLGATE_ENVOY_LOG_LEVEL=debug (or a component list such as
             // `wasm:debug,grpc:debug`) to debug a test; its log is kept when it fails.
             .args(log_level_args())
