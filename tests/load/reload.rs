@@ -75,7 +75,10 @@ fn twenty_hot_reloads_under_load_keep_deciding_and_one_connection_per_worker() {
          {left} (at most one per worker) {settled_after:?} later; {closed} streams closed by Envoy"
     );
     assert!(left >= 1, "the new configuration's stream stays open");
-    assert!(closed as usize >= connections_now.saturating_sub(left), "the retired streams were closed by Envoy, not by Valkey");
+    assert!(
+        closed as usize >= connections_now.saturating_sub(left),
+        "the retired streams were closed by Envoy, not by Valkey"
+    );
     assert!(report.errors().is_empty(), "every request answered: {:?}", report.errors().first());
     assert_eq!(unchecked, 0, "nothing passed unchecked");
     assert_eq!(decided, samples, "every request decided by the store");
