@@ -172,13 +172,14 @@ local ARGS = {}
 -- tonumber() of a limit, period, cost or window count as sent: these repeat
 -- from call to call, and a cached lookup is cheaper than parsing (strtod).
 -- At most 4096 strings are kept, and none when the definitions live for one
--- call only (a script: decide() sets config_room to 0).
+-- call only (a script: decide() sets config_room to 0). A missing argument
+-- (s nil: fewer ARGV than the counts announce) is nil, never cached.
 local CONFIG_NUMBERS, config_room = {}, 4096
 local function config_number(s)
   local x = CONFIG_NUMBERS[s]
   if x == nil then
     x = tonumber(s)
-    if config_room > 0 then
+    if config_room > 0 and s then
       CONFIG_NUMBERS[s] = x or false
       config_room = config_room - 1
     end
