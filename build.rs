@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// The definitions, in the order they must be evaluated.
-const FILES: [&str; 7] = ["prelude", "sliding_log", "gcra", "sliding_window", "fixed_window", "decide", "adjust"];
+const FILES: [&str; 8] =
+    ["prelude", "sliding_log", "gcra", "sliding_window", "fixed_window", "decide", "adjust", "flush"];
 
 fn main() {
     let mut out = String::from("-- tollgate's limiter: src/limiter/*.lua, whole-line comments left out.\n");

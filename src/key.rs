@@ -103,6 +103,31 @@ pub fn tagged_bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], tag: Option<
     key
 }
 
+/// The token key of a flush whose first bucket key is `first_key`, for the
+/// worker `syncer`: `first_key` up to and including its hash tag's `}`, then
+/// `:flush:<syncer>`, so it shares the slot of every key with that tag. A key
+/// without a hash tag is used whole (its slot then differs: standalone only).
+///
+/// ```
+/// use tollgate::key::flush_token_key;
+///
+/// assert_eq!(flush_token_key("tollgate:{api:alice}:log", "w1"), "tollgate:{api:alice}:flush:w1");
+/// ```
+pub fn flush_token_key(first_key: &str, syncer: &str) -> String {
+    let tagged = first_key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .filter(|(tag, _)| !tag.is_empty())
+        .and_then(|(_, after)| first_key.get(..first_key.len().saturating_sub(after.len())));
+    format!("{}:flush:{syncer}", tagged.unwrap_or(first_key))
+}
+
+/// The sorted set of the syncers of bucket `bucket_key` (`flush.lua`): in
+/// its slot, since it keeps its hash tag.
+pub fn syncers_key(bucket_key: &str) -> String {
+    format!("{bucket_key}:syncers")
+}
+
 /// Length of `#<sha1 hex>`.
 const HASHED_LEN: usize = 41;
 
@@ -290,6 +315,31 @@ mod tests {
         let mut other = huge.clone();
         other[1000] = b'}';
         assert_ne!(key(&[&huge]), key(&[&other]));
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_flush_token_key_keeps_the_first_keys_slot() {
+        use crate::store::cluster::key_slot;
+        for first in [
+            bucket_key("tollgate", "api", &[b"a b:{c}"], "sw"),
+            tagged_bucket_key("tollgate", "api", &[b"alice", b"/x"], Some(0), "gcra"),
+        ] {
+            let token = flush_token_key(&first, "worker-1");
+            assert!(token.ends_with("}:flush:worker-1"), "{token}");
+            assert_eq!(key_slot(token.as_bytes()), key_slot(first.as_bytes()), "{token}");
+        }
+        assert_eq!(flush_token_key("t:{x}:api:{y}:log", "w"), "t:{x}:flush:w");
+        // Without a hash tag (or an empty one) the whole key is kept.
+        assert_eq!(flush_token_key("plain", "w"), "plain:flush:w");
+        assert_eq!(flush_token_key("t:{}:log", "w"), "t:{}:log:flush:w");
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_syncer_set_keeps_its_buckets_slot() {
+        use crate::store::cluster::key_slot;
+        let bucket = bucket_key("tollgate", "api", &[b"alice"], "log");
+        assert_eq!(syncers_key(&bucket), "tollgate:{api:alice}:log:syncers");
+        assert_eq!(key_slot(syncers_key(&bucket).as_bytes()), key_slot(bucket.as_bytes()));
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -33,6 +33,51 @@ local function units_of(s)
   return x
 end
 
+-- Changes bucket b from b.from to b.to units (as above) for a decision
+-- made at `at`, and readies it for report(). flush() charges through it too.
+local function change(b, at)
+  local algorithm = b.algorithm
+  -- Reads the state (and keeps house), as phase 1 of a decision of 1 unit.
+  b.cost = 1
+  algorithm.check(b)
+  b.committed = false
+  if b.to > b.from then
+    local units = b.to - b.from
+    if algorithm.max_charge then units = algorithm.max_charge(b, units) end
+    b.cost, b.committed = units, true
+    algorithm.commit(b)
+  elseif b.to < b.from then
+    algorithm.refund(b, at, b.from - b.to)
+    algorithm.check(b)
+  end
+  for w = 1, b.n do b[w].retry = 0 end
+end
+
+-- Reads bucket i (key `key`) from ARGV[a..]: algorithm, then `from` (when
+-- with_from), to, n, then n pairs limit, period_ms; sets b.from (0 without
+-- it) and b.to. The index past it, or nil and the error reply.
+local function read_change(i, key, ARGV, a, with_from)
+  local algorithm = algorithm_for(ARGV[a])
+  local from = 0
+  if with_from then
+    from = units_of(ARGV[a + 1])
+    a = a + 1
+  end
+  local to, n = units_of(ARGV[a + 1]), config_number(ARGV[a + 2])
+  if not algorithm then
+    return nil, redis.error_reply('ERR tollgate: unknown algorithm for key ' .. i)
+  end
+  if not from or not to or not n or n < 1 or n % 1 ~= 0 then
+    return nil, redis.error_reply('ERR tollgate: bad units or window count for key ' .. i)
+  end
+  local b, next_or_error = read_bucket(i, key, algorithm, n, ARGV, a + 3)
+  if not b then
+    return nil, next_or_error
+  end
+  b.from, b.to = from, to
+  return next_or_error
+end
+
 local function adjust(KEYS, ARGV, once)
   if once then config_room = 0 end
   if not read_clock(ARGV[1]) then
@@ -46,43 +91,14 @@ local function adjust(KEYS, ARGV, once)
   local keys = #KEYS
   local a = 3
   for i = 1, keys do
-    local algorithm = algorithm_for(ARGV[a])
-    local from, to = units_of(ARGV[a + 1]), units_of(ARGV[a + 2])
-    local n = config_number(ARGV[a + 3])
-    if not algorithm then
-      return redis.error_reply('ERR tollgate: unknown algorithm for key ' .. i)
-    end
-    if not from or not to or not n or n < 1 or n % 1 ~= 0 then
-      return redis.error_reply('ERR tollgate: bad units or window count for key ' .. i)
-    end
-    local b, next_or_error = read_bucket(i, KEYS[i], algorithm, n, ARGV, a + 4)
-    if not b then
-      return next_or_error
-    end
-    b.from, b.to = from, to
-    a = next_or_error
+    local next_a, err = read_change(i, KEYS[i], ARGV, a, true)
+    if not next_a then return err end
+    a = next_a
   end
   if a ~= #ARGV + 1 then
     return redis.error_reply('ERR tollgate: argument count does not match KEYS')
   end
 
-  for i = 1, keys do
-    local b = BUCKETS[i]
-    local algorithm = b.algorithm
-    -- Reads the state (and keeps house), as phase 1 of a decision of 1 unit.
-    b.cost = 1
-    algorithm.check(b)
-    b.committed = false
-    if b.to > b.from then
-      local units = b.to - b.from
-      if algorithm.max_charge then units = algorithm.max_charge(b, units) end
-      b.cost, b.committed = units, true
-      algorithm.commit(b)
-    elseif b.to < b.from then
-      algorithm.refund(b, at, b.from - b.to)
-      algorithm.check(b)
-    end
-    for w = 1, b.n do b[w].retry = 0 end
-  end
+  for i = 1, keys do change(BUCKETS[i], at) end
   return report(keys, true)
 end

@@ -113,6 +113,46 @@ pub struct Adjustment {
     pub to: u64,
 }
 
+/// One bucket's part of a flush: `units` admitted locally in `check`'s
+/// bucket since the worker's last flush (0 = only read the state). Units
+/// beyond [`ADJUST_MAX`] are sent as [`ADJUST_MAX`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlushEntry {
+    pub check: Check,
+    pub units: u64,
+}
+
+/// A flush (`flush.lua`): what a worker admitted locally per bucket since
+/// its last flush, recorded once per `token`. Every entry's key must be in
+/// the hash slot of `token_key` ([`crate::key::flush_token_key`]); at least
+/// one entry, distinct keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flush {
+    pub entries: Vec<FlushEntry>,
+    /// 1..64 bytes, unique per flush; the same when a flush is sent again.
+    pub token: String,
+    /// 1..64 bytes naming the worker, the same for all its flushes.
+    pub syncer: String,
+    /// How long a syncer counts as active after its last flush (>= 1).
+    pub horizon_ms: u64,
+    /// Where the store remembers the last token applied.
+    pub token_key: String,
+}
+
+/// The store's answer to a flush.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlushReply {
+    /// The units were recorded by this call (false: the token had been
+    /// applied already, nothing was recorded).
+    pub applied: bool,
+    /// The buckets' state after the flush, as an admitting decision
+    /// (`allowed` true, every `retry_ms` 0).
+    pub state: Decision,
+    /// Per entry: (active syncers of its bucket, this syncer included; this
+    /// syncer's 0-based rank among them by name, bytewise).
+    pub syncers: Vec<(u64, u64)>,
+}
+
 /// The most units one adjustment may charge or refund: far beyond any limit.
 pub const ADJUST_MAX: u64 = 1 << 32;
 /// The largest count a window counter keeps (extra charges, `adjust`, can

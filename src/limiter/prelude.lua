@@ -10,10 +10,13 @@
 -- helpers), sliding_log.lua, gcra.lua, sliding_window.lua, fixed_window.lua
 -- (each registers one algorithm in MAKE_ALGORITHM and states its per-bucket
 -- contract), decide.lua (decide(KEYS, ARGV, once): argument parsing and the
--- three phases) and adjust.lua (adjust(KEYS, ARGV, once): changes what a
--- decision recorded; its own contract). src/limiter/script.rs ships it as a script (the definitions,
--- then `return decide(KEYS, ARGV, true)`, for EVAL/EVALSHA) and as a function
--- library (the definitions once, at FUNCTION LOAD; decide per FCALL). Code
+-- three phases), adjust.lua (adjust(KEYS, ARGV, once): changes what a
+-- decision recorded; its own contract) and flush.lua (flush(KEYS, ARGV,
+-- once): records what a worker admitted locally; its own contract).
+-- src/limiter/script.rs ships it as scripts (the definitions, then `return
+-- decide(KEYS, ARGV, true)`, or adjust, or flush, for EVAL/EVALSHA) and as a
+-- function library (the definitions once, at FUNCTION LOAD; one entry point
+-- per FCALL). Code
 -- at the top level must therefore only define: a library's top level runs
 -- without the standard libraries (string, math, tonumber, ... exist only
 -- inside calls).
@@ -169,13 +172,14 @@ local ARGS = {}
 -- tonumber() of a limit, period, cost or window count as sent: these repeat
 -- from call to call, and a cached lookup is cheaper than parsing (strtod).
 -- At most 4096 strings are kept, and none when the definitions live for one
--- call only (a script: decide() sets config_room to 0).
+-- call only (a script: decide() sets config_room to 0). A missing argument
+-- (s nil: fewer ARGV than the counts announce) is nil, never cached.
 local CONFIG_NUMBERS, config_room = {}, 4096
 local function config_number(s)
   local x = CONFIG_NUMBERS[s]
   if x == nil then
     x = tonumber(s)
-    if config_room > 0 then
+    if config_room > 0 and s then
       CONFIG_NUMBERS[s] = x or false
       config_room = config_room - 1
     end

@@ -1,7 +1,8 @@
-//! Parsing the script's reply into a [`Decision`], without ever indexing
-//! blindly: a reply of the wrong shape is an error, never a panic.
+//! Parsing the script's reply into a [`Decision`] (a flush's into a
+//! [`FlushReply`]), without ever indexing blindly: a reply of the wrong shape
+//! is an error, never a panic.
 
-use super::{Check, Decision, WindowOutcome};
+use super::{Check, Decision, FlushEntry, FlushReply, WindowOutcome};
 use crate::resp::Value;
 use std::fmt;
 
@@ -18,8 +19,10 @@ pub enum ReplyError {
     NotANumber {
         index: usize,
     },
+    /// The first element (`allowed`, or a flush's `applied`) is not 0 or 1.
     BadAllowedFlag(i64),
-    /// `allowed` disagrees with the per-window retry times.
+    /// `allowed` disagrees with the per-window retry times (a flush: a
+    /// retry time is not 0, or a rank is not below its syncer count).
     Inconsistent,
 }
 
@@ -53,19 +56,76 @@ pub fn parse(value: &Value, checks: &[Check]) -> Result<Decision, ReplyError> {
     if items.len() != expected && items.len() != expected + 1 {
         return Err(ReplyError::WrongLength { expected, got: items.len() });
     }
-    let mut numbers = items.iter().enumerate().map(|(index, v)| match v {
+    let mut numbers = numbers(items);
+    let mut next = || numbers.next().unwrap_or(Err(ReplyError::Inconsistent));
+    let allowed = flag(next()?)?;
+    let now_ms = next()?;
+    let outcomes = outcomes(checks.iter(), windows, &mut next)?;
+    let delay_ms = if items.len() > expected { next()? } else { 0 };
+    let decision = Decision { allowed, now_ms, windows: outcomes, delay_ms };
+    if decision.allowed == decision.denied_by().next().is_some() || (!allowed && delay_ms > 0) {
+        return Err(ReplyError::Inconsistent);
+    }
+    Ok(decision)
+}
+
+/// Parses a flush's reply (`flush.lua`): `{applied, now_ms, (remaining,
+/// reset_ms, 0) per window, (syncers, rank) per entry}`.
+pub fn parse_flush(value: &Value, entries: &[FlushEntry]) -> Result<FlushReply, ReplyError> {
+    let Value::Array(items) = value else {
+        return Err(ReplyError::NotAnArray);
+    };
+    let windows: usize = entries.iter().map(|e| e.check.windows.len()).sum();
+    let expected = 2 + 3 * windows + 2 * entries.len();
+    if items.len() != expected {
+        return Err(ReplyError::WrongLength { expected, got: items.len() });
+    }
+    let mut numbers = numbers(items);
+    let mut next = || numbers.next().unwrap_or(Err(ReplyError::Inconsistent));
+    let applied = flag(next()?)?;
+    let now_ms = next()?;
+    let outcomes = outcomes(entries.iter().map(|e| &e.check), windows, &mut next)?;
+    if outcomes.iter().any(WindowOutcome::denied) {
+        return Err(ReplyError::Inconsistent);
+    }
+    let mut syncers = Vec::with_capacity(entries.len());
+    for _ in entries {
+        let (count, rank) = (next()?, next()?);
+        if rank >= count {
+            return Err(ReplyError::Inconsistent);
+        }
+        syncers.push((count, rank));
+    }
+    let state = Decision { allowed: true, now_ms, windows: outcomes, delay_ms: 0 };
+    Ok(FlushReply { applied, state, syncers })
+}
+
+/// The reply's items as non-negative integers (or where one is not).
+fn numbers(items: &[Value]) -> impl Iterator<Item = Result<u64, ReplyError>> + '_ {
+    items.iter().enumerate().map(|(index, v)| match v {
         Value::Integer(n) if *n >= 0 => Ok(*n as u64),
         _ => Err(ReplyError::NotANumber { index }),
-    });
-    let mut next = || numbers.next().unwrap_or(Err(ReplyError::Inconsistent));
-    let allowed = match next()? {
-        0 => false,
-        1 => true,
-        other => return Err(ReplyError::BadAllowedFlag(other as i64)),
-    };
-    let now_ms = next()?;
+    })
+}
+
+/// A reply's first item: 1 or 0.
+fn flag(n: u64) -> Result<bool, ReplyError> {
+    match n {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(ReplyError::BadAllowedFlag(other as i64)),
+    }
+}
+
+/// The `windows` outcomes of `checks` (remaining, reset_ms, retry_ms each),
+/// read from `next`.
+fn outcomes<'a>(
+    checks: impl Iterator<Item = &'a Check>,
+    windows: usize,
+    next: &mut impl FnMut() -> Result<u64, ReplyError>,
+) -> Result<Vec<WindowOutcome>, ReplyError> {
     let mut outcomes = Vec::with_capacity(windows);
-    for (ci, check) in checks.iter().enumerate() {
+    for (ci, check) in checks.enumerate() {
         for (wi, w) in check.windows.iter().enumerate() {
             outcomes.push(WindowOutcome {
                 check: ci,
@@ -78,12 +138,7 @@ pub fn parse(value: &Value, checks: &[Check]) -> Result<Decision, ReplyError> {
             });
         }
     }
-    let delay_ms = if items.len() > expected { next()? } else { 0 };
-    let decision = Decision { allowed, now_ms, windows: outcomes, delay_ms };
-    if decision.allowed == decision.denied_by().next().is_some() || (!allowed && delay_ms > 0) {
-        return Err(ReplyError::Inconsistent);
-    }
-    Ok(decision)
+    Ok(outcomes)
 }
 
 #[cfg(test)]
@@ -142,5 +197,44 @@ mod tests {
         let Value::Array(mut bulk) = ints(&[1, 7, 19, 1, 0, 4, 3_000, 0]) else { panic!("not an array") };
         bulk[2] = Value::Bulk(b"19".to_vec());
         assert_eq!(parse(&Value::Array(bulk), &c), Err(ReplyError::NotANumber { index: 2 }));
+    }
+
+    fn entries() -> Vec<FlushEntry> {
+        vec![
+            FlushEntry { check: checks().remove(0), units: 3 },
+            FlushEntry { check: Check::for_test(4, "o", &[(9, 1_000)], 1), units: 0 },
+        ]
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn parses_a_flush_with_its_syncers() {
+        let r = parse_flush(&ints(&[0, 7, 15, 59_000, 0, 2, 2_500, 0, 9, 0, 0, 3, 1, 1, 0]), &entries()).unwrap();
+        assert!(!r.applied);
+        assert!(r.state.allowed);
+        assert_eq!(r.state.now_ms, 7);
+        assert_eq!(r.state.windows.len(), 3);
+        assert_eq!((r.state.windows[2].check, r.state.windows[2].remaining), (1, 9));
+        assert_eq!(r.syncers, vec![(3, 1), (1, 0)]);
+        assert!(
+            parse_flush(&ints(&[1, 7, 15, 59_000, 0, 2, 2_500, 0, 9, 0, 0, 3, 1, 1, 0]), &entries()).unwrap().applied
+        );
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn rejects_every_malformed_flush_reply() {
+        let e = entries();
+        let good = [1, 7, 15, 59_000, 0, 2, 2_500, 0, 9, 0, 0, 3, 1, 1, 0];
+        let with = |i: usize, v: i64| {
+            let mut r = good.to_vec();
+            r[i] = v;
+            ints(&r)
+        };
+        assert_eq!(parse_flush(&Value::Integer(1), &e), Err(ReplyError::NotAnArray));
+        assert_eq!(parse_flush(&ints(&good[..13]), &e), Err(ReplyError::WrongLength { expected: 15, got: 13 }));
+        assert_eq!(parse_flush(&with(0, 2), &e), Err(ReplyError::BadAllowedFlag(2)));
+        assert_eq!(parse_flush(&with(4, 5), &e), Err(ReplyError::Inconsistent), "a retry time");
+        assert_eq!(parse_flush(&with(12, 3), &e), Err(ReplyError::Inconsistent), "rank 3 of 3");
+        assert_eq!(parse_flush(&with(13, 0), &e), Err(ReplyError::Inconsistent), "no syncer");
+        assert_eq!(parse_flush(&with(6, -1), &e), Err(ReplyError::NotANumber { index: 6 }));
     }
 }

@@ -1,24 +1,28 @@
 //! The store-side half of the limiter: the Lua code, built once, and the
-//! encoding of [`Check`]s and [`Adjustment`]s into its KEYS/ARGV contracts
-//! (stated in the header comments of `prelude.lua` and `adjust.lua`; the
-//! reply is parsed by [`super::reply::parse`]).
+//! encoding of [`Check`]s, [`Adjustment`]s and [`Flush`]es into its KEYS/ARGV
+//! contracts (stated in the header comments of `prelude.lua`, `adjust.lua`
+//! and `flush.lua`; the replies are parsed by [`super::reply::parse`] and
+//! [`super::reply::parse_flush`]).
 //!
 //! The code is one set of definitions: `prelude.lua`, the four algorithm files,
-//! `decide.lua` (which defines `decide(KEYS, ARGV, once)`) and `adjust.lua`
-//! (`adjust(KEYS, ARGV, once)`), so checks of different algorithms are decided
-//! in one atomic call. It ships two ways, each with two entry points:
+//! `decide.lua` (which defines `decide(KEYS, ARGV, once)`), `adjust.lua`
+//! (`adjust(KEYS, ARGV, once)`) and `flush.lua` (`flush(KEYS, ARGV, once)`),
+//! so checks of different algorithms are decided in one atomic call. It ships
+//! two ways, each with three entry points:
 //!
-//! * **Two scripts** (run by `EVALSHA`/`EVAL`): [`Script::body`], the
-//!   definitions then `return decide(KEYS, ARGV, true)`, and
+//! * **Three scripts** (run by `EVALSHA`/`EVAL`): [`Script::body`], the
+//!   definitions then `return decide(KEYS, ARGV, true)`,
 //!   [`Script::adjust_body`], the definitions then `return adjust(KEYS, ARGV,
-//!   true)`. Every call evaluates every definition again before it runs.
+//!   true)`, and [`Script::flush_body`] (the same with `flush`). Every call
+//!   evaluates every definition again before it runs.
 //! * **A function library** ([`Script::library`], loaded by `FUNCTION LOAD`
 //!   once per server, run by `FCALL`): the definitions are evaluated once, at
-//!   load, and every call only decides or adjusts. The library and its
-//!   decision function are both named [`Script::function`], `tollgate_` + 12
-//!   hex digits of the SHA-1 of the library text, so two tollgate versions
+//!   load, and every call only decides, adjusts or flushes. The library and
+//!   its decision function are both named [`Script::function`], `tollgate_` +
+//!   12 hex digits of the SHA-1 of the library text, so two tollgate versions
 //!   sharing a server never replace each other's code (identical code shares
-//!   one library); its adjustment function is [`Script::adjust_function`].
+//!   one library); its other functions are [`Script::adjust_function`] and
+//!   [`Script::flush_function`].
 //!
 //! Both ways take the same KEYS/ARGV and give the same reply, and write the
 //! same data, so versions and invocations can be mixed on one server.
@@ -29,8 +33,8 @@
 //! * [`encode_call`]`(out, limiter(), how, checks, now_ms)` appends one
 //!   command deciding `checks` atomically: [`Invocation::EvalSha`],
 //!   [`Invocation::Eval`] (the body) or [`Invocation::FCall`];
-//!   [`encode_adjust`] the same for `adjust`; [`encode_shaped_call`] a
-//!   shaped decision (docs/shaping.md).
+//!   [`encode_adjust`] the same for `adjust`, [`encode_flush`] for `flush`;
+//!   [`encode_shaped_call`] a shaped decision (docs/shaping.md).
 //! * [`encode_load`]`(out, limiter())` appends `FUNCTION LOAD REPLACE
 //!   <library>`; Valkey answers the library name as a bulk string (see
 //!   [`is_loaded`]). `REPLACE` makes concurrent loads by several proxies
@@ -46,16 +50,19 @@
 //!   `READONLY`, `ERR tollgate: ...`). One difference: out of memory under
 //!   `noeviction`, `FCALL` is refused with `OOM` before it runs, even for a
 //!   request that would be denied, where `EVAL` fails only at its first write.
-//! * The reply of a call that ran: [`super::reply::parse`].
+//! * The reply of a call that ran: [`super::reply::parse`] (a flush's:
+//!   [`super::reply::parse_flush`]).
 //!
 //! `FCALL` needs Valkey (any version) or Redis 7.0 and later. The smallest ACL
 //! (`tests/live/script_acl.rs`): `~<key prefix>:* +time +zadd +zcount
 //! +zrangebyscore +zremrangebyscore +hmget +hset +pexpire`, plus `+fcall
 //! +function|load` for the library, `+evalsha +eval` for the script; shaping
-//! `sliding_window` or `fixed_window` also `+hget` (docs/shaping.md). Redis 6
+//! `sliding_window` or `fixed_window` also `+hget` (docs/shaping.md); `flush`
+//! also `+get +set +zrange` (its syncer sets use `+zadd +zremrangebyscore
+//! +pexpire`, granted already). Redis 6
 //! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
-use super::{Adjustment, Check, ADJUST_MAX};
+use super::{Adjustment, Check, Flush, ADJUST_MAX};
 use crate::resp::{encode_command, Value};
 use std::sync::OnceLock;
 
@@ -71,28 +78,39 @@ pub struct Script {
     pub adjust_body: &'static str,
     /// The SHA-1 of [`Script::adjust_body`].
     pub adjust_sha: String,
+    /// The script of `flush` ([`encode_flush`]): the definitions, then a
+    /// flush.
+    pub flush_body: &'static str,
+    /// The SHA-1 of [`Script::flush_body`].
+    pub flush_sha: String,
     /// The function library for `FUNCTION LOAD`: the same definitions.
     pub library: String,
     /// The name of the library and of its decision function, for `FCALL`.
     pub function: String,
     /// The name of its `adjust` function: [`Script::function`] + `_adjust`.
     pub adjust_function: String,
+    /// The name of its `flush` function: [`Script::function`] + `_flush`.
+    pub flush_function: String,
 }
 
-/// Every definition: the algorithms, `decide` and `adjust`, joined by
+/// Every definition: the algorithms, `decide`, `adjust` and `flush`, joined by
 /// `build.rs` without their whole-line comments (one copy in the module: the
 /// scripts and the library are made from it at run time).
 const DEFINITIONS: &str = include_str!(concat!(env!("OUT_DIR"), "/limiter.lua"));
 
-/// What ends the script (every definition, then one decision) and the
-/// adjustment's script.
+/// What ends the script (every definition, then one decision), the
+/// adjustment's script and the flush's.
 const DECIDE_TAIL: &str = "return decide(KEYS, ARGV, true)\n";
 const ADJUST_TAIL: &str = "return adjust(KEYS, ARGV, true)\n";
+const FLUSH_TAIL: &str = "return flush(KEYS, ARGV, true)\n";
 
 /// The library around the definitions, with `@NAME@` where its name goes.
 const LIBRARY_HEAD: &str = "#!lua name=@NAME@\n";
-const LIBRARY_TAIL: &str =
-    "redis.register_function('@NAME@', decide)\nredis.register_function('@NAME@_adjust', adjust)\n";
+const LIBRARY_TAIL: &str = concat!(
+    "redis.register_function('@NAME@', decide)\n",
+    "redis.register_function('@NAME@_adjust', adjust)\n",
+    "redis.register_function('@NAME@_flush', flush)\n",
+);
 
 /// The library text with `name`.
 fn library(name: &str) -> String {
@@ -110,14 +128,17 @@ pub fn limiter() -> &'static Script {
     SCRIPT.get_or_init(|| {
         let hash = sha1_smol::Sha1::from(library("@NAME@")).hexdigest();
         let function = format!("tollgate_{}", hash.get(..12).unwrap_or(&hash));
-        let (body, adjust_body) = (script(DECIDE_TAIL), script(ADJUST_TAIL));
+        let (body, adjust_body, flush_body) = (script(DECIDE_TAIL), script(ADJUST_TAIL), script(FLUSH_TAIL));
         Script {
             body,
             sha: sha1_smol::Sha1::from(body).hexdigest(),
             adjust_body,
             adjust_sha: sha1_smol::Sha1::from(adjust_body).hexdigest(),
+            flush_body,
+            flush_sha: sha1_smol::Sha1::from(flush_body).hexdigest(),
             library: library(&function),
             adjust_function: format!("{function}_adjust"),
+            flush_function: format!("{function}_flush"),
             function,
         }
     })
@@ -222,6 +243,42 @@ pub fn encode_adjust(
         Invocation::EvalSha => (b"EVALSHA", script.adjust_sha.as_bytes()),
         Invocation::Eval => (b"EVAL", script.adjust_body.as_bytes()),
         Invocation::FCall => (b"FCALL", script.adjust_function.as_bytes()),
+    };
+    let mut args: Vec<&[u8]> = Vec::with_capacity(owned.len() + 2);
+    args.push(verb);
+    args.push(target);
+    args.extend(owned.iter().map(|s| s.as_bytes()));
+    encode_command(out, &args);
+}
+
+/// Appends one `EVALSHA`/`EVAL`/`FCALL` command of `flush` (contract in
+/// `flush.lua`): KEYS are the entries' keys, then their syncer sets
+/// ([`crate::key::syncers_key`]), then [`Flush::token_key`]. Units beyond
+/// [`ADJUST_MAX`] are sent as [`ADJUST_MAX`]. `now_ms` as for [`encode_call`].
+pub fn encode_flush(out: &mut Vec<u8>, script: &Script, how: Invocation, flush: &Flush, now_ms: Option<u64>) {
+    let entries = &flush.entries;
+    let mut owned: Vec<String> = Vec::with_capacity(6 + entries.len() * 10);
+    owned.push((2 * entries.len() + 1).to_string());
+    owned.extend(entries.iter().map(|e| e.check.key.clone()));
+    owned.extend(entries.iter().map(|e| crate::key::syncers_key(&e.check.key)));
+    owned.push(flush.token_key.clone());
+    owned.push(now_ms.map(|n| n.to_string()).unwrap_or_default());
+    owned.push(flush.token.clone());
+    owned.push(flush.syncer.clone());
+    owned.push(flush.horizon_ms.to_string());
+    for e in entries {
+        owned.push(e.check.algorithm.id().to_string());
+        owned.push(e.units.min(ADJUST_MAX).to_string());
+        owned.push(e.check.windows.len().to_string());
+        for w in &e.check.windows {
+            owned.push(w.limit.to_string());
+            owned.push(w.period_ms.to_string());
+        }
+    }
+    let (verb, target): (&[u8], &[u8]) = match how {
+        Invocation::EvalSha => (b"EVALSHA", script.flush_sha.as_bytes()),
+        Invocation::Eval => (b"EVAL", script.flush_body.as_bytes()),
+        Invocation::FCall => (b"FCALL", script.flush_function.as_bytes()),
     };
     let mut args: Vec<&[u8]> = Vec::with_capacity(owned.len() + 2);
     args.push(verb);

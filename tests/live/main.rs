@@ -22,6 +22,7 @@ mod config_limits_envoy;
 mod differential;
 mod differential_adjust;
 mod differential_cross;
+mod differential_flush;
 mod differential_props;
 mod differential_shape;
 mod e2e;

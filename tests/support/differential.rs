@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use tollgate::limiter::model::Model;
 use tollgate::limiter::script::{
-    encode_adjust, encode_call, encode_load, encode_shaped_call, is_loaded, is_missing, limiter, Invocation,
+    encode_adjust, encode_call, encode_flush, encode_load, encode_shaped_call, is_loaded, is_missing, limiter,
+    Invocation,
 };
-use tollgate::limiter::{reply, Adjustment, Algorithm, Check, Decision, Window};
+use tollgate::limiter::{reply, Adjustment, Algorithm, Check, Decision, Flush, FlushReply, Window};
 use tollgate::resp::Value;
 
 /// How the limiter is invoked: the script (`EVALSHA`, then `EVAL` when
@@ -100,25 +101,41 @@ pub fn store_adjust_via(
     at_ms: u64,
     now_ms: Option<u64>,
 ) -> Decision {
-    let mut conn = Conn::connect(valkey.port);
-    let encode = |how| {
-        let mut body = Vec::new();
-        encode_adjust(&mut body, limiter(), how, adjustments, at_ms, now_ms);
-        body
-    };
-    let [first, retry] = path.invocations();
-    let mut reply = conn.pipeline(&encode(first), 1).remove(0);
-    if is_missing(&reply) {
-        if path == Path::Function {
-            let mut load = Vec::new();
-            encode_load(&mut load, limiter());
-            assert!(is_loaded(&conn.pipeline(&load, 1).remove(0), limiter()));
-        }
-        reply = conn.pipeline(&encode(retry), 1).remove(0);
-    }
+    let reply = encoded_via(valkey, path, |body, how| {
+        encode_adjust(body, limiter(), how, adjustments, at_ms, now_ms);
+    });
     assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
     let checks: Vec<Check> = adjustments.iter().map(|a| a.check.clone()).collect();
     reply::parse(&reply, &checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
+}
+
+/// The reply to one command `encode` writes for an invocation, through
+/// `path` (loading the code when missing).
+pub fn encoded_via(valkey: &Valkey, path: Path, encode: impl Fn(&mut Vec<u8>, Invocation)) -> Value {
+    let mut conn = Conn::connect(valkey.port);
+    let encoded = |how| {
+        let mut body = Vec::new();
+        encode(&mut body, how);
+        body
+    };
+    let [first, retry] = path.invocations();
+    let reply = conn.pipeline(&encoded(first), 1).remove(0);
+    if !is_missing(&reply) {
+        return reply;
+    }
+    if path == Path::Function {
+        let mut load = Vec::new();
+        encode_load(&mut load, limiter());
+        assert!(is_loaded(&conn.pipeline(&load, 1).remove(0), limiter()));
+    }
+    conn.pipeline(&encoded(retry), 1).remove(0)
+}
+
+/// One `flush` through `path` (loading the code when missing).
+pub fn store_flush_via(valkey: &Valkey, path: Path, flush: &Flush, now_ms: Option<u64>) -> FlushReply {
+    let reply = encoded_via(valkey, path, |body, how| encode_flush(body, limiter(), how, flush, now_ms));
+    assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
+    reply::parse_flush(&reply, &flush.entries).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
 }
 
 /// One shaped decision through `path` (docs/shaping.md).
@@ -211,6 +228,33 @@ impl<'a> Differential<'a> {
             if a.to > a.from {
                 self.written.insert(a.check.key.clone(), (now, ttl_ms(&a.check)));
             }
+        }
+        self.steps += 1;
+        got
+    }
+
+    /// Flushes at `now` in both, and asserts identical answers and stored
+    /// entries. The token key and syncer sets expire as Valkey's would.
+    pub fn flush(&mut self, flush: &Flush, now: u64) -> FlushReply {
+        self.expire(now);
+        let expected = self.model.flush(flush, now);
+        let got = store_flush_via(self.valkey, self.path, flush, Some(now));
+        assert_eq!(
+            got, expected,
+            "{:?} step {} at {now} ms: store and model disagree on {flush:#?}",
+            self.path, self.steps
+        );
+        for e in &flush.entries {
+            self.check_entries(&e.check);
+            if got.applied && e.units > 0 {
+                self.written.insert(e.check.key.clone(), (now, ttl_ms(&e.check)));
+            }
+            self.written.insert(tollgate::key::syncers_key(&e.check.key), (now, flush.horizon_ms));
+        }
+        if got.applied {
+            let longest =
+                flush.entries.iter().map(|e| e.check.windows.iter().map(|w| w.period_ms.get()).max().unwrap_or(0));
+            self.written.insert(flush.token_key.clone(), (now, longest.max().unwrap_or(0)));
         }
         self.steps += 1;
         got

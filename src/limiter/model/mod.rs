@@ -19,6 +19,7 @@
 //! Lua doubles compute exactly the same numbers.
 
 pub mod fixed_window;
+mod flush;
 pub mod gcra;
 pub mod shape;
 pub mod sliding_log;
@@ -122,6 +123,8 @@ impl State {
 #[derive(Debug, Default, Clone)]
 pub struct Model {
     buckets: BTreeMap<String, State>,
+    /// Token keys and syncer sets ([`Model::flush`]).
+    flushes: flush::Flushes,
 }
 
 impl Model {
@@ -138,9 +141,11 @@ impl Model {
         }
     }
 
-    /// Forgets `key`, as Valkey does when the key expires.
+    /// Forgets `key` (a bucket, a flush's token key or a syncer set), as
+    /// Valkey does when the key expires.
     pub fn expire(&mut self, key: &str) {
         self.buckets.remove(key);
+        self.flushes.forget(key);
     }
 
     fn state_mut(&mut self, check: &Check) -> &mut State {

@@ -22,6 +22,7 @@ fn sha_is_the_sha1_of_the_embedded_body() {
         "MAKE_ALGORITHM.fw =",
         "local function decide(",
         "local function adjust(",
+        "local function flush(",
     ] {
         assert!(s.body.contains(file), "{file}");
     }
@@ -37,12 +38,18 @@ fn the_library_holds_the_same_definitions_under_a_versioned_name() {
     let hash = sha1_smol::Sha1::from(library("@NAME@")).hexdigest();
     assert_eq!(s.function, format!("tollgate_{}", &hash[..12]));
     let header = format!("#!lua name={}\n", s.function);
-    let footer =
-        format!("redis.register_function('{0}', decide)\nredis.register_function('{0}_adjust', adjust)\n", s.function);
+    let footer = format!(
+        "redis.register_function('{0}', decide)\nredis.register_function('{0}_adjust', adjust)\n\
+         redis.register_function('{0}_flush', flush)\n",
+        s.function
+    );
     let definitions = s.body.strip_suffix("return decide(KEYS, ARGV, true)\n").unwrap();
     assert_eq!(s.library, format!("{header}{definitions}{footer}"));
     assert_eq!(s.adjust_function, format!("{}_adjust", s.function));
     assert_eq!(s.adjust_body.strip_suffix("return adjust(KEYS, ARGV, true)\n"), Some(definitions));
+    assert_eq!(s.flush_function, format!("{}_flush", s.function));
+    assert_eq!(s.flush_body.strip_suffix("return flush(KEYS, ARGV, true)\n"), Some(definitions));
+    assert_eq!(s.flush_sha, sha1_smol::Sha1::from(s.flush_body).hexdigest());
     // Any change to the code changes the name.
     let changed = library("@NAME@").replacen("-- tollgate", "-- Tollgate", 1);
     assert_ne!(sha1_smol::Sha1::from(changed).hexdigest()[..12], hash[..12]);
@@ -184,4 +191,56 @@ fn eval_carries_the_body_and_empty_now_means_server_time() {
     assert_eq!(items[0].as_bytes().unwrap(), b"EVAL");
     assert_eq!(items[1].as_bytes().unwrap(), limiter().body.as_bytes());
     assert_eq!(items[4].as_bytes().unwrap(), b"");
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_flush_sends_buckets_syncer_sets_token_key_then_its_argv() {
+    use crate::limiter::{Flush, FlushEntry};
+    let entries = vec![
+        FlushEntry { check: Check::for_test(0, "p:{a}:log", &[(20, 60_000), (5, 3_000)], 1), units: 3 },
+        FlushEntry {
+            check: crate::testing::check(Algorithm::Gcra, 1, "p:{a}:r:gcra", &[(7, 250)], 1),
+            units: u64::MAX,
+        },
+    ];
+    let flush =
+        Flush { entries, token: "t1".into(), syncer: "w".into(), horizon_ms: 5_000, token_key: "p:{a}:flush:w".into() };
+    for (how, target) in [
+        (Invocation::FCall, &limiter().flush_function),
+        (Invocation::EvalSha, &limiter().flush_sha),
+        (Invocation::Eval, &limiter().flush_body.to_string()),
+    ] {
+        let mut out = Vec::new();
+        encode_flush(&mut out, limiter(), how, &flush, Some(1234));
+        let (Value::Array(items), used) = decode(&out, &Limits::default()).unwrap() else { panic!("not an array") };
+        assert_eq!(used, out.len());
+        let text: Vec<String> =
+            items.iter().map(|v| String::from_utf8(v.as_bytes().unwrap().to_vec()).unwrap()).collect();
+        assert_eq!(&text[1], target);
+        let expected = [
+            "5",
+            "p:{a}:log",
+            "p:{a}:r:gcra",
+            "p:{a}:log:syncers",
+            "p:{a}:r:gcra:syncers",
+            "p:{a}:flush:w",
+            "1234",
+            "t1",
+            "w",
+            "5000",
+            "log",
+            "3",
+            "2",
+            "20",
+            "60000",
+            "5",
+            "3000",
+            "gcra",
+            "4294967296",
+            "1",
+            "7",
+            "250",
+        ];
+        assert_eq!(text[2..], expected);
+    }
 }

@@ -1,6 +1,8 @@
-//! [`Model::decide`] on every algorithm, and the helpers; `adjust` in [`adjust`].
+//! [`Model::decide`] on every algorithm, and the helpers; `adjust` in
+//! [`adjust`], `flush` in [`flush`].
 
 mod adjust;
+mod flush;
 
 use super::*;
 use crate::testing::check;

@@ -1,0 +1,124 @@
+-- flush(KEYS, ARGV[, once]): a worker that decides synced rules locally
+-- records, every interval, what it admitted per bucket since its last flush,
+-- and reads the global state back (model: Model::flush in
+-- src/limiter/model/flush.rs). One call per batch of keys of one hash slot.
+--
+-- KEYS[1..k]    the buckets, as for decide().
+-- KEYS[k+i]     bucket i's syncer set: exactly KEYS[i] .. ':syncers' (a
+--               sorted set: syncer name -> time of its last flush).
+-- KEYS[2k+1]    the token key of the flush (the proxy names it; same hash
+--               slot as KEYS[1], e.g. '<prefix>:{<tag>}:flush:<syncer>').
+-- ARGV[1]       now, as for decide().
+-- ARGV[2]       the token: 1..64 bytes unique per flush. A worker whose reply
+--               was lost sends the same token, keys and units again.
+-- ARGV[3]       the syncer: 1..64 bytes naming the worker (the same for all
+--               its flushes).
+-- ARGV[4]       horizon_ms: a syncer counts as active for this long after
+--               its last flush (an integer in [1, 2^53)).
+-- ARGV[5..]     for each bucket, in KEYS order: algorithm, units, n, then n
+--               pairs limit, period_ms. units (0 to 2^32): what the worker
+--               admitted in the bucket since its last flush (0: only read).
+-- Behaviour     If the token key holds the token, the flush was applied
+--               already: nothing is recorded. Else units are recorded in each
+--               bucket as adjust()'s extra charge (from 0: now, checking
+--               nothing, with its caps), and the token key is set to the token
+--               for the longest period of all buckets: a flush resent later
+--               is not recognised (and would be counted again).
+--               In both cases each syncer set notes the syncer at now, drops
+--               syncers whose last flush is horizon_ms or more ago, and lives
+--               horizon_ms.
+-- Reply         { applied (1 = recorded now, 0 = applied before), now_ms,
+--               then remaining, reset_ms, 0 per window (the state after,
+--               as adjust()'s reply), then per bucket: syncers (active
+--               syncers, this one included), rank (how many of them sort
+--               before this one, bytewise: 0 <= rank < syncers) }
+-- Errors        "ERR tollgate: ..." on malformed arguments, before any write.
+
+-- A token or syncer name: 1 to 64 bytes.
+local function short_name(s)
+  return s and #s >= 1 and #s <= 64
+end
+
+-- Whether string a sorts before string b byte by byte (Lua's `<` follows
+-- the server's locale).
+local function bytes_before(a, b)
+  local n = #a
+  if #b < n then n = #b end
+  for j = 1, n do
+    local x, y = string.byte(a, j), string.byte(b, j)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- Notes `syncer` in the sorted set `key` at now, drops those older than
+-- the horizon: the number of active syncers and the rank of `syncer`.
+local function note_syncer(key, syncer, horizon, horizon_s)
+  redis.call('ZADD', key, now_str(), syncer)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - horizon))
+  redis.call('PEXPIRE', key, ttl(horizon, horizon_s))
+  local members = redis.call('ZRANGE', key, 0, -1)
+  local rank = 0
+  for j = 1, #members do
+    if bytes_before(members[j], syncer) then rank = rank + 1 end
+  end
+  return #members, rank
+end
+
+local function flush(KEYS, ARGV, once)
+  if once then config_room = 0 end
+  if not read_clock(ARGV[1]) then
+    return redis.error_reply('ERR tollgate: bad now')
+  end
+  local token, syncer, horizon_s = ARGV[2], ARGV[3], ARGV[4]
+  if not short_name(token) then
+    return redis.error_reply('ERR tollgate: bad token')
+  end
+  if not short_name(syncer) then
+    return redis.error_reply('ERR tollgate: bad syncer')
+  end
+  local horizon = tonumber(horizon_s)
+  if not horizon or horizon < 1 or horizon >= 9007199254740992 or horizon % 1 ~= 0 then
+    return redis.error_reply('ERR tollgate: bad horizon')
+  end
+  local keys = (#KEYS - 1) / 2
+  if keys < 1 or keys % 1 ~= 0 then
+    return redis.error_reply('ERR tollgate: KEYS must be buckets, their syncer sets, the token key')
+  end
+
+  local a = 5
+  for i = 1, keys do
+    if KEYS[keys + i] ~= KEYS[i] .. ':syncers' then
+      return redis.error_reply('ERR tollgate: bad syncer set for key ' .. i)
+    end
+    local next_a, err = read_change(i, KEYS[i], ARGV, a, false)
+    if not next_a then return err end
+    a = next_a
+  end
+  if a ~= #ARGV + 1 then
+    return redis.error_reply('ERR tollgate: argument count does not match KEYS')
+  end
+
+  local token_key = KEYS[2 * keys + 1]
+  local seen = redis.call('GET', token_key) == token
+  local longest, longest_s = 0, nil
+  for i = 1, keys do
+    local b = BUCKETS[i]
+    if seen then b.to = 0 end
+    change(b, now)
+    if b.max_period > longest then longest, longest_s = b.max_period, b.max_period_s end
+  end
+  if not seen then
+    redis.call('SET', token_key, token, 'PX', ttl(longest, longest_s))
+  end
+
+  local reply = report(keys, true)
+  if seen then reply[1] = 0 end
+  local r = #reply
+  for i = 1, keys do
+    local syncers, rank = note_syncer(KEYS[keys + i], syncer, horizon, horizon_s)
+    reply[r + 1], reply[r + 2] = syncers, rank
+    r = r + 2
+  end
+  return reply
+end

@@ -1,0 +1,76 @@
+//! [`Model::flush`], the model of `flush.lua`: a worker's flush records what
+//! it admitted locally per bucket, once per token, as [`Model::adjust`]'s
+//! extra charge (from 0); every flush notes its syncer as active in each
+//! bucket's syncer set.
+
+use super::Model;
+use crate::key::syncers_key;
+use crate::limiter::{Adjustment, Flush, FlushReply};
+use std::collections::BTreeMap;
+
+/// What flushes keep in the store besides the buckets, with the expiry
+/// Valkey gives each key.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Flushes {
+    /// Per token key: the last token applied, and when the key expires.
+    tokens: BTreeMap<String, (String, u64)>,
+    /// Per syncer set: each syncer's last flush, and when the set expires.
+    syncers: BTreeMap<String, (BTreeMap<String, u64>, u64)>,
+}
+
+impl Flushes {
+    /// Forgets `key`, as Valkey does when it expires.
+    pub(super) fn forget(&mut self, key: &str) {
+        self.tokens.remove(key);
+        self.syncers.remove(key);
+    }
+
+    /// Notes `syncer` at `now` in the set `key` and drops those whose last
+    /// flush is `horizon` or more ago: (active syncers, `syncer`'s rank among
+    /// them by name, bytewise).
+    fn note(&mut self, key: &str, syncer: &str, horizon: u64, now: u64) -> (u64, u64) {
+        let (members, expires) = self.syncers.entry(key.to_string()).or_default();
+        if now >= *expires {
+            members.clear();
+        }
+        members.insert(syncer.to_string(), now);
+        members.retain(|_, last| last.saturating_add(horizon) > now);
+        *expires = now.saturating_add(horizon);
+        let rank = members.keys().filter(|name| name.as_str() < syncer).count();
+        (members.len() as u64, rank as u64)
+    }
+}
+
+impl Model {
+    /// Applies `flush` at `now_ms` (`flush.lua`). Unless its token key holds
+    /// its token (unexpired), each entry's units are charged as
+    /// [`Model::adjust`] from 0 to `units`, and the token is kept for the
+    /// longest period of all entries; a flush already applied records
+    /// nothing. Either way each bucket's syncer set notes the syncer for
+    /// `horizon_ms`. The reply holds the buckets' state afterwards and, per
+    /// entry, the active syncers and this syncer's rank.
+    pub fn flush(&mut self, flush: &Flush, now_ms: u64) -> FlushReply {
+        let seen = self
+            .flushes
+            .tokens
+            .get(&flush.token_key)
+            .is_some_and(|(token, expires)| *token == flush.token && now_ms < *expires);
+        let adjustments: Vec<Adjustment> = flush
+            .entries
+            .iter()
+            .map(|e| Adjustment { check: e.check.clone(), from: 0, to: if seen { 0 } else { e.units } })
+            .collect();
+        let state = self.adjust(&adjustments, now_ms, now_ms);
+        if !seen {
+            let windows = flush.entries.iter().flat_map(|e| &e.check.windows);
+            let longest = windows.map(|w| w.period_ms.get()).max().unwrap_or(0);
+            self.flushes.tokens.insert(flush.token_key.clone(), (flush.token.clone(), now_ms.saturating_add(longest)));
+        }
+        let syncers = flush
+            .entries
+            .iter()
+            .map(|e| self.flushes.note(&syncers_key(&e.check.key), &flush.syncer, flush.horizon_ms, now_ms))
+            .collect();
+        FlushReply { applied: !seen, state, syncers }
+    }
+}

@@ -1,0 +1,83 @@
+//! `Model::flush`: a token records once until it expires, units 0 only
+//! read, syncers count as active for the horizon and rank by name.
+
+use crate::limiter::model::Model;
+use crate::limiter::{Algorithm, Flush, FlushEntry};
+use crate::testing::check;
+
+const T: u64 = 1_800_000_000_000;
+
+/// A flush of `units` in one bucket (10 per s, 30 per 5 s) by `syncer`.
+fn flush(algorithm: Algorithm, token: &str, syncer: &str, units: u64) -> Flush {
+    let check = check(algorithm, 0, "p:{k}:b", &[(10, 1_000), (30, 5_000)], 1);
+    Flush {
+        entries: vec![FlushEntry { check, units }],
+        token: token.into(),
+        syncer: syncer.into(),
+        horizon_ms: 3_000,
+        token_key: format!("p:{{k}}:flush:{syncer}"),
+    }
+}
+
+fn remaining(m: &mut Model, algorithm: Algorithm, now: u64) -> Vec<u64> {
+    m.flush(&flush(algorithm, "look", "reader", 0), now).state.windows.iter().map(|w| w.remaining).collect()
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn the_same_flush_twice_records_once_and_a_new_token_again() {
+    for algorithm in Algorithm::ALL {
+        let mut m = Model::new();
+        let first = m.flush(&flush(algorithm, "t1", "w", 4), T);
+        assert!(first.applied, "{algorithm:?}");
+        assert_eq!(first.state.windows.iter().map(|w| w.remaining).collect::<Vec<_>>(), vec![6, 26], "{algorithm:?}");
+        assert!(first.state.allowed && first.state.windows.iter().all(|w| w.retry_ms == 0));
+        let again = m.flush(&flush(algorithm, "t1", "w", 4), T);
+        assert!(!again.applied, "{algorithm:?}");
+        assert_eq!(again.state, first.state, "{algorithm:?}: the resend recorded nothing");
+        let next = m.flush(&flush(algorithm, "t2", "w", 4), T);
+        assert!(next.applied, "{algorithm:?}");
+        assert_eq!(next.state.windows[1].remaining, 22, "{algorithm:?}");
+    }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn units_zero_record_nothing() {
+    for algorithm in Algorithm::ALL {
+        let mut m = Model::new();
+        let r = m.flush(&flush(algorithm, "t1", "w", 0), T);
+        assert!(r.applied, "{algorithm:?}: the token is applied, with nothing to record");
+        assert_eq!(r.state.windows.iter().map(|w| w.remaining).collect::<Vec<_>>(), vec![10, 30], "{algorithm:?}");
+        assert_eq!(remaining(&mut m, algorithm, T + 1), vec![10, 30], "{algorithm:?}");
+    }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_token_expires_after_the_longest_period() {
+    for algorithm in Algorithm::ALL {
+        let mut m = Model::new();
+        assert!(m.flush(&flush(algorithm, "t1", "w", 2), T).applied);
+        assert!(!m.flush(&flush(algorithm, "t1", "w", 2), T + 4_999).applied, "{algorithm:?}");
+        let late = m.flush(&flush(algorithm, "t1", "w", 2), T + 5_000);
+        assert!(late.applied, "{algorithm:?}: a resend after the longest period is counted again");
+    }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn syncers_are_active_for_the_horizon_and_ranked_by_name() {
+    let a = Algorithm::Gcra;
+    let mut m = Model::new();
+    // Horizon 3 s: "b" at 0, "c" at 1 s, "a" at 2 s.
+    assert_eq!(m.flush(&flush(a, "1", "b", 1), T).syncers, vec![(1, 0)]);
+    assert_eq!(m.flush(&flush(a, "2", "c", 1), T + 1_000).syncers, vec![(2, 1)]);
+    assert_eq!(m.flush(&flush(a, "3", "a", 1), T + 2_000).syncers, vec![(3, 0)]);
+    assert_eq!(m.flush(&flush(a, "4", "c", 1), T + 2_999).syncers, vec![(3, 2)]);
+    // "b" flushed 3 s ago: no longer active.
+    assert_eq!(m.flush(&flush(a, "5", "c", 1), T + 3_000).syncers, vec![(2, 1)]);
+    assert_eq!(m.flush(&flush(a, "6", "b", 1), T + 3_001).syncers, vec![(3, 1)]);
+    // A resent flush is still noted.
+    assert_eq!(m.flush(&flush(a, "6", "b", 1), T + 4_500).syncers, vec![(3, 1)]);
+    // "a" and "c" went quiet; then "b" too, and the set expired.
+    assert_eq!(m.flush(&flush(a, "7", "b", 0), T + 5_999).syncers, vec![(2, 0)]);
+    assert_eq!(m.flush(&flush(a, "8", "b", 0), T + 6_000).syncers, vec![(1, 0)]);
+    assert_eq!(m.flush(&flush(a, "9", "z", 0), T + 9_000).syncers, vec![(1, 0)]);
+}

@@ -1,0 +1,212 @@
+//! `flush` (src/limiter/flush.lua) against its model (`Model::flush`) in a
+//! real Valkey, through both invocation paths, with injected time: named
+//! cases per algorithm (resent tokens, several syncers, a token outliving
+//! nothing but its longest period, charges far past the limits), malformed
+//! arguments, then random traces mixing decisions with flushes and resends
+//! by several syncers. Model and Lua must agree on every reply and on the
+//! log's stored entries; decisions in between read the flushed state.
+
+use crate::support;
+
+use proptest::prelude::*;
+use proptest::test_runner::{FileFailurePersistence, TestRunner};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use support::differential::{check, encoded_via, Differential, Path};
+use support::props::{rule, Rule, GAPS};
+use support::Valkey;
+use tollgate::key::flush_token_key;
+use tollgate::limiter::script::{encode_flush, limiter};
+use tollgate::limiter::{Algorithm, Check, Flush, FlushEntry};
+use tollgate::resp::Value;
+
+/// A flush of `units[i]` in `checks[i]` by `syncer`, with a token key
+/// derived from the first key.
+fn flush(checks: &[&Check], units: &[u64], token: &str, syncer: &str, horizon_ms: u64) -> Flush {
+    let entries = checks.iter().zip(units).map(|(c, &units)| FlushEntry { check: (*c).clone(), units }).collect();
+    let token_key = flush_token_key(&checks[0].key, syncer);
+    Flush { entries, token: token.into(), syncer: syncer.into(), horizon_ms, token_key }
+}
+
+/// For each algorithm and path: a flush, its resend (nothing recorded), a
+/// decision reading it, three syncers with one going stale, a resend after
+/// the token expired (counted again), a charge far past every limit, then
+/// decisions go on, in agreement.
+#[test]
+fn named_cases_agree() {
+    let valkey = Valkey::start();
+    for path in Path::ALL {
+        for algorithm in Algorithm::ALL {
+            let key = |name: &str| format!("f:{{{path:?}:{algorithm:?}}}:{name}:{}", algorithm.id());
+            let a = check(algorithm, 0, &key("a"), &[(6, 1_000), (20, 5_000)], 1);
+            let b = check(algorithm, 1, &key("b"), &[(3, 2_000)], 2);
+            let mut d = Differential::via(&valkey, path);
+            let t = 1_800_000_000_000u64;
+            let first = d.flush(&flush(&[&a, &b], &[2, 1], "w1-1", "w1", 3_000), t);
+            assert!(first.applied);
+            assert!(!d.flush(&flush(&[&a, &b], &[2, 1], "w1-1", "w1", 3_000), t + 10).applied);
+            d.step(&[a.clone(), b.clone()], t + 20);
+            assert!(d.flush(&flush(&[&a, &b], &[1, 0], "w1-2", "w1", 3_000), t + 30).applied);
+            let two = d.flush(&flush(&[&b, &a], &[0, 3], "w2-1", "w2", 3_000), t + 500);
+            assert_eq!(two.syncers, vec![(2, 1), (2, 1)]);
+            let zero = d.flush(&flush(&[&a], &[1], "w0-1", "w0", 3_000), t + 2_000);
+            assert_eq!(zero.syncers, vec![(3, 0)]);
+            // w1 flushed last at t + 30: gone from both sets at t + 3_030.
+            assert_eq!(
+                d.flush(&flush(&[&b, &a], &[0, 0], "w2-2", "w2", 3_000), t + 3_030).syncers,
+                vec![(1, 0), (2, 1)]
+            );
+            // The token of w1's last flush expired after 5 s: a resend counts again.
+            assert!(!d.flush(&flush(&[&a, &b], &[1, 0], "w1-2", "w1", 3_000), t + 5_029).applied);
+            assert!(d.flush(&flush(&[&a, &b], &[1, 0], "w1-2", "w1", 3_000), t + 5_030).applied);
+            // Far past every limit (the log keeps at most its largest limit).
+            d.flush(&flush(&[&a, &b], &[1 << 32, 1_000_000], "w2-3", "w2", 3_000), t + 6_000);
+            for i in 1..=12 {
+                d.step(&[a.clone(), b.clone()], t + 6_000 + 613 * i);
+            }
+            d.flush(&flush(&[&a, &b], &[0, 0], "w2-4", "w2", 3_000), t + 30_000);
+        }
+    }
+}
+
+/// Malformed arguments are refused with `ERR tollgate: ...` through both
+/// paths, and write nothing.
+#[test]
+fn malformed_flushes_are_refused() {
+    let valkey = Valkey::start();
+    let c = check(Algorithm::FixedWindow, 0, "m:{x}:r:fw", &[(5, 1_000)], 1);
+    let good = flush(&[&c], &[1], "t", "w", 1_000);
+    let long = "x".repeat(65);
+    let cases: Vec<(Flush, &str)> = vec![
+        (Flush { token: String::new(), ..good.clone() }, "ERR tollgate: bad token"),
+        (Flush { token: long.clone(), ..good.clone() }, "ERR tollgate: bad token"),
+        (Flush { syncer: String::new(), ..good.clone() }, "ERR tollgate: bad syncer"),
+        (Flush { syncer: long, ..good.clone() }, "ERR tollgate: bad syncer"),
+        (Flush { horizon_ms: 0, ..good.clone() }, "ERR tollgate: bad horizon"),
+        (Flush { entries: vec![], ..good.clone() }, "ERR tollgate: KEYS must be"),
+    ];
+    for path in Path::ALL {
+        for (f, message) in &cases {
+            let reply = encoded_via(&valkey, path, |body, how| encode_flush(body, limiter(), how, f, Some(1_000)));
+            let Value::Error(text) = &reply else { panic!("{path:?}: {f:?} gave {reply:?}") };
+            assert!(text.starts_with(message.as_bytes()), "{path:?}: {}", String::from_utf8_lossy(text));
+        }
+        // A count mismatch, units past 2^32, a syncer set not the bucket's.
+        let mut body = Vec::new();
+        encode_flush(&mut body, limiter(), path.invocations()[1], &good, Some(1_000));
+        let (Value::Array(items), _) = tollgate::resp::decode(&body, &Default::default()).unwrap() else { panic!() };
+        let args: Vec<Vec<u8>> = items.iter().map(|v| v.as_bytes().unwrap().to_vec()).collect();
+        let edits: [(usize, &[u8], &str); 3] = [
+            (11, b"4294967297", "ERR tollgate: bad units"),
+            (12, b"2", "ERR tollgate: bad window 2"),
+            (4, b"m:{x}:other:syncers", "ERR tollgate: bad syncer set for key 1"),
+        ];
+        for (at, value, message) in edits {
+            let mut sent = args.clone();
+            sent[at] = value.to_vec();
+            let sent: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
+            let Value::Error(text) = support::try_command(valkey.port, &sent).unwrap() else { panic!("{path:?}") };
+            assert!(text.starts_with(message.as_bytes()), "{path:?}: {}", String::from_utf8_lossy(&text));
+        }
+    }
+    assert_eq!(valkey.int(&["DBSIZE"]), 0, "a refused flush wrote nothing");
+}
+
+/// A step: a decision of the rules in `mask`; a flush by syncer `syncer` of
+/// the rules in `mask` with units `units` (a fresh token); the syncer's last
+/// flush sent again.
+#[derive(Debug, Clone)]
+enum Op {
+    Decide(u8),
+    Flush { syncer: u8, mask: u8, units: [u8; 4] },
+    Resend { syncer: u8 },
+}
+
+fn ops() -> impl Strategy<Value = Vec<(u64, Op)>> {
+    let op = prop_oneof![
+        2 => (1..16u8).prop_map(Op::Decide),
+        3 => (0..3u8, 1..16u8, any::<[u8; 4]>()).prop_map(|(syncer, mask, units)| Op::Flush { syncer, mask, units }),
+        1 => (0..3u8).prop_map(|syncer| Op::Resend { syncer }),
+    ];
+    prop::collection::vec((prop::sample::select(GAPS.to_vec()), op), 1..50)
+}
+
+/// Units of a flush: mostly small, sometimes none, sometimes a lot.
+fn units_of(choice: u8) -> u64 {
+    match choice % 8 {
+        0 => 0,
+        1..=5 => u64::from(choice % 5),
+        6 => 40,
+        _ => 100_000,
+    }
+}
+
+fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], horizon_ms: u64, start: u64, ops: &[(u64, Op)]) {
+    static CASE: AtomicU64 = AtomicU64::new(0);
+    let case = CASE.fetch_add(1, Ordering::Relaxed);
+    // One hash tag per trace: every flush's keys share the token key's slot.
+    let checks: Vec<Check> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| check(r.algorithm, i, &format!("s:{{c{case}}}:r{i}:{}", r.algorithm.id()), &r.windows, r.cost))
+        .collect();
+    let chosen = |mask: u8| -> Vec<&Check> {
+        checks.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, c)| c).collect()
+    };
+    let mut diff = Differential::via(valkey, path);
+    let mut last: BTreeMap<u8, Flush> = BTreeMap::new();
+    let mut now = start;
+    for (n, (gap, op)) in ops.iter().enumerate() {
+        now += gap;
+        match op {
+            Op::Decide(mask) => {
+                let decided: Vec<Check> = chosen(*mask).into_iter().cloned().collect();
+                if !decided.is_empty() {
+                    diff.step(&decided, now);
+                }
+            }
+            Op::Flush { syncer, mask, units } => {
+                let keys = chosen(*mask);
+                if keys.is_empty() {
+                    continue;
+                }
+                let units: Vec<u64> = units.iter().map(|&u| units_of(u)).collect();
+                let f = flush(&keys, &units, &format!("{syncer}-{n}"), &format!("w{syncer}"), horizon_ms);
+                diff.flush(&f, now);
+                last.insert(*syncer, f);
+            }
+            Op::Resend { syncer } => {
+                if let Some(f) = last.get(syncer) {
+                    diff.flush(f, now);
+                }
+            }
+        }
+    }
+}
+
+const REGRESSIONS: &str = "tests/differential_flush.proptest-regressions";
+
+#[test]
+fn random_traces_with_flushes_agree() {
+    let valkey = Valkey::start();
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(100),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
+        ..ProptestConfig::default()
+    });
+    let strategy = (
+        prop::collection::vec(rule(), 1..=4),
+        prop::sample::select(vec![1u64, 500, 3_000, 60_000]),
+        1_600_000_000_000u64..1_900_000_000_000,
+        ops(),
+    );
+    let result = runner.run(&strategy, |(rules, horizon_ms, start, ops)| {
+        for path in Path::ALL {
+            run_trace(&valkey, path, &rules, horizon_ms, start, &ops);
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
