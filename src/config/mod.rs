@@ -88,6 +88,7 @@ pub mod schema;
 mod schema_fields;
 mod shape;
 mod shaping;
+mod sync_policy;
 mod validate;
 
 #[cfg(test)]
@@ -112,6 +113,9 @@ pub use limits::*;
 pub use matching::{HeaderCondition, HeaderMatch, Match, Pattern, MAX_HEADER_MATCHES};
 pub use response::{Body, ResponseConfig, DEFAULT_TEXT_BODY, MAX_TEXT_BYTES};
 pub use shaping::{Shaping, DEFAULT_MAX_WAITING, MAX_SHAPE_DELAY_MS, MAX_WAITING_BOUNDS};
+pub use sync_policy::{
+    SyncPolicy, DEFAULT_SYNC_MAX_KEYS, MAX_SYNC_INTERVAL_MS, MIN_SYNC_INTERVAL_MS, SYNC_MAX_KEYS_BOUNDS,
+};
 
 /// A validated filter configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -294,6 +298,10 @@ pub struct Rule {
     /// Holds a request that does not fit until it does (`shape`,
     /// docs/shaping.md); `None`: a request that does not fit is denied.
     pub shaping: Option<Shaping>,
+    /// Decided on the worker from its view of each window, synced with the
+    /// store every interval (`sync`, docs/sync.md); `None`: every request
+    /// is decided by the store.
+    pub sync: Option<SyncPolicy>,
     /// The policy name of each window, `"<name>/<period label>"` (as in the
     /// `RateLimit` headers), built once here instead of on every request.
     pub policy_names: Vec<String>,

@@ -94,6 +94,13 @@ objects! {
         hash_tag: Option<u64>,
         count: Option<RawCount>,
         shape: Option<RawShape>,
+        sync: Option<RawSync>,
+    }
+
+    /// `rules[i].sync`: decide locally, sync every interval.
+    RawSync {
+        interval: RawDuration,
+        max_keys: Option<u64>,
     }
 
     /// `rules[i].shape`: hold a request until it fits.

@@ -7,7 +7,6 @@
 
 use serde_json::{json, Map, Value};
 
-use super::DEFAULT_MAX_WAITING;
 use super::{
     Algorithm, Bounds, DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_LOCAL_KEYS, DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_MESSAGES_IN_FLIGHT, DEFAULT_MAX_QUEUE,
@@ -16,6 +15,7 @@ use super::{
     MAX_LITERAL_BYTES, MAX_MESSAGES_IN_FLIGHT_BOUNDS, MAX_NAME_CHARS, MAX_PROPERTY_SEGMENTS, MAX_QUEUE_BOUNDS,
     MAX_TEXT_BYTES, MAX_WAITING_BOUNDS, MAX_WINDOWS,
 };
+use super::{DEFAULT_MAX_WAITING, DEFAULT_SYNC_MAX_KEYS, SYNC_MAX_KEYS_BOUNDS};
 
 /// A duration string.
 pub(crate) const DURATION_PATTERN: &str = "^[0-9]+(ms|s|m|h|d)$";
@@ -240,6 +240,17 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             "Requests of the rule held or being decided per worker, at most; beyond, a request is denied (429) without a store call.",
             DEFAULT_MAX_WAITING,
             MAX_WAITING_BOUNDS,
+        ),
+        "rules[].sync" => {
+            json!({ "description": "Decide the rule's requests on each worker from its view of every window, and every interval send the store what it admitted and read the windows back (docs/sync.md): no store call per request, within a stated bound. Not with count or shape." })
+        }
+        "rules[].sync.interval" => {
+            json!({ "description": "How often a worker syncs: >= 10ms, <= 1m, and shorter than the rule's shortest period." })
+        }
+        "rules[].sync.max_keys" => count(
+            "Buckets of the rule one worker keeps, at most; a new key beyond is decided by the store until room is made.",
+            DEFAULT_SYNC_MAX_KEYS,
+            SYNC_MAX_KEYS_BOUNDS,
         ),
         "rules[].count" => {
             json!({ "description": "Count what the response says: only some statuses or responses with a header, a cost the response reports, and an optional reservation on the request that the response settles. A request is still denied when the rule's windows are full." })

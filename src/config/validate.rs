@@ -22,6 +22,7 @@ use super::primitives::{bounded_count, duration, envoy_cluster, fail, header_nam
 use super::raw::{RawConfig, RawLimit, RawLocalLimiter, RawRule, RawTesting, RawValkey};
 use super::response::response;
 use super::shaping::shaping;
+use super::sync_policy::sync_policy;
 use super::{
     Algorithm, Config, FailureMode, Invoke, Limit, LocalLimiterConfig, Overload, Period, Rule, Testing, ValkeyConfig,
     DEFAULT_DENIAL_CACHE_KEYS, DEFAULT_KEY_PREFIX, DEFAULT_LOCAL_KEYS, DEFAULT_LOCAL_SHARE_PPM, DEFAULT_MAX_BATCH,
@@ -232,9 +233,10 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
             format!("does not apply with rules[{i}].count.cost: the response says what a request costs"),
         );
     }
+    let sync = sync_policy(i, raw.sync, &limits, count.is_some(), raw.shape.is_some())?;
     let shaping = shaping(i, raw.shape, count.is_some(), shadow)?;
     let policy_names = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
-    Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, hash_tag, count, shaping, policy_names })
+    Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, hash_tag, count, shaping, sync, policy_names })
 }
 
 /// `rules[i].hash_tag`: the index of one of the rule's `parts` key parts.

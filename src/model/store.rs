@@ -8,7 +8,7 @@
 
 use crate::limiter::model::Model;
 use crate::limiter::script::limiter;
-use crate::limiter::{Adjustment, Algorithm, Check, Decision, Window};
+use crate::limiter::{Adjustment, Algorithm, Check, Decision, Flush, FlushEntry, Window};
 use crate::resp::{decode_all, encode_value, Limits, Value};
 use std::num::NonZeroU64;
 
@@ -105,19 +105,27 @@ impl ModelStore {
             "FCALL" | "EVALSHA" | "EVAL" => {
                 let script = limiter();
                 let target = args.get(1).map(text).unwrap_or_default();
-                let adjusting = match verb.as_str() {
-                    "FCALL" if target == script.function => false,
-                    "FCALL" if target == script.adjust_function => true,
+                let entry = match verb.as_str() {
+                    "FCALL" if target == script.function => Entry::Decide,
+                    "FCALL" if target == script.adjust_function => Entry::Adjust,
+                    "FCALL" if target == script.flush_function => Entry::Flush,
                     "FCALL" => return error("ERR Function not found"),
-                    "EVALSHA" if target == script.sha => false,
-                    "EVALSHA" if target == script.adjust_sha => true,
+                    "EVALSHA" if target == script.sha => Entry::Decide,
+                    "EVALSHA" if target == script.adjust_sha => Entry::Adjust,
+                    "EVALSHA" if target == script.flush_sha => Entry::Flush,
                     "EVALSHA" => return error("NOSCRIPT unknown sha"),
-                    _ => target == script.adjust_body,
+                    _ if target == script.adjust_body => Entry::Adjust,
+                    _ if target == script.flush_body => Entry::Flush,
+                    _ => Entry::Decide,
                 };
                 self.evals += usize::from(verb == "EVAL");
                 self.script_loaded = true;
                 let args = args.get(2..).unwrap_or_default();
-                let reply = if adjusting { self.adjust(args, now_ms) } else { self.decide(args, now_ms) };
+                let reply = match entry {
+                    Entry::Decide => self.decide(args, now_ms),
+                    Entry::Adjust => self.adjust(args, now_ms),
+                    Entry::Flush => self.flush(args, now_ms),
+                };
                 match reply {
                     Some(reply) => {
                         self.executed += 1;
@@ -192,6 +200,42 @@ impl ModelStore {
         }
         Some(reply(&self.model.adjust(&adjustments, at, now)))
     }
+
+    /// `numkeys, buckets..., their syncer sets..., token key, now, token,
+    /// syncer, horizon, (algorithm, units, n, (limit, period)...)...`
+    fn flush(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
+        let mut args = args.iter().map(text);
+        let (keys, now) = keys_and_clock(&mut args, now_ms)?;
+        let buckets = keys.len().checked_sub(1)? / 2;
+        let token_key = keys.last()?.clone();
+        let (token, syncer) = (args.next()?, args.next()?);
+        let horizon_ms: u64 = args.next()?.parse().ok()?;
+        let mut entries = Vec::with_capacity(buckets);
+        for (rule, key) in keys.into_iter().take(buckets).enumerate() {
+            let algorithm = algorithm(args.next())?;
+            let units: u64 = args.next()?.parse().ok()?;
+            let windows = windows(&mut args)?;
+            let check = Check { rule, key, windows, cost: NonZeroU64::MIN, algorithm, check_only: false };
+            entries.push(FlushEntry { check, units });
+        }
+        let flush = Flush { entries, token, syncer, horizon_ms, token_key };
+        let answer = self.model.flush(&flush, now);
+        let Value::Array(mut items) = reply(&answer.state) else { return None };
+        if let Some(first) = items.first_mut() {
+            *first = Value::Integer(i64::from(answer.applied));
+        }
+        for (syncers, rank) in answer.syncers {
+            items.extend([syncers, rank].map(|n| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX))));
+        }
+        Some(Value::Array(items))
+    }
+}
+
+/// Which entry point of the limiter a call runs.
+enum Entry {
+    Decide,
+    Adjust,
+    Flush,
 }
 
 fn nz(s: Option<String>) -> Option<NonZeroU64> {

@@ -125,6 +125,17 @@ pub enum Stat {
     StreamReset(Reset),
     /// Shaping (`rules[].shape`).
     Shape(ShapeStat),
+    /// Decided on the worker by a synced rule's view (`rules[].sync`).
+    Synced {
+        allowed: bool,
+    },
+    /// A flush the store answered, and the buckets it carried.
+    SyncFlush,
+    SyncKeys,
+    /// A flush that failed (sent again with the same token).
+    SyncFailure,
+    /// A flush dropped: too old to count in any window.
+    SyncDropped,
 }
 
 /// The counters of shaping (`tollgate.shape.<name>`).

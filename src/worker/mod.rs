@@ -26,9 +26,11 @@
 //!   corrects the store's record.
 //! * [`shaping`]: requests of rules that shape, counted against
 //!   `max_waiting`, admissions held until their slot, slots given back.
+//! * [`synced`]: rules decided on the worker from its view of each window,
+//!   and the flushes that sync that view with the store every interval.
 //!
 //! Rooms import one another in one direction only: `calls` ← `stream` ←
-//! `discovery` ← `request` ← `cross`, `counting`, `shaping`. A step that needs several
+//! `discovery` ← `request` ← `cross`, `counting`, `shaping`, `synced`. A step that needs several
 //! rooms is a method of [`Worker`] in the room of its concern, and reaches
 //! another room's state only through that room's methods. The events are
 //! here, except those of counting on the response: `on_request_body`
@@ -56,6 +58,7 @@ mod request;
 mod shaping;
 pub mod stats;
 mod stream;
+mod synced;
 
 #[cfg(test)]
 mod tests;
@@ -69,7 +72,9 @@ pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
 
 use crate::cache::DenialCache;
 use crate::config::{Config, Invoke};
-use crate::limiter::script::{encode_adjust, encode_call, encode_shaped_call, limiter, Invocation, Script};
+use crate::limiter::script::{
+    encode_adjust, encode_call, encode_flush, encode_shaped_call, limiter, Invocation, Script,
+};
 use crate::plan::RequestView;
 use crate::store::Preamble;
 use calls::table::Calls;
@@ -85,6 +90,7 @@ use shaping::hold::give_back;
 use shaping::{max_delay, Holding};
 use std::time::Duration;
 use stream::shards::Shards;
+use synced::Syncing;
 
 /// How often the worker looks at deadlines while it holds requests.
 pub const TICK: Duration = Duration::from_millis(5);
@@ -151,6 +157,8 @@ pub struct Worker {
     crossings: Crossings,
     /// Shaping: requests counted against `max_waiting`, and those held.
     holding: Holding,
+    /// Synced rules: this worker's view of their buckets, and its flushes.
+    synced: Syncing,
 }
 
 impl Worker {
@@ -184,6 +192,7 @@ impl Worker {
             log: Throttle::default(),
             crossings: Crossings::default(),
             holding: Holding::new(&config),
+            synced: Syncing::new(&config),
             config,
         }
     }
@@ -300,6 +309,9 @@ impl Worker {
         if self.holding.active() {
             self.shape_step(host, now_ms);
         }
+        if entry == Entry::Tick && self.synced.active() {
+            self.sync_step(host, now_ms);
+        }
         self.pump(host, own, now_ms);
         if own {
             let now = [self.shards.in_flight(), self.calls.len() + self.deliveries.len(), self.holding.len()];
@@ -319,6 +331,8 @@ impl Worker {
             || !self.holding.is_empty()
         {
             TICK
+        } else if let Some(interval) = self.synced.tick() {
+            interval
         } else if (self.sentinels.is_some() || self.cluster.is_some()) && self.serving {
             IDLE_TICK
         } else {
@@ -354,8 +368,8 @@ impl Worker {
 
 /// Writes held call `p` into `out`, invoked `how` (a decision shaped as
 /// `shaping`'s rules say, when some rule shapes). The composition's: the
-/// kinds of call come from four rooms (a decision, a step across slots, a
-/// settlement, a slot given back), and all go on the same streams.
+/// kinds of call come from five rooms (a decision, a step across slots, a
+/// settlement, a slot given back, a flush), and all go on the same streams.
 fn write_call(out: &mut Vec<u8>, script: &Script, how: Invocation, p: &Pending, shaping: Option<&Config>) {
     let now_override = p.arrival.now_override;
     match &p.call {
@@ -371,5 +385,6 @@ fn write_call(out: &mut Vec<u8>, script: &Script, how: Invocation, p: &Pending, 
         Call::Settle(call) => {
             encode_adjust(out, script, how, &call.adjustments(&p.checks), call.at_ms, now_override);
         }
+        Call::Flush(call) => encode_flush(out, script, how, &synced::flush::of(call, &p.checks), None),
     }
 }

@@ -3,13 +3,13 @@
 //! the filter defines one Envoy metric per name and counts a [`Stat`] into
 //! the metric named for it. Bounded: 4 per rule (9 for a rule with
 //! `count`), 23 others, one per [`FailureKind`] and one per [`Reset`], 4
-//! when a rule shapes; plus the total of store errors, two gauges (three
+//! when a rule shapes, 6 when a rule syncs (or `failure_mode` is local); plus the total of store errors, two gauges (three
 //! when a rule shapes), the histogram of store time (and of shaping delay
 //! when a rule shapes).
 
 use super::host::{CountStat, Gauge, Reset, ShapeStat, Stat};
 use super::request::ruling::RuleOutcome;
-use crate::config::Config;
+use crate::config::{Config, FailureMode};
 use crate::store::FailureKind;
 
 /// Every store error counts here too, beside its kind's counter.
@@ -53,6 +53,16 @@ const OTHERS: [(Stat, &str); 23] = [
     (Stat::StreamOpen, "stream.opens"),
 ];
 
+/// The counters of synced rules (`tollgate.sync.<name>`), when a rule syncs.
+const SYNC: [(Stat, &str); 6] = [
+    (Stat::Synced { allowed: true }, "allowed"),
+    (Stat::Synced { allowed: false }, "denied"),
+    (Stat::SyncFlush, "flushes"),
+    (Stat::SyncKeys, "keys"),
+    (Stat::SyncFailure, "failures"),
+    (Stat::SyncDropped, "dropped"),
+];
+
 /// Every counter a worker with `config` can count, with its name. A
 /// [`Stat::StoreError`] names its kind's counter ([`STORE_ERRORS`] counts
 /// them all).
@@ -71,6 +81,10 @@ pub fn counters(config: &Config) -> Vec<(Stat, String)> {
     out.extend(FailureKind::ALL.map(|k| (Stat::StoreError(k), format!("{STORE_ERRORS}.{}", k.name()))));
     out.extend(OTHERS.map(|(stat, name)| (stat, format!("tollgate.{name}"))));
     out.extend(Reset::ALL.map(|r| (Stat::StreamReset(r), format!("tollgate.stream.resets.{}", r.name()))));
+    // (`failure_mode: local` flushes what it admitted, too.)
+    if config.rules.iter().any(|r| r.sync.is_some()) || config.failure_mode == FailureMode::Local {
+        out.extend(SYNC.map(|(stat, name)| (stat, format!("tollgate.sync.{name}"))));
+    }
     if config.rules.iter().any(|r| r.shaping.is_some()) {
         out.extend(ShapeStat::ALL.map(|s| (Stat::Shape(s), format!("tollgate.shape.{}", s.name()))));
     }

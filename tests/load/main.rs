@@ -14,3 +14,4 @@ mod netns;
 mod reload;
 mod shaping;
 mod soak;
+mod sync;

@@ -76,6 +76,7 @@ fn example_parses_to_expected_values() {
             hash_tag: None,
             count: None,
             shaping: None,
+            sync: None,
             policy_names: vec!["auth.createToken/60s".into(), "auth.createToken/3s".into()],
         }],
         response: ResponseConfig::default(),

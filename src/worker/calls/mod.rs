@@ -27,6 +27,8 @@ pub enum CallId {
     Settlement(u32),
     /// A held request's slot given back (shaping).
     GiveBack(u32),
+    /// A flush of synced rules' buckets.
+    Flush(u32),
 }
 
 /// A shard of the worker (one store stream), by a number never reused.
@@ -35,7 +37,7 @@ pub type ShardId = u32;
 pub const PARKED: ShardId = ShardId::MAX;
 
 /// One request waiting for its decision.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Pending {
     pub checks: Vec<Check>,
     /// When its request arrived (or, for a call made later on its behalf,
@@ -72,16 +74,19 @@ pub enum Call {
     /// A gone held request's record taken back from its slot (`adjust` of
     /// `checks` to 0, at this time on the store's clock; shaping).
     GiveBack(u64),
+    /// What a worker admitted in synced rules' buckets (`checks`), sent to
+    /// the store, which answers their windows.
+    Flush(FlushCall),
 }
 
 impl Call {
-    /// An `adjust` (an undo, a settlement): its script has a SHA of its
-    /// own, so after a `NOSCRIPT` it goes as `EVAL` itself.
-    pub fn adjusts(&self) -> bool {
+    /// An `adjust` (an undo, a settlement) or a flush: its script has a
+    /// SHA of its own, so after a `NOSCRIPT` it goes as `EVAL` itself.
+    pub fn own_script(&self) -> bool {
         match self {
             Call::Decide => false,
             Call::Part(part) => part.undo_at().is_some(),
-            Call::Settle(_) | Call::GiveBack(_) => true,
+            Call::Settle(_) | Call::GiveBack(_) | Call::Flush(_) => true,
         }
     }
 
@@ -134,4 +139,23 @@ impl SettleCall {
             .map(|(check, &(from, to))| Adjustment { check: check.clone(), from, to })
             .collect()
     }
+}
+
+/// A flush on the store stream (the call of its [`Pending`], whose checks
+/// are the flushed buckets').
+#[derive(Debug, Clone)]
+pub struct FlushCall {
+    /// The synced rule whose buckets these are (`None`: units the local
+    /// limiter admitted, owed to the store).
+    pub rule: Option<usize>,
+    /// Units admitted per check of the pending since its last flush.
+    pub units: Vec<u64>,
+    /// Unique per flush: the store applies a flush sent again only once.
+    pub token: String,
+    /// The worker's name among the buckets' syncers.
+    pub syncer: String,
+    pub horizon_ms: u64,
+    /// When the flush was cut (proxy clock): it is dropped, not sent again,
+    /// once its longest period has passed.
+    pub cut_ms: u64,
 }

@@ -64,7 +64,7 @@ impl Worker {
                 }
                 self.advance(host, parent, now_ms);
             }
-            Call::Decide | Call::Settle(_) | Call::GiveBack(_) => {}
+            Call::Decide | Call::Settle(_) | Call::GiveBack(_) | Call::Flush(_) => {}
         }
     }
 
@@ -86,7 +86,7 @@ impl Worker {
                 }
                 self.advance(host, parent, now_ms);
             }
-            Call::Decide | Call::Settle(_) | Call::GiveBack(_) => {}
+            Call::Decide | Call::Settle(_) | Call::GiveBack(_) | Call::Flush(_) => {}
         }
     }
 
@@ -110,7 +110,7 @@ impl Worker {
                     c.undoing = c.undoing.saturating_sub(1);
                 }
             }
-            Call::Decide | Call::Settle(_) | Call::GiveBack(_) => {}
+            Call::Decide | Call::Settle(_) | Call::GiveBack(_) | Call::Flush(_) => {}
         }
     }
 

@@ -53,6 +53,11 @@ impl Worker {
             host.decided(id, &record);
             return self.rule_now(host, id, ruling, &headers);
         }
+        if self.synced.any_rule() {
+            if let Some(flow) = self.sync_decide(host, id, &planned.checks, now_ms, &headers) {
+                return flow;
+            }
+        }
         if self.holding.active() {
             if let Some(ruling) = self.shaping_enter(host, id, &planned.checks) {
                 return self.rule_now(host, id, ruling, &headers);

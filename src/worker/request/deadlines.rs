@@ -40,7 +40,7 @@ impl Worker {
             let failure = self.unreachable(queue, now_ms);
             for id in self.calls.take_queued_before(queue, now_ms.saturating_sub(limit)) {
                 if healthy {
-                    self.shed(host, id);
+                    self.shed(host, id, now_ms);
                 } else {
                     self.fail(host, id, &failure, now_ms);
                 }
@@ -53,7 +53,7 @@ impl Worker {
                 self.shards.abandon(shard, id);
             }
             host.count(Stat::UnknownOutcome, 1);
-            self.shed(host, id);
+            self.shed(host, id, now_ms);
         }
         if !self.crossings.is_empty() {
             self.expire_crossings(host, now_ms);

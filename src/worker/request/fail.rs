@@ -80,6 +80,12 @@ impl Worker {
             FailureMode::Local => {
                 let decision = self.local.decide(request.checks, request.at_ms);
                 host.count(Stat::Local { allowed: decision.allowed }, 1);
+                if decision.allowed {
+                    // The store learns it at the next flush it answers.
+                    for check in request.checks.iter().filter(|c| c.recorded() > 0) {
+                        self.synced.owe(check, check.recorded());
+                    }
+                }
                 self.admitted(host, request.id, Some(&decision), true);
                 // Local denials are not remembered: the cache holds the store's.
                 let mut ruling = respond(&self.config, request.checks, &decision, request.at_ms);
@@ -135,6 +141,7 @@ impl Worker {
             Call::Decide => {}
             Call::Part(_) => return self.part_failed(host, p, failure, now_ms),
             Call::GiveBack(_) => return self.given_back(host, &Outcome::Failed(failure.clone())),
+            Call::Flush(_) => return self.flush_failed(host, id, p.clone(), failure, now_ms),
             Call::Settle(_) => {
                 // A settlement: counted, never the response's failure.
                 host.count(Stat::StoreError(failure.kind()), 1);
@@ -182,13 +189,14 @@ impl Worker {
 
     /// Refuses held request `id` (or lets it through, if `overload: allow`):
     /// the worker is overloaded.
-    pub(in crate::worker) fn shed(&mut self, host: &mut dyn Host, id: CallId) {
+    pub(in crate::worker) fn shed(&mut self, host: &mut dyn Host, id: CallId, now_ms: u64) {
         let Some(p) = self.calls.remove(id) else { return };
         match p.call {
             Call::Decide => {}
             Call::Part(_) => return self.part_shed(host, &p),
             Call::Settle(_) => return self.settle_failed(host, &p),
             Call::GiveBack(_) => return host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1),
+            Call::Flush(_) => return self.flush_failed(host, id, p, &Failure::NoResponse, now_ms),
         }
         let CallId::Request(id) = id else { return };
         self.holding.leave(id);

@@ -21,6 +21,8 @@ pub enum Decider {
     Cache,
     /// The local limiter of `failure_mode: local`.
     Local,
+    /// A synced rule's view on the worker (`rules[].sync`).
+    Sync,
     /// `failure_mode: allow` or `deny`: the store could not decide.
     FailureMode,
     /// `overload`: the worker could not take the request.
@@ -33,6 +35,7 @@ impl Decider {
             Decider::Store => "store",
             Decider::Cache => "cache",
             Decider::Local => "local",
+            Decider::Sync => "sync",
             Decider::FailureMode => "failure_mode",
             Decider::Overload => "overload",
         }

@@ -92,6 +92,12 @@ impl Worker {
         }
         let Some(code) = self.shards.get_mut(shard).map(|s| &mut s.code) else { return false };
         let Some(p) = self.calls.get_mut(id) else { return false };
+        if matches!(p.call, Call::Flush(_)) && !refused && !value.is_error() {
+            if let Some(p) = self.calls.remove(id) {
+                self.flush_replied(host, id, p, value, now_ms);
+            }
+            return false;
+        }
         let mut outcome = if refused { Outcome::NoScript } else { interpret_reply(value, &p.checks) };
         // Behind a load the store refused (`OOM`, ...): that is the failure.
         // The next message tries the load again.
@@ -102,7 +108,7 @@ impl Worker {
         if outcome == Outcome::NoScript && p.noscripts < MAX_NOSCRIPTS {
             p.noscripts += 1;
             // (An adjust by `evalsha` goes as EVAL itself.)
-            let own_eval = p.call.adjusts() && self.invoke == Invoke::Evalsha;
+            let own_eval = p.call.own_script() && self.invoke == Invoke::Evalsha;
             if code.carrier.is_none() && !own_eval {
                 code.wanted = true;
             }
@@ -117,6 +123,14 @@ impl Worker {
             }
             Call::GiveBack(_) => {
                 self.given_back(host, &outcome);
+                return false;
+            }
+            Call::Flush(_) => {
+                let failure = match outcome {
+                    Outcome::Failed(failure) => failure,
+                    Outcome::NoScript | Outcome::Decided(_) => Failure::NoScriptAfterEval,
+                };
+                self.flush_failed(host, id, p, &failure, now_ms);
                 return false;
             }
             Call::Settle(_) => {

@@ -148,14 +148,14 @@ impl Worker {
             let asking = message.len() - start;
             // Under `evalsha`, after a NOSCRIPT one call carries the script
             // (EVAL caches it); every call after it finds it by its SHA. An
-            // adjust (an undo, a settlement) has a SHA of its own: after a
-            // NOSCRIPT it goes as EVAL itself, and never carries the
-            // decisions'.
-            let adjusts = p.call.adjusts();
-            let carries = !adjusts && s.code.wanted && s.code.carrier.is_none() && load == 0;
+            // adjust (an undo, a settlement) or a flush has a SHA of its
+            // own: after a NOSCRIPT it goes as EVAL itself, and never
+            // carries the decisions'.
+            let own = p.call.own_script();
+            let carries = !own && s.code.wanted && s.code.carrier.is_none() && load == 0;
             let how = match self.invoke {
                 Invoke::Fcall => Invocation::FCall,
-                Invoke::Evalsha if carries || (adjusts && p.noscripts > 0) => Invocation::Eval,
+                Invoke::Evalsha if carries || (own && p.noscripts > 0) => Invocation::Eval,
                 Invoke::Evalsha => Invocation::EvalSha,
             };
             write_call(&mut message, self.script, how, p, shaping.then_some(&self.config));

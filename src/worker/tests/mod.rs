@@ -18,3 +18,4 @@ mod sentinel;
 mod settle;
 mod shaping;
 mod stream;
+mod synced;

@@ -1,0 +1,166 @@
+//! Flushes: cut from each synced rule's table every interval, one call per
+//! slot (at most [`MAX_FLUSH_KEYS`] buckets), answered into the table or
+//! kept to be sent again with the same token.
+
+use super::{HORIZON_INTERVALS, MAX_FLUSH_KEYS};
+use crate::key::flush_token_key;
+use crate::limiter::reply::parse_flush;
+use crate::limiter::{Check, Flush, FlushEntry};
+use crate::resp::Value;
+use crate::store::Failure;
+use crate::worker::calls::{Arrival, Call, CallId, FlushCall, Pending, PARKED};
+use crate::worker::discovery::routing::Route;
+use crate::worker::host::{Host, Stat};
+use crate::worker::Worker;
+use std::collections::BTreeMap;
+
+/// A cut's buckets by hash slot (`None`: a single store).
+type Groups = BTreeMap<Option<u16>, Vec<(Check, u64)>>;
+
+/// The store call of flush `call` over `checks` (its pending's).
+pub fn of(call: &FlushCall, checks: &[Check]) -> Flush {
+    let entries = checks.iter().zip(&call.units).map(|(c, &units)| FlushEntry { check: c.clone(), units }).collect();
+    let token_key = checks.first().map(|c| flush_token_key(&c.key, &call.syncer)).unwrap_or_default();
+    Flush { entries, token: call.token.clone(), syncer: call.syncer.clone(), horizon_ms: call.horizon_ms, token_key }
+}
+
+/// The longest period among `checks`' windows.
+fn longest(checks: &[Check]) -> u64 {
+    checks.iter().flat_map(|c| &c.windows).map(|w| w.period_ms.get()).max().unwrap_or(0)
+}
+
+impl Worker {
+    /// Cuts the flushes due at `now_ms` and queues them, with those to
+    /// send again whose time has come.
+    pub(in crate::worker) fn sync_step(&mut self, host: &mut dyn Host, now_ms: u64) {
+        let again = std::mem::take(&mut self.synced.again);
+        for (at_ms, id, p) in again {
+            let Call::Flush(call) = &p.call else { continue };
+            if now_ms >= call.cut_ms.saturating_add(longest(&p.checks)) {
+                // Too old to count in any window: dropped, not sent.
+                host.count(Stat::SyncDropped, 1);
+                if let Some(t) = call.rule.and_then(|r| self.synced.table(r)) {
+                    p.checks.iter().for_each(|c| t.lost(&c.key));
+                }
+            } else if now_ms >= at_ms {
+                self.queue_flush(id, p, now_ms);
+            } else {
+                self.synced.again.push((at_ms, id, p));
+            }
+        }
+        let owed = self.synced.take_owed(now_ms);
+        if !owed.is_empty() {
+            self.queue_flushes(None, owed, super::OWED_INTERVAL_MS, now_ms);
+        }
+        for rule in 0..self.config.rules.len() {
+            let Some(table) = self.synced.table(rule).filter(|t| t.due(now_ms)) else { continue };
+            let interval_ms = table.interval_ms();
+            let cut = table.cut(now_ms);
+            self.queue_flushes(Some(rule), cut, interval_ms, now_ms);
+        }
+    }
+
+    /// Queues the flushes of `cut` (of synced rule `rule`, or owed by the
+    /// local limiter): one call per slot (one for a single store).
+    fn queue_flushes(&mut self, rule: Option<usize>, cut: Vec<(Check, u64)>, interval_ms: u64, now_ms: u64) {
+        let mut groups: Groups = BTreeMap::new();
+        for (check, units) in cut {
+            let slot = self.route(std::slice::from_ref(&check)).1;
+            groups.entry(slot).or_default().push((check, units));
+        }
+        for entries in groups.into_values() {
+            for chunk in entries.chunks(MAX_FLUSH_KEYS) {
+                let (checks, units): (Vec<Check>, Vec<u64>) = chunk.iter().cloned().unzip();
+                self.synced.seq = self.synced.seq.wrapping_add(1);
+                let seq = self.synced.seq;
+                let call = FlushCall {
+                    rule,
+                    units,
+                    token: format!("{}-{}-{seq}", self.synced.syncer, now_ms),
+                    syncer: self.synced.syncer.clone(),
+                    horizon_ms: interval_ms.saturating_mul(HORIZON_INTERVALS),
+                    cut_ms: now_ms,
+                };
+                let pending = Pending {
+                    checks,
+                    arrival: Arrival::new(None, now_ms),
+                    noscripts: 0,
+                    headers: Default::default(),
+                    sent: false,
+                    shard: PARKED,
+                    slot: None,
+                    redirects: 0,
+                    asking: false,
+                    call: Call::Flush(call),
+                };
+                self.queue_flush(CallId::Flush(seq), pending, now_ms);
+            }
+        }
+    }
+
+    /// Queues flush `id` for its shard (while the store is down, it fails
+    /// and is kept for the next interval: its queueing is what reconnects).
+    fn queue_flush(&mut self, id: CallId, mut pending: Pending, now_ms: u64) {
+        // Routed now (again, for one sent again: the slot map may have
+        // changed); a flush's buckets share a slot.
+        let (route, slot) = self.route(&pending.checks);
+        pending.shard = match route {
+            Route::Shard(shard) => shard,
+            Route::Parked | Route::Unserved(_) | Route::CrossSlot => PARKED,
+        };
+        pending.slot = slot;
+        pending.arrival = Arrival::new(None, now_ms);
+        pending.sent = false;
+        self.calls.push(id, pending);
+    }
+
+    fn flush_retry_at(&self, p: &Pending, now_ms: u64) -> u64 {
+        let interval = match &p.call {
+            Call::Flush(call) => call.horizon_ms / HORIZON_INTERVALS,
+            _ => 0,
+        };
+        now_ms.saturating_add(interval.max(1))
+    }
+
+    /// The store answered flush `p` (not an error): its buckets' views.
+    pub(in crate::worker) fn flush_replied(
+        &mut self,
+        host: &mut dyn Host,
+        id: CallId,
+        p: Pending,
+        value: &Value,
+        now_ms: u64,
+    ) {
+        let Call::Flush(call) = &p.call else { return };
+        let flush = of(call, &p.checks);
+        let reply = match parse_flush(value, &flush.entries) {
+            Ok(reply) => reply,
+            Err(e) => return self.flush_failed(host, id, p, &Failure::BadReply(e), now_ms),
+        };
+        host.count(Stat::SyncFlush, 1);
+        host.count(Stat::SyncKeys, p.checks.len() as u64);
+        let Some(table) = call.rule.and_then(|r| self.synced.table(r)) else { return };
+        for (i, check) in p.checks.iter().enumerate() {
+            let windows: Vec<(u64, u64)> =
+                reply.state.windows.iter().filter(|w| w.check == i).map(|w| (w.remaining, w.reset_ms)).collect();
+            let (syncers, rank) = reply.syncers.get(i).copied().unwrap_or((1, 0));
+            table.synced(&check.key, &windows, syncers, rank, now_ms);
+        }
+    }
+
+    /// Flush `p` failed (its reply lost, an error, the stream down): kept,
+    /// and sent again with the same token an interval later.
+    pub(in crate::worker) fn flush_failed(
+        &mut self,
+        host: &mut dyn Host,
+        id: CallId,
+        p: Pending,
+        failure: &Failure,
+        now_ms: u64,
+    ) {
+        host.count(Stat::SyncFailure, 1);
+        host.count(Stat::StoreError(failure.kind()), 1);
+        let retry = self.flush_retry_at(&p, now_ms);
+        self.synced.again.push((retry, id, p));
+    }
+}

@@ -1,0 +1,223 @@
+//! One synced rule's buckets as one worker sees them: per window, what the
+//! store said remained at the last sync, this worker's share of it, and
+//! what the worker admitted since; per bucket, the units not yet sent and
+//! those in the flush on the way. Pure, time passed in (the proxy's clock).
+
+use crate::config::SyncPolicy;
+use crate::limiter::{Check, WindowOutcome};
+use std::collections::HashMap;
+
+/// One window of a bucket, as the last sync left it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct View {
+    /// Units the store said remained (after this worker's flushed units).
+    remaining: u64,
+    /// When the window is empty again, by the store's account (0: it was).
+    reset_at_ms: u64,
+    /// This worker's share of `remaining` until the next sync.
+    allowance: u64,
+    /// Units this worker admitted against `allowance` since.
+    used: u64,
+}
+
+/// A bucket of the rule.
+#[derive(Debug, Clone)]
+struct Bucket {
+    /// The bucket's check (cost 1: a flush sends units).
+    check: Check,
+    /// Its windows after the first sync; empty until then (the store
+    /// decides its requests meanwhile).
+    views: Vec<View>,
+    /// Units admitted locally and not yet in a flush.
+    pending: u64,
+    /// Units in the flush on the way (sent, or to be sent again).
+    flushing: u64,
+    /// A request came since the bucket's last flush was cut.
+    touched: bool,
+    /// The bucket's syncers at the last sync, and this worker's place.
+    syncers: u64,
+    rank: u64,
+    last_used_ms: u64,
+}
+
+/// What the worker's view says of a check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// Its windows, each with whether `cost` fits this worker's share.
+    Windows(Vec<(WindowOutcome, bool)>),
+    /// No view yet (or no room for one): the store decides.
+    Unknown,
+}
+
+/// One synced rule's buckets on one worker.
+#[derive(Debug)]
+pub struct Table {
+    policy: SyncPolicy,
+    buckets: HashMap<String, Bucket>,
+    /// When the next flush is due, and when the last was cut.
+    due_ms: u64,
+    cut_ms: u64,
+}
+
+impl Table {
+    pub fn new(policy: SyncPolicy) -> Table {
+        Table { policy, buckets: HashMap::new(), due_ms: 0, cut_ms: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    pub fn interval_ms(&self) -> u64 {
+        self.policy.interval_ms
+    }
+
+    /// Whether a flush is due at `now_ms`.
+    pub fn due(&self, now_ms: u64) -> bool {
+        now_ms >= self.due_ms && !self.buckets.is_empty()
+    }
+
+    /// What the view says of `check` at `now_ms` (the bucket is added, to
+    /// be read at the next flush, when it is new and there is room).
+    pub fn see(&mut self, check: &Check, now_ms: u64) -> Seen {
+        let Some(bucket) = self.buckets.get_mut(&check.key) else {
+            if self.buckets.len() < self.policy.max_keys {
+                let mut c = check.clone();
+                c.check_only = false;
+                let bucket = Bucket {
+                    check: c,
+                    views: Vec::new(),
+                    pending: 0,
+                    flushing: 0,
+                    touched: true,
+                    syncers: 1,
+                    rank: 0,
+                    last_used_ms: now_ms,
+                };
+                self.buckets.insert(check.key.clone(), bucket);
+                // A new bucket is read soon: a quarter interval after the
+                // last flush, not a whole one.
+                self.due_ms = self.due_ms.min(self.cut_ms.saturating_add(self.policy.interval_ms / 4));
+            }
+            return Seen::Unknown;
+        };
+        bucket.touched = true;
+        bucket.last_used_ms = now_ms;
+        if bucket.views.len() != check.windows.len() {
+            return Seen::Unknown;
+        }
+        let cost = check.cost.get();
+        let until_sync = self.due_ms.saturating_sub(now_ms).max(1);
+        let (syncers, rank) = (bucket.syncers, bucket.rank);
+        let windows = bucket
+            .views
+            .iter_mut()
+            .zip(&check.windows)
+            .enumerate()
+            .map(|(j, (v, spec))| {
+                if v.reset_at_ms != 0 && now_ms >= v.reset_at_ms {
+                    // Empty by the store's account: the whole limit, shared
+                    // as the last sync shared it.
+                    v.allowance = share(spec.limit.get(), syncers, rank);
+                    v.remaining = spec.limit.get();
+                    v.reset_at_ms = 0;
+                }
+                let fits = v.used.saturating_add(cost) <= v.allowance;
+                let left = v.remaining.saturating_sub(v.used);
+                let retry_ms = match (fits, left >= cost) {
+                    (true, _) => 0,
+                    // Room left elsewhere: this worker's next share.
+                    (false, true) => until_sync,
+                    (false, false) => v.reset_at_ms.saturating_sub(now_ms).max(until_sync),
+                };
+                let outcome = WindowOutcome {
+                    check: 0,
+                    window: j,
+                    limit: spec.limit.get(),
+                    period_ms: spec.period_ms.get(),
+                    remaining: left.saturating_sub(if fits { cost } else { 0 }),
+                    reset_ms: v.reset_at_ms.saturating_sub(now_ms),
+                    retry_ms,
+                };
+                (outcome, fits)
+            })
+            .collect();
+        Seen::Windows(windows)
+    }
+
+    /// Records `units` admitted in `key`'s bucket, in every window.
+    pub fn admit(&mut self, key: &str, units: u64) {
+        if let Some(b) = self.buckets.get_mut(key) {
+            b.pending = b.pending.saturating_add(units);
+            for v in &mut b.views {
+                v.used = v.used.saturating_add(units);
+            }
+        }
+    }
+
+    /// Cuts the flush due at `now_ms`: every bucket touched since its last
+    /// flush (or holding units), with the units it admitted since; the next
+    /// one is due an interval later. Buckets idle for their longest period
+    /// with nothing to send leave first. Buckets whose last flush is still
+    /// on the way are left for the next one.
+    pub fn cut(&mut self, now_ms: u64) -> Vec<(Check, u64)> {
+        self.due_ms = now_ms.saturating_add(self.policy.interval_ms);
+        self.cut_ms = now_ms;
+        self.buckets.retain(|_, b| {
+            let longest = b.check.windows.iter().map(|w| w.period_ms.get()).max().unwrap_or(0);
+            b.pending > 0 || b.flushing > 0 || now_ms < b.last_used_ms.saturating_add(longest)
+        });
+        let mut out = Vec::new();
+        for b in self.buckets.values_mut() {
+            if b.flushing > 0 || !(b.touched || b.pending > 0) {
+                continue;
+            }
+            b.flushing = b.pending;
+            b.pending = 0;
+            b.touched = false;
+            out.push((b.check.clone(), b.flushing));
+        }
+        out
+    }
+
+    /// The store answered the flush for `key`: `windows` (remaining,
+    /// reset_ms per window, after the flushed units) and this worker's
+    /// place among the bucket's syncers (`syncers`, `rank`), at `now_ms`.
+    /// Units admitted since the flush was cut count against the new share.
+    pub fn synced(&mut self, key: &str, windows: &[(u64, u64)], syncers: u64, rank: u64, now_ms: u64) {
+        let Some(b) = self.buckets.get_mut(key) else { return };
+        b.flushing = 0;
+        if windows.len() != b.check.windows.len() {
+            return;
+        }
+        (b.syncers, b.rank) = (syncers.max(1), rank);
+        b.views = windows
+            .iter()
+            .map(|&(remaining, reset_ms)| View {
+                remaining,
+                reset_at_ms: if reset_ms == 0 { 0 } else { now_ms.saturating_add(reset_ms) },
+                allowance: share(remaining, syncers, rank),
+                used: b.pending,
+            })
+            .collect();
+    }
+
+    /// The flush for `key` was lost for good (its units never reach the
+    /// store: too old to matter, or the bucket's call failed for good).
+    pub fn lost(&mut self, key: &str) {
+        if let Some(b) = self.buckets.get_mut(key) {
+            b.flushing = 0;
+        }
+    }
+}
+
+/// Syncer `rank`'s share of `remaining` among `syncers`: equal shares,
+/// the first `remaining % syncers` syncers one more, so the shares add up
+/// to `remaining` exactly.
+pub fn share(remaining: u64, syncers: u64, rank: u64) -> u64 {
+    let n = syncers.max(1);
+    remaining / n + u64::from(rank < remaining % n)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+//! Synced rules (`rules[].sync`): decided on the worker after the first
+//! sync, flushed every interval, a lost flush sent again and applied once,
+//! and what `failure_mode: local` admitted flushed when the store is back.
+
+use super::fake::Rig;
+use crate::testing::{plugin, rule};
+use crate::worker::{Flow, Stat};
+
+const KEY: &str = "tollgate:{api:a}:log";
+
+fn synced(limit: u64) -> Rig {
+    Rig::new(
+        plugin().with(rule("api").header("x-user-id").limit(limit, "1h").field(r#""sync": { "interval": "100ms" }"#)),
+    )
+}
+
+/// Sends a request for user `a`; 200 or the local reply's status.
+fn status(rig: &mut Rig) -> Option<u32> {
+    let (id, flow) = rig.request("a");
+    if flow == Flow::Continue {
+        return Some(200);
+    }
+    rig.settle();
+    rig.host.status(id)
+}
+
+/// Lets `ms` pass, the store answering every flush.
+fn sync_for(rig: &mut Rig, ms: u64) {
+    for _ in 0..ms / 5 {
+        rig.tick(5);
+        rig.settle();
+    }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn after_its_first_sync_a_bucket_is_decided_on_the_worker_and_flushed() {
+    let mut rig = synced(10);
+    assert_eq!(status(&mut rig), Some(200), "the first request of a bucket: the store decides");
+    assert_eq!(rig.store.executed, 1);
+    sync_for(&mut rig, 30);
+    assert_eq!(rig.store.executed, 2, "the new bucket read a quarter interval later");
+    let local: Vec<Option<u32>> = (0..10).map(|_| status(&mut rig)).collect();
+    assert_eq!(local[..9], [Some(200); 9], "9 remained, all this worker's: {local:?}");
+    assert_eq!(local[9], Some(429), "the 10th is over the limit");
+    assert_eq!(rig.store.executed, 2, "no store call per request");
+    assert_eq!(
+        (rig.host.count(Stat::Synced { allowed: true }), rig.host.count(Stat::Synced { allowed: false })),
+        (9, 1)
+    );
+    sync_for(&mut rig, 100);
+    assert_eq!(rig.store.model.entries(KEY), 10, "the flush recorded the 9 in the store");
+    assert_eq!(rig.host.count(Stat::SyncFlush), 2);
+    let denial = rig.host.replies.last().map(|(_, r)| r.clone()).unwrap();
+    assert!(denial.headers.iter().any(|(k, v)| k == "ratelimit" && v.contains("r=0")), "{denial:?}");
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_flush_whose_reply_was_lost_is_sent_again_and_applied_once() {
+    let mut rig = synced(100);
+    status(&mut rig);
+    sync_for(&mut rig, 30);
+    for _ in 0..3 {
+        assert_eq!(status(&mut rig), Some(200));
+    }
+    // The flush reaches the store, which applies it; its reply is lost.
+    for _ in 0..20 {
+        rig.tick(5);
+        if rig.host.outbox.iter().any(|(_, b)| !b.is_empty()) {
+            break;
+        }
+    }
+    let token = rig.stream();
+    let sent = rig.host.take_outbox(token);
+    assert!(!sent.is_empty(), "a flush was sent");
+    rig.store.answer(&sent, rig.now);
+    assert_eq!(rig.store.model.entries(KEY), 4);
+    rig.close(token, 2);
+    assert_eq!(rig.host.count(Stat::SyncFailure), 1);
+    // Sent again (same token) on a new stream, an interval later.
+    sync_for(&mut rig, 200);
+    assert_eq!(rig.store.model.entries(KEY), 4, "applied once");
+    assert!(rig.host.count(Stat::SyncFlush) >= 2, "the resend answered");
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_request_that_also_matches_an_exact_rule_is_decided_by_the_store() {
+    let mut rig = Rig::new(
+        plugin()
+            .with(rule("api").header("x-user-id").limit(100, "1h").field(r#""sync": { "interval": "100ms" }"#))
+            .with(rule("all").limit(1_000, "1h")),
+    );
+    for _ in 0..5 {
+        assert_eq!(status(&mut rig), Some(200));
+        sync_for(&mut rig, 50);
+    }
+    assert_eq!(rig.host.count(Stat::Synced { allowed: true }), 0, "never decided on the worker");
+    assert_eq!(rig.store.model.entries(KEY), 5, "the store recorded each in both rules");
+    assert_eq!(rig.store.model.entries("tollgate:{all}:log"), 5);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn what_the_local_limiter_admitted_reaches_the_store_when_it_is_back() {
+    let mut rig = Rig::new(plugin().failure_mode("local").top(r#""local_limiter": { "share": 0.5 }"#).rule(
+        "api",
+        Some("x-user-id"),
+        &[(10, "1h")],
+    ));
+    assert_eq!(status(&mut rig), Some(200));
+    let token = rig.stream();
+    rig.close(token, 2);
+    rig.host.refuse_open = Some("connection refused".into());
+    let local: Vec<Option<u32>> = (0..6).map(|_| status(&mut rig)).collect();
+    assert_eq!(local, [200, 200, 200, 200, 200, 429].map(Some), "its share of 10: 5");
+    assert_eq!(rig.store.model.entries(KEY), 1, "the store saw only the first");
+    rig.host.refuse_open = None;
+    sync_for(&mut rig, 1_000);
+    assert_eq!(rig.store.model.entries(KEY), 6, "the 5 admitted locally were flushed");
+    assert_eq!(rig.host.count(Stat::SyncFlush), 1);
+}
