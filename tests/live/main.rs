@@ -30,6 +30,7 @@ mod e2e_fast;
 mod e2e_logins;
 mod e2e_rules;
 mod e2e_shaping;
+mod e2e_shaping_count;
 mod e2e_tokens;
 mod envoy_gateway;
 mod failures;

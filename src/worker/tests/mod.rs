@@ -17,4 +17,5 @@ mod local;
 mod sentinel;
 mod settle;
 mod shaping;
+mod shaping_count;
 mod stream;
