@@ -16,6 +16,7 @@ mod cluster;
 mod cluster_changes;
 mod cluster_count;
 mod cluster_cross;
+mod cluster_shaping;
 mod compose;
 mod compose_cluster;
 mod config_limits_envoy;
