@@ -1,7 +1,7 @@
 //! `rules[i].shape`: hold a request that does not fit until it does, up to
-//! `max_delay` (docs/shaping.md), with every algorithm; not with `count` or
-//! shadow mode, on a Valkey Cluster only with a single rule (each an exact
-//! error, checked here or by [`super::validate`] across sections).
+//! `max_delay` (docs/shaping.md), with every algorithm and with `count`;
+//! not in shadow mode (an exact error, checked here or by
+//! [`super::validate`] across sections).
 
 use super::error::ConfigError;
 use super::primitives::{bounded_count, duration, fail};
@@ -28,18 +28,10 @@ pub struct Shaping {
     pub max_waiting: usize,
 }
 
-/// `rules[i].shape`; `count` and `shadow`: whether the rule has them.
-pub(crate) fn shaping(
-    i: usize,
-    raw: Option<RawShape>,
-    count: bool,
-    shadow: bool,
-) -> Result<Option<Shaping>, ConfigError> {
+/// `rules[i].shape`; `shadow`: whether the rule is a shadow rule.
+pub(crate) fn shaping(i: usize, raw: Option<RawShape>, shadow: bool) -> Result<Option<Shaping>, ConfigError> {
     let Some(raw) = raw else { return Ok(None) };
     let path = format!("rules[{i}].shape");
-    if count {
-        return fail(path, format!("does not apply with rules[{i}].count: a held request has no response yet"));
-    }
     if shadow {
         return fail(path, "does not apply to a shadow rule: it would hold requests it never denies");
     }

@@ -65,8 +65,8 @@ pub(crate) fn config(
     );
     let testing = keep(errors, testing(raw.testing));
     let shadow = raw.shadow.unwrap_or(false);
-    if let (Some(valkey), Some(rules)) = (&valkey, &rules) {
-        keep(errors, shaping_fits(valkey, shadow, rules));
+    if let Some(rules) = &rules {
+        keep(errors, shaping_fits(shadow, rules));
     }
     if !errors.is_empty() {
         return None;
@@ -85,18 +85,11 @@ pub(crate) fn config(
     })
 }
 
-/// Shaping across sections: on a Valkey Cluster only with a single rule (a
-/// request's buckets may otherwise span slots, each decided by its own
-/// call, and one slot must not admit before another's delay); not in
-/// shadow mode.
-fn shaping_fits(valkey: &ValkeyConfig, shadow: bool, rules: &[Rule]) -> Result<(), ConfigError> {
+/// Shaping across sections: not in shadow mode. (On a Valkey Cluster a
+/// request whose buckets span slots is shaped without delay: see
+/// docs/shaping.md.)
+fn shaping_fits(shadow: bool, rules: &[Rule]) -> Result<(), ConfigError> {
     let Some(i) = rules.iter().position(|r| r.shaping.is_some()) else { return Ok(()) };
-    if valkey.cluster_mode.is_some() && rules.len() > 1 {
-        return fail(
-            "valkey.cluster_mode",
-            format!("shaping (rules[{i}].shape) needs a single rule on a Valkey Cluster: a request matching several rules may have buckets on several slots"),
-        );
-    }
     if shadow {
         return fail("shadow", format!("does not apply with rules[{i}].shape: it would hold requests it never denies"));
     }
@@ -234,7 +227,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
         );
     }
     let sync = sync_policy(i, raw.sync, &limits, count.is_some(), raw.shape.is_some())?;
-    let shaping = shaping(i, raw.shape, count.is_some(), shadow)?;
+    let shaping = shaping(i, raw.shape, shadow)?;
     let policy_names = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
     Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, hash_tag, count, shaping, sync, policy_names })
 }

@@ -7,21 +7,29 @@
 //! between the steps never undoes. The stores are [`Shard`]s: the pure
 //! models here (`cross/tests.rs` checks the guarantees on them), or real
 //! Valkey servers in `tests/live/differential_cross.rs`, which must give the
-//! same reply at every step.
+//! same reply at every step. A shaping run ([`Run::shaping`]) sends each
+//! group's first step as a shaped call that may not wait (`max_delay` 0),
+//! as the worker does for a request of a shaping rule across slots
+//! (docs/shaping.md, "Across slots").
 
 use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Check, Decision};
 use crate::worker::cross::protocol::{answer, fate, groups, undo, Fate, Group, Step};
 
-/// One shard's store: the limiter's two calls.
+/// One shard's store: the limiter's calls.
 pub trait Shard {
     fn decide(&mut self, checks: &[Check], now_ms: u64) -> Decision;
+    fn decide_shaped(&mut self, checks: &[Check], max_delay_ms: u64, now_ms: u64) -> Decision;
     fn adjust(&mut self, adjustments: &[Adjustment], at_ms: u64, now_ms: u64) -> Decision;
 }
 
 impl Shard for Model {
     fn decide(&mut self, checks: &[Check], now_ms: u64) -> Decision {
         Model::decide(self, checks, now_ms)
+    }
+
+    fn decide_shaped(&mut self, checks: &[Check], max_delay_ms: u64, now_ms: u64) -> Decision {
+        Model::decide_shaped(self, checks, max_delay_ms, now_ms)
     }
 
     fn adjust(&mut self, adjustments: &[Adjustment], at_ms: u64, now_ms: u64) -> Decision {
@@ -88,6 +96,8 @@ pub struct Run<S> {
     pub shards: Vec<S>,
     pub requests: Vec<Request>,
     pub events: Vec<Event>,
+    /// Every first step is a shaped call with `max_delay` 0.
+    pub shaped: bool,
 }
 
 impl<S: Shard> Run<S> {
@@ -102,7 +112,12 @@ impl<S: Shard> Run<S> {
                 Request { checks, groups, steps: vec![Step::Waiting; n], undos: vec![None; n], crashed }
             })
             .collect();
-        Run { shards, requests, events: Vec::new() }
+        Run { shards, requests, events: Vec::new(), shaped: false }
+    }
+
+    /// The same run with shaped first steps (`max_delay` 0).
+    pub fn shaping(self) -> Run<S> {
+        Run { shaped: true, ..self }
     }
 
     /// The shard of request `r`'s group `g`.
@@ -137,9 +152,10 @@ impl<S: Shard> Run<S> {
         let (Some(q), Some(store)) = (self.requests.get_mut(r), self.shards.get_mut(shard)) else { return };
         let Some(checks) = q.groups.get(g).map(|group| group.of(&q.checks)) else { return };
         let (Some(step), Some(undone)) = (q.steps.get_mut(g), q.undos.get_mut(g)) else { return };
+        let shaped = self.shaped;
         let reply = match action {
             Action::Decide(..) => {
-                let d = store.decide(&checks, now_ms);
+                let d = if shaped { store.decide_shaped(&checks, 0, now_ms) } else { store.decide(&checks, now_ms) };
                 *step = Step::Decided(d.clone());
                 Some(d)
             }

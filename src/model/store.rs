@@ -32,6 +32,8 @@ pub struct ModelStore {
     pub executed: usize,
     /// `EVAL`s received (each carries the script's body).
     pub evals: usize,
+    /// Every adjustment applied: its call's `at`, `from` and `to`.
+    pub adjusted: Vec<(u64, u64, u64)>,
 }
 
 impl Default for ModelStore {
@@ -45,6 +47,7 @@ impl Default for ModelStore {
             master: None,
             executed: 0,
             evals: 0,
+            adjusted: Vec::new(),
         }
     }
 }
@@ -197,6 +200,7 @@ impl ModelStore {
             let windows = windows(&mut args)?;
             let check = Check { rule, key, windows, cost: NonZeroU64::MIN, algorithm, check_only: false };
             adjustments.push(Adjustment { check, from, to });
+            self.adjusted.push((at, from, to));
         }
         Some(reply(&self.model.adjust(&adjustments, at, now)))
     }

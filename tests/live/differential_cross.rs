@@ -8,7 +8,10 @@
 //! reply (`support::differential::Differential`: answers and the log's
 //! entries), so the two-step protocol on Lua is the protocol on the models,
 //! whose guarantees `src/model/cross/tests.rs` checks. One server answers
-//! through the script, the others through the function library.
+//! through the script, the others through the function library. About half
+//! the cases are shaping runs (each first step a shaped call that may not
+//! wait, as across slots; docs/shaping.md), some buckets first given slots
+//! in the future by shaped requests of their own.
 
 use crate::support;
 
@@ -20,6 +23,7 @@ use support::props::{rule, Rule, GAPS};
 use support::Valkey;
 use tollgate::limiter::{Adjustment, Check, Decision};
 use tollgate::model::cross::{Action, Run, Shard};
+use tollgate::store::cluster::key_slot;
 use tollgate::worker::cross::protocol::Fate;
 
 /// A Valkey server and the model beside it.
@@ -28,6 +32,10 @@ struct Both<'a>(Differential<'a>);
 impl Shard for Both<'_> {
     fn decide(&mut self, checks: &[Check], now_ms: u64) -> Decision {
         self.0.step(checks, now_ms)
+    }
+
+    fn decide_shaped(&mut self, checks: &[Check], max_delay_ms: u64, now_ms: u64) -> Decision {
+        self.0.step_shaped(checks, max_delay_ms, now_ms)
     }
 
     fn adjust(&mut self, adjustments: &[Adjustment], at_ms: u64, now_ms: u64) -> Decision {
@@ -48,8 +56,25 @@ fn schedule() -> impl Strategy<Value = Vec<(u64, u32)>> {
 static CASE: AtomicU64 = AtomicU64::new(0);
 /// Undos run, over every case.
 static UNDOS: AtomicU64 = AtomicU64::new(0);
+/// Shaping runs.
+static SHAPED: AtomicU64 = AtomicU64::new(0);
 
-fn run_case(servers: &[Valkey; 3], rules: &[Rule], start: u64, requests: &[(u8, bool)], schedule: &[(u64, u32)]) {
+/// A shaping run (`shaped`: first steps shaped, `max_delay` 0), its buckets
+/// in `placed` first given slots in the future by requests of one bucket.
+#[derive(Debug, Clone, Copy)]
+struct Shaping {
+    shaped: bool,
+    placed: u8,
+}
+
+fn run_case(
+    servers: &[Valkey; 3],
+    rules: &[Rule],
+    start: u64,
+    requests: &[(u8, bool)],
+    schedule: &[(u64, u32)],
+    shaping: Shaping,
+) {
     let case = CASE.fetch_add(1, Ordering::Relaxed);
     let checks: Vec<Check> = rules
         .iter()
@@ -65,8 +90,23 @@ fn run_case(servers: &[Valkey; 3], rules: &[Rule], start: u64, requests: &[(u8, 
         .filter(|(c, _)| !c.is_empty())
         .collect();
     let paths = [Path::Script, Path::Function, Path::Function];
-    let shards = servers.iter().zip(paths).map(|(v, path)| Both(Differential::via(v, path))).collect();
+    let mut shards: Vec<Both> = servers.iter().zip(paths).map(|(v, path)| Both(Differential::via(v, path))).collect();
+    if shaping.shaped {
+        for (_, c) in checks.iter().enumerate().filter(|(i, _)| shaping.placed & (1 << i) != 0) {
+            let shard = &mut shards[usize::from(key_slot(c.key.as_bytes())) % 3];
+            for _ in 0..8 {
+                let d = shard.decide_shaped(std::slice::from_ref(c), 30_000, start);
+                if d.delay_ms > 0 || !d.allowed {
+                    break;
+                }
+            }
+        }
+    }
     let mut run = Run::new(shards, requests);
+    if shaping.shaped {
+        run = run.shaping();
+        SHAPED.fetch_add(1, Ordering::Relaxed);
+    }
     run.run(start, schedule);
     assert!(run.available().is_empty());
     let undos = run.events.iter().filter(|e| matches!(e.action, Action::Undo(..))).count();
@@ -94,16 +134,24 @@ fn interleaved_requests_across_three_servers_agree_with_the_models() {
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
         ..ProptestConfig::default()
     });
-    let strategy =
-        (prop::collection::vec(rule(), 2..=4), 1_600_000_000_000u64..1_900_000_000_000, requests(), schedule());
-    let result = runner.run(&strategy, |(rules, start, requests, schedule)| {
-        run_case(&servers, &rules, start, &requests, &schedule);
+    let shaping = (any::<bool>(), any::<u8>()).prop_map(|(shaped, placed)| Shaping { shaped, placed });
+    let strategy = (
+        prop::collection::vec(rule(), 2..=4),
+        1_600_000_000_000u64..1_900_000_000_000,
+        requests(),
+        schedule(),
+        shaping,
+    );
+    let result = runner.run(&strategy, |(rules, start, requests, schedule, shaping)| {
+        run_case(&servers, &rules, start, &requests, &schedule, shaping);
         Ok(())
     });
     if let Err(e) = result {
         panic!("{e}");
     }
     let (cases, undos) = (CASE.load(Ordering::Relaxed), UNDOS.load(Ordering::Relaxed));
-    println!("{cases} cases, {undos} undos");
+    let shaped = SHAPED.load(Ordering::Relaxed);
+    println!("{cases} cases ({shaped} shaping), {undos} undos");
+    assert!(shaped >= cases / 4, "{shaped} shaping runs in {cases}");
     assert!(undos >= cases / 2, "the cases undo: {undos} undos in {cases} cases");
 }

@@ -227,3 +227,81 @@ fn one_request_at_a_time_is_one_decision_of_every_check() {
         }
     }
 }
+
+/// Shaped first steps that may not wait, on buckets without a slot in the
+/// future, are the unshaped run: the same replies at every step, the same
+/// guarantees.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn shaped_steps_without_future_slots_are_the_unshaped_run() {
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    for _ in 0..200 {
+        let rules = rules(&mut rng);
+        let n = 3 + rng.next(6);
+        let requests = requests(&mut rng, &rules, n, 6);
+        let (start, schedule) = (START + rng.next(1_000), schedule(&mut rng, 3));
+        let mut plain = Run::new(vec![Model::new(), Model::new(), Model::new()], requests.clone());
+        let mut shaped = Run::new(vec![Model::new(), Model::new(), Model::new()], requests).shaping();
+        plain.run(start, &schedule);
+        let end = shaped.run(start, &schedule) + 1;
+        let replies = |run: &Run<Model>| run.events.iter().map(|e| (e.now_ms, e.action, e.reply.clone())).collect();
+        let (a, b): (Vec<_>, Vec<_>) = (replies(&plain), replies(&shaped));
+        assert_eq!(a, b);
+        check_guarantees(&mut shaped, &rules, end);
+    }
+}
+
+/// Buckets holding slots in the future (given to requests of one slot that
+/// wait): a request across slots is never delayed, and no group of it
+/// admits on a bucket before that bucket's last slot.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn across_slots_a_shaped_request_waits_for_nothing_and_passes_no_slot() {
+    let mut rng = Rng(0x94D0_49BB_1331_11EB);
+    let (mut behind, mut admitted) = (0, 0);
+    for _ in 0..300 {
+        let rules = rules(&mut rng);
+        let mut shards = vec![Model::new(), Model::new(), Model::new()];
+        // Per bucket, maybe: requests of it alone, shaped up to 10 h, until
+        // one is given a slot in the future.
+        let mut last_slot = vec![0; rules.len()];
+        for (i, c) in rules.iter().enumerate() {
+            if rng.next(2) == 0 {
+                continue;
+            }
+            let shard = usize::from(crate::store::cluster::key_slot(c.key.as_bytes())) % 3;
+            for _ in 0..8 {
+                let d = shards[shard].decide_shaped(std::slice::from_ref(c), 10 * HOUR, START);
+                if d.allowed {
+                    last_slot[i] = START + d.delay_ms;
+                }
+                if d.delay_ms > 0 || !d.allowed {
+                    break;
+                }
+            }
+        }
+        let n = 3 + rng.next(6);
+        let requests = requests(&mut rng, &rules, n, 6);
+        let mut run = Run::new(shards, requests).shaping();
+        run.run(START + 1 + rng.next(1_000), &schedule(&mut rng, 3));
+        for e in &run.events {
+            let (Action::Decide(r, g), Some(reply)) = (e.action, &e.reply) else { continue };
+            assert_eq!(reply.delay_ms, 0, "never delayed: {e:?}");
+            let q = &run.requests[r];
+            let waits = q.groups[g].checks.iter().any(|&i| {
+                let k = rules.iter().position(|c| c.key == q.checks[i].key).unwrap();
+                last_slot[k] > e.now_ms
+            });
+            if waits {
+                behind += 1;
+                assert!(!reply.allowed, "admitted before a slot given in its bucket: {e:?}");
+            }
+            admitted += usize::from(reply.allowed);
+        }
+        for (r, q) in run.requests.iter().enumerate() {
+            let (fate, _, answer) = q.answer().unwrap_or_else(|| panic!("request {r} unanswered"));
+            assert_eq!(answer.allowed, fate == Fate::Admit);
+            assert_eq!(answer.delay_ms, 0);
+        }
+    }
+    println!("{behind} steps behind a future slot, {admitted} admitted");
+    assert!(behind > 100 && admitted > 100, "{behind} {admitted}");
+}

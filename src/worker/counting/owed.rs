@@ -6,7 +6,7 @@
 
 use crate::config::Config;
 use crate::limiter::{Check, Decision};
-use crate::response::{allowed_headers, policy_names};
+use crate::response::{allowed_headers, policy_names, SERVER_TIMING};
 use crate::worker::calls::{Arrival, CallId, Pending};
 use crate::worker::counting::body::BodyReader;
 use crate::worker::host::ResponseHeaders;
@@ -119,5 +119,15 @@ pub(in crate::worker) fn corrected(
         }
     }
     let names = policy_names(config, &owed.checks, &now);
-    allowed_headers(config, &names, &now)
+    with_delay(allowed_headers(config, &names, &now), owed)
+}
+
+/// `headers` for `owed`'s response, with the report of its delay
+/// (`Server-Timing`, shaping) if it was held: the settlement replaces the
+/// rate-limit headers only.
+pub(in crate::worker) fn with_delay(mut headers: Vec<(String, String)>, owed: &Owed) -> Vec<(String, String)> {
+    if let Ok(admitted) = owed.headers.try_borrow() {
+        headers.extend(admitted.iter().filter(|(k, _)| k == SERVER_TIMING).cloned());
+    }
+    headers
 }

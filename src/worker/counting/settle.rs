@@ -57,7 +57,8 @@ impl Worker {
     }
 
     /// Request `id` was admitted by the store (`decision.allowed`, which
-    /// recorded every check at its `now_ms`), the local limiter or nobody
+    /// recorded every check at its slot: `now_ms + delay_ms`, `now_ms` when
+    /// not shaped), the local limiter or nobody
     /// (`None`, `local`: whether the local limiter).
     pub(in crate::worker) fn admitted(
         &mut self,
@@ -78,7 +79,7 @@ impl Worker {
             }
         };
         match &owed.decided {
-            Decided::Store(d) => owed.stored.fill(Some(d.now_ms)),
+            Decided::Store(d) => owed.stored.fill(Some(d.now_ms.saturating_add(d.delay_ms))),
             Decided::Local(_) => {}
             _ => return,
         }

@@ -9,7 +9,7 @@ use crate::limiter::{Check, Decision};
 use crate::response::{allowed_headers, policy_names};
 use crate::store::Outcome;
 use crate::worker::calls::{Call, Pending};
-use crate::worker::counting::owed::{corrected, Owed, Stage};
+use crate::worker::counting::owed::{corrected, with_delay, Owed, Stage};
 use crate::worker::host::{CountStat, Host, Stat};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;
@@ -64,7 +64,7 @@ impl Worker {
         let Stage::Holding { changes, now, .. } = &owed.stage else { return };
         let headers = if fresh {
             let names = policy_names(&self.config, &owed.checks, now);
-            allowed_headers(&self.config, &names, now)
+            with_delay(allowed_headers(&self.config, &names, now), &owed)
         } else {
             corrected(&self.config, &owed, changes)
         };

@@ -237,6 +237,8 @@ impl Worker {
         if let Some(c) = self.crossings.map.get_mut(&id) {
             c.answered = Some(keep);
         }
+        // Never held: across slots a shaped request is not delayed.
+        self.holding.leave(id);
         if let Some(verdict) = verdict {
             self.deliveries.deliver(host, id, verdict);
         }
@@ -278,6 +280,7 @@ impl Worker {
         if c.answered.is_some() {
             return;
         }
+        self.holding.leave(parent);
         if let Some(verdict) = verdict.or(c.verdict) {
             self.deliveries.deliver(host, parent, verdict);
         }

@@ -23,8 +23,9 @@ impl Worker {
         id: u32,
         checks: &[Check],
     ) -> Option<Ruling> {
-        let calls = &self.calls;
-        let rule = self.holding.enter(id, checks, |c| calls.get(CallId::Request(c)).is_some()).err()?;
+        let (calls, crossings) = (&self.calls, &self.crossings);
+        let live = |c| calls.get(CallId::Request(c)).is_some() || crossings.waits(c);
+        let rule = self.holding.enter(id, checks, live).err()?;
         host.count(Stat::Shape(ShapeStat::Full), 1);
         let check = checks.iter().find(|c| c.rule == rule)?;
         let max_delay = self.config.rules.get(rule).and_then(|r| r.shaping).map_or(0, |s| s.max_delay_ms);

@@ -17,5 +17,6 @@ mod local;
 mod sentinel;
 mod settle;
 mod shaping;
+mod shaping_count;
 mod stream;
 mod synced;
