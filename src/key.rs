@@ -104,22 +104,19 @@ pub fn tagged_bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], tag: Option<
 }
 
 /// The token key of a flush whose first bucket key is `first_key`, for the
-/// worker `syncer`: `first_key` up to and including its hash tag's `}`, then
-/// `:flush:<syncer>`, so it shares the slot of every key with that tag. A key
-/// without a hash tag is used whole (its slot then differs: standalone only).
+/// flushes of `name` (the worker's syncer name, or another name for
+/// another series of its flushes): `<first_key>:flush:<name>`, in the slot
+/// of `first_key`'s hash tag. One key per bucket and series: a worker has
+/// at most one flush of a series unanswered per bucket, so a token is never
+/// replaced before the flush it stands for is answered.
 ///
 /// ```
 /// use tollgate::key::flush_token_key;
 ///
-/// assert_eq!(flush_token_key("tollgate:{api:alice}:log", "w1"), "tollgate:{api:alice}:flush:w1");
+/// assert_eq!(flush_token_key("tollgate:{api:alice}:log", "w1"), "tollgate:{api:alice}:log:flush:w1");
 /// ```
-pub fn flush_token_key(first_key: &str, syncer: &str) -> String {
-    let tagged = first_key
-        .split_once('{')
-        .and_then(|(_, rest)| rest.split_once('}'))
-        .filter(|(tag, _)| !tag.is_empty())
-        .and_then(|(_, after)| first_key.get(..first_key.len().saturating_sub(after.len())));
-    format!("{}:flush:{syncer}", tagged.unwrap_or(first_key))
+pub fn flush_token_key(first_key: &str, name: &str) -> String {
+    format!("{first_key}:flush:{name}")
 }
 
 /// The sorted set of the syncers of bucket `bucket_key` (`flush.lua`): in
@@ -325,13 +322,9 @@ mod tests {
             tagged_bucket_key("tollgate", "api", &[b"alice", b"/x"], Some(0), "gcra"),
         ] {
             let token = flush_token_key(&first, "worker-1");
-            assert!(token.ends_with("}:flush:worker-1"), "{token}");
+            assert_eq!(token, format!("{first}:flush:worker-1"));
             assert_eq!(key_slot(token.as_bytes()), key_slot(first.as_bytes()), "{token}");
         }
-        assert_eq!(flush_token_key("t:{x}:api:{y}:log", "w"), "t:{x}:flush:w");
-        // Without a hash tag (or an empty one) the whole key is kept.
-        assert_eq!(flush_token_key("plain", "w"), "plain:flush:w");
-        assert_eq!(flush_token_key("t:{}:log", "w"), "t:{}:log:flush:w");
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -7,7 +7,7 @@
 -- KEYS[k+i]     bucket i's syncer set: exactly KEYS[i] .. ':syncers' (a
 --               sorted set: syncer name -> time of its last flush).
 -- KEYS[2k+1]    the token key of the flush (the proxy names it; same hash
---               slot as KEYS[1], e.g. '<prefix>:{<tag>}:flush:<syncer>').
+--               slot as KEYS[1], e.g. KEYS[1] .. ':flush:<syncer>').
 -- ARGV[1]       now, as for decide().
 -- ARGV[2]       the token: 1..64 bytes unique per flush. A worker whose reply
 --               was lost sends the same token, keys and units again.

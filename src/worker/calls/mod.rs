@@ -154,6 +154,8 @@ pub struct FlushCall {
     pub token: String,
     /// The worker's name among the buckets' syncers.
     pub syncer: String,
+    /// The series of the flush's token key ([`crate::key::flush_token_key`]).
+    pub series: String,
     pub horizon_ms: u64,
     /// When the flush was cut (proxy clock): it is dropped, not sent again,
     /// once its longest period has passed.

@@ -20,7 +20,7 @@ type Groups = BTreeMap<Option<u16>, Vec<(Check, u64)>>;
 /// The store call of flush `call` over `checks` (its pending's).
 pub fn of(call: &FlushCall, checks: &[Check]) -> Flush {
     let entries = checks.iter().zip(&call.units).map(|(c, &units)| FlushEntry { check: c.clone(), units }).collect();
-    let token_key = checks.first().map(|c| flush_token_key(&c.key, &call.syncer)).unwrap_or_default();
+    let token_key = checks.first().map(|c| flush_token_key(&c.key, &call.series)).unwrap_or_default();
     Flush { entries, token: call.token.clone(), syncer: call.syncer.clone(), horizon_ms: call.horizon_ms, token_key }
 }
 
@@ -39,8 +39,9 @@ impl Worker {
             if now_ms >= call.cut_ms.saturating_add(longest(&p.checks)) {
                 // Too old to count in any window: dropped, not sent.
                 host.count(Stat::SyncDropped, 1);
-                if let Some(t) = call.rule.and_then(|r| self.synced.table(r)) {
-                    p.checks.iter().for_each(|c| t.lost(&c.key));
+                match call.rule.and_then(|r| self.synced.table(r)) {
+                    Some(t) => p.checks.iter().for_each(|c| t.lost(&c.key)),
+                    None => self.synced.owed_landed(&p.checks),
                 }
             } else if now_ms >= at_ms {
                 self.queue_flush(id, p, now_ms);
@@ -78,6 +79,7 @@ impl Worker {
                     units,
                     token: format!("{}-{}-{seq}", self.synced.syncer, now_ms),
                     syncer: self.synced.syncer.clone(),
+                    series: self.synced.series(rule),
                     horizon_ms: interval_ms.saturating_mul(HORIZON_INTERVALS),
                     cut_ms: now_ms,
                 };
@@ -139,7 +141,9 @@ impl Worker {
         };
         host.count(Stat::SyncFlush, 1);
         host.count(Stat::SyncKeys, p.checks.len() as u64);
-        let Some(table) = call.rule.and_then(|r| self.synced.table(r)) else { return };
+        let Some(table) = call.rule.and_then(|r| self.synced.table(r)) else {
+            return self.synced.owed_landed(&p.checks);
+        };
         for (i, check) in p.checks.iter().enumerate() {
             let windows: Vec<(u64, u64)> =
                 reply.state.windows.iter().filter(|w| w.check == i).map(|w| (w.remaining, w.reset_ms)).collect();

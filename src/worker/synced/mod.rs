@@ -23,7 +23,7 @@ pub mod table;
 use crate::config::Config;
 use crate::limiter::Check;
 use crate::worker::calls::{CallId, Pending};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 use table::Table;
@@ -52,6 +52,9 @@ pub struct Syncing {
     /// how many buckets it may hold (`local_limiter.max_keys`).
     owed: HashMap<String, (Check, u64)>,
     owed_room: usize,
+    /// Buckets in an owed flush not yet answered: left out of the next
+    /// one (their token key must not be replaced before).
+    owed_flying: HashSet<String>,
     /// When owed units are flushed next.
     owed_due_ms: u64,
 }
@@ -68,6 +71,7 @@ impl Syncing {
             again: Vec::new(),
             owed: HashMap::new(),
             owed_room: config.local_limiter.max_keys,
+            owed_flying: HashSet::new(),
             owed_due_ms: 0,
         }
     }
@@ -103,7 +107,27 @@ impl Syncing {
             return Vec::new();
         }
         self.owed_due_ms = now_ms.saturating_add(OWED_INTERVAL_MS);
-        self.owed.drain().map(|(_, owed)| owed).collect()
+        let flying = &self.owed_flying;
+        let ready: Vec<String> = self.owed.keys().filter(|k| !flying.contains(*k)).cloned().collect();
+        let taken: Vec<(Check, u64)> = ready.iter().filter_map(|k| self.owed.remove(k)).collect();
+        self.owed_flying.extend(ready);
+        taken
+    }
+
+    /// An owed flush was answered or dropped: its buckets may go again.
+    fn owed_landed(&mut self, checks: &[Check]) {
+        for c in checks {
+            self.owed_flying.remove(&c.key);
+        }
+    }
+
+    /// The series name of a flush's token key: the syncer, or for owed
+    /// units the syncer + `.owed`.
+    fn series(&self, rule: Option<usize>) -> String {
+        match rule {
+            Some(_) => self.syncer.clone(),
+            None => format!("{}.owed", self.syncer),
+        }
     }
 
     /// Whether every one of `checks` belongs to a synced rule.
