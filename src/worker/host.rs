@@ -136,6 +136,9 @@ pub enum Stat {
     SyncFailure,
     /// A flush dropped: too old to count in any window.
     SyncDropped,
+    /// A flush sent again that the store had applied already (its token
+    /// known): recorded once.
+    SyncDuplicate,
 }
 
 /// The counters of shaping (`tollgate.shape.<name>`).

@@ -3,7 +3,7 @@
 //! the filter defines one Envoy metric per name and counts a [`Stat`] into
 //! the metric named for it. Bounded: 4 per rule (9 for a rule with
 //! `count`), 23 others, one per [`FailureKind`] and one per [`Reset`], 4
-//! when a rule shapes, 6 when a rule syncs (or `failure_mode` is local); plus the total of store errors, two gauges (three
+//! when a rule shapes, 7 when a rule syncs (or `failure_mode` is local); plus the total of store errors, two gauges (three
 //! when a rule shapes), the histogram of store time (and of shaping delay
 //! when a rule shapes).
 
@@ -54,13 +54,14 @@ const OTHERS: [(Stat, &str); 23] = [
 ];
 
 /// The counters of synced rules (`tollgate.sync.<name>`), when a rule syncs.
-const SYNC: [(Stat, &str); 6] = [
+const SYNC: [(Stat, &str); 7] = [
     (Stat::Synced { allowed: true }, "allowed"),
     (Stat::Synced { allowed: false }, "denied"),
     (Stat::SyncFlush, "flushes"),
     (Stat::SyncKeys, "keys"),
     (Stat::SyncFailure, "failures"),
     (Stat::SyncDropped, "dropped"),
+    (Stat::SyncDuplicate, "duplicates"),
 ];
 
 /// Every counter a worker with `config` can count, with its name. A

@@ -2,9 +2,11 @@
 //! Valkey: three Envoys of two workers share one key (limit 10,000 per 10 s,
 //! interval 100 ms) driven well past the limit within one window, so the
 //! exact answer is the limit itself: the admissions stay within the bound
-//! docs/sync.md states, with few store calls per request; and a Valkey
-//! killed and restarted (from its AOF) mid-run counts nothing twice: what
-//! the store holds afterwards is exactly what the Envoys admitted.
+//! docs/sync.md states, with few store calls per request; and a Valkey that
+//! runs flushes after their worker gave up on them (`DEBUG SLEEP` past
+//! `valkey.timeout`: the replies are lost, the flushes sent again), then is
+//! killed and restarted (from its AOF) mid-run, counts nothing twice: what
+//! the store holds afterwards is exactly what the Envoy admitted.
 
 use crate::support;
 
@@ -101,7 +103,8 @@ fn three_envoys_of_two_workers_share_one_key_within_the_bound() {
 #[test]
 fn a_valkey_killed_and_restarted_mid_run_counts_nothing_twice() {
     let _alone = support::alone();
-    let mut valkey = Valkey::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut valkey =
+        Valkey::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes"]);
     let options = EnvoyOptions {
         plugin_config: config("fixed_window", 1_000_000_000, "1h"),
         valkey_port: valkey.port,
@@ -132,12 +135,17 @@ fn a_valkey_killed_and_restarted_mid_run_counts_nothing_twice() {
     let at =
         |t: u64| wait_until("the phase", Duration::from_secs(t + 10), || start.elapsed() >= Duration::from_secs(t));
     at(1);
+    // Flushes that arrive during the sleep run after it, once their worker
+    // has reset the stalled stream (timeout 200 ms): sent again, same token.
+    let port = valkey.port;
+    support::try_command(port, &[b"DEBUG", b"SLEEP", b"0.6"]).unwrap();
+    at(2);
     valkey.stop(); // SIGKILL, flushes on the way lost
     let killed_at = admitted.load(Ordering::Relaxed);
-    at(3);
+    at(4);
     let during = admitted.load(Ordering::Relaxed) - killed_at;
     valkey.restart(); // from its AOF: the counts and the flush tokens survive
-    at(5);
+    at(6);
     load.stop();
     let admitted = admitted.load(Ordering::Relaxed);
     let key = "tollgate:{tenant:t1}:fw";
@@ -148,13 +156,16 @@ fn a_valkey_killed_and_restarted_mid_run_counts_nothing_twice() {
     // Every unit admitted reaches the store within a few intervals.
     wait_until("every admitted unit flushed", Duration::from_secs(5), || stored() >= admitted);
     let (failures, dropped) = (stat(&envoys, "sync.failures"), stat(&envoys, "sync.dropped"));
+    let duplicates = stat(&envoys, "sync.duplicates");
     println!(
-        "sync, Valkey killed 2 s mid-run (1 Envoy x 2 workers): {} sent, {admitted} admitted ({during} while the store \
-         was down), {} stored in Valkey, {failures} flushes failed and were sent again, {dropped} dropped",
+        "sync, Valkey asleep 0.6 s then killed 2 s mid-run (1 Envoy x 2 workers): {} sent, {admitted} admitted ({during} while the store \
+         was down), {} stored in Valkey, {failures} flushes failed and were sent again, {duplicates} of them \
+         already applied (recorded once), {dropped} dropped",
         sent.load(Ordering::Relaxed),
         stored()
     );
     assert!(during > 0, "the synced rule kept deciding while the store was down");
     assert!(failures > 0, "flushes failed while the store was down");
+    assert!(duplicates > 0, "flushes the store ran after their worker gave up were recognised");
     assert_eq!(stored(), admitted, "nothing counted twice, nothing lost");
 }

@@ -140,6 +140,9 @@ impl Worker {
             Err(e) => return self.flush_failed(host, id, p, &Failure::BadReply(e), now_ms),
         };
         host.count(Stat::SyncFlush, 1);
+        if !reply.applied {
+            host.count(Stat::SyncDuplicate, 1);
+        }
         host.count(Stat::SyncKeys, p.checks.len() as u64);
         let Some(table) = call.rule.and_then(|r| self.synced.table(r)) else {
             return self.synced.owed_landed(&p.checks);

@@ -79,6 +79,7 @@ fn a_flush_whose_reply_was_lost_is_sent_again_and_applied_once() {
     // Sent again (same token) on a new stream, an interval later.
     sync_for(&mut rig, 200);
     assert_eq!(rig.store.model.entries(KEY), 4, "applied once");
+    assert_eq!(rig.host.count(Stat::SyncDuplicate), 1, "the store knew its token");
     assert!(rig.host.count(Stat::SyncFlush) >= 2, "the resend answered");
 }
 
