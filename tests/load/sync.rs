@@ -36,36 +36,55 @@ fn stat(envoys: &[Envoy], name: &str) -> u64 {
     envoys.iter().map(|e| e.stat(&format!("wasmcustom.tollgate.{name}")).unwrap_or(0)).sum()
 }
 
-/// `clients` keep-alive clients per Envoy, each sending every `pace`, for
-/// `run`, counting the admitted (200 with a RateLimit header).
-fn drive(envoys: &[Envoy], clients: usize, pace: Duration, run: Duration) -> (u64, u64) {
-    let (sent, admitted) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let loads: Vec<Load> = envoys
-        .iter()
-        .map(|e| {
-            let (s, a) = (sent.clone(), admitted.clone());
-            let on_answer = Arc::new(move |_: usize, _: usize, r: Option<&Response>| {
-                s.fetch_add(1, Ordering::Relaxed);
-                if r.is_some_and(|r| r.status == 200 && r.header("ratelimit").is_some()) {
-                    a.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-            let plan = Plan {
-                connection: Connection::KeepAlive,
-                pace: Some(pace),
-                keep: false,
-                ..Plan::closed(clients, 1_000_000)
+/// Requests answered and admitted (200 with a RateLimit header) by every
+/// load started from it.
+#[derive(Default, Clone)]
+struct Counts {
+    sent: Arc<AtomicU64>,
+    admitted: Arc<AtomicU64>,
+}
+
+impl Counts {
+    fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    fn admitted(&self) -> u64 {
+        self.admitted.load(Ordering::Relaxed)
+    }
+
+    /// `clients` keep-alive clients on `envoy`, each sending every `pace`
+    /// for tenant `t1`, counted here.
+    fn load(&self, envoy: &Envoy, clients: usize, pace: Duration) -> Load {
+        let counts = self.clone();
+        let on_answer = Arc::new(move |_: usize, _: usize, r: Option<&Response>| {
+            counts.sent.fetch_add(1, Ordering::Relaxed);
+            if r.is_some_and(|r| r.status == 200 && r.header("ratelimit").is_some()) {
+                counts.admitted.fetch_add(1, Ordering::Relaxed);
             }
-            .on_answer(on_answer);
-            Load::start(e.port, plan, Arc::new(|_: usize, _: usize| Request::new("GET", "/", &[("x-tenant", "t1")])))
-        })
-        .collect();
+        });
+        let plan = Plan {
+            connection: Connection::KeepAlive,
+            pace: Some(pace),
+            keep: false,
+            ..Plan::closed(clients, 1_000_000)
+        }
+        .on_answer(on_answer);
+        Load::start(envoy.port, plan, Arc::new(|_: usize, _: usize| Request::new("GET", "/", &[("x-tenant", "t1")])))
+    }
+}
+
+/// `clients` clients per Envoy, each sending every `pace`, for `run`:
+/// (answered, admitted).
+fn drive(envoys: &[Envoy], clients: usize, pace: Duration, run: Duration) -> (u64, u64) {
+    let counts = Counts::default();
+    let loads: Vec<Load> = envoys.iter().map(|e| counts.load(e, clients, pace)).collect();
     let start = Instant::now();
     wait_until("the run", run + Duration::from_secs(5), || start.elapsed() >= run);
     for load in loads {
         load.stop();
     }
-    (sent.load(Ordering::Relaxed), admitted.load(Ordering::Relaxed))
+    (counts.sent(), counts.admitted())
 }
 
 #[test]
@@ -111,26 +130,8 @@ fn a_valkey_killed_and_restarted_mid_run_counts_nothing_twice() {
         concurrency: 2,
     };
     let envoys = vec![Envoy::start(&options)];
-    let (sent, admitted) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let (s, a) = (sent.clone(), admitted.clone());
-    let on_answer = Arc::new(move |_: usize, _: usize, r: Option<&Response>| {
-        s.fetch_add(1, Ordering::Relaxed);
-        if r.is_some_and(|r| r.status == 200 && r.header("ratelimit").is_some()) {
-            a.fetch_add(1, Ordering::Relaxed);
-        }
-    });
-    let plan = Plan {
-        connection: Connection::KeepAlive,
-        pace: Some(Duration::from_millis(5)),
-        keep: false,
-        ..Plan::closed(8, 1_000_000)
-    }
-    .on_answer(on_answer);
-    let load = Load::start(
-        envoys[0].port,
-        plan,
-        Arc::new(|_: usize, _: usize| Request::new("GET", "/", &[("x-tenant", "t1")])),
-    );
+    let counts = Counts::default();
+    let load = counts.load(&envoys[0], 8, Duration::from_millis(5));
     let start = Instant::now();
     let at =
         |t: u64| wait_until("the phase", Duration::from_secs(t + 10), || start.elapsed() >= Duration::from_secs(t));
@@ -141,13 +142,13 @@ fn a_valkey_killed_and_restarted_mid_run_counts_nothing_twice() {
     support::try_command(port, &[b"DEBUG", b"SLEEP", b"0.6"]).unwrap();
     at(2);
     valkey.stop(); // SIGKILL, flushes on the way lost
-    let killed_at = admitted.load(Ordering::Relaxed);
+    let killed_at = counts.admitted();
     at(4);
-    let during = admitted.load(Ordering::Relaxed) - killed_at;
+    let during = counts.admitted() - killed_at;
     valkey.restart(); // from its AOF: the counts and the flush tokens survive
     at(6);
     load.stop();
-    let admitted = admitted.load(Ordering::Relaxed);
+    let admitted = counts.admitted();
     let key = "tollgate:{tenant:t1}:fw";
     let stored = || match valkey.cmd(&["HGET", key, "3600000:c"]) {
         tollgate::resp::Value::Bulk(b) => String::from_utf8_lossy(&b).parse::<u64>().unwrap_or(0),
@@ -161,7 +162,7 @@ fn a_valkey_killed_and_restarted_mid_run_counts_nothing_twice() {
         "sync, Valkey asleep 0.6 s then killed 2 s mid-run (1 Envoy x 2 workers): {} sent, {admitted} admitted ({during} while the store \
          was down), {} stored in Valkey, {failures} flushes failed and were sent again, {duplicates} of them \
          already applied (recorded once), {dropped} dropped",
-        sent.load(Ordering::Relaxed),
+        counts.sent(),
         stored()
     );
     assert!(during > 0, "the synced rule kept deciding while the store was down");
