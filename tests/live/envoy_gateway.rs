@@ -7,17 +7,14 @@
 
 use crate::support;
 
-use serde::Deserialize;
 use serde_json::Value as Json;
+use support::manifests::{is_dns1123, one_of, yaml_documents};
 use support::{demo_plugin_config, repo_root};
 
 fn policy() -> Json {
-    let path = repo_root().join("envoy/envoy-gateway/envoyextensionpolicy.yaml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let mut docs = serde_norway::Deserializer::from_str(&text);
-    let doc = docs.next().expect("one YAML document");
-    assert!(docs.next().is_none(), "one document");
-    Json::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let mut docs = yaml_documents(&repo_root().join("envoy/envoy-gateway/envoyextensionpolicy.yaml"));
+    assert_eq!(docs.len(), 1, "one document");
+    docs.remove(0)
 }
 
 /// `value`'s keys are among `known` (a structural CRD schema prunes others).
@@ -25,24 +22,6 @@ fn only(value: &Json, known: &[&str], what: &str) {
     for key in value.as_object().unwrap_or_else(|| panic!("{what}: not an object")).keys() {
         assert!(known.contains(&key.as_str()), "{what}.{key}: not in the CRD's schema");
     }
-}
-
-fn one_of(value: &Json, allowed: &[&str], what: &str) {
-    let s = value.as_str().unwrap_or_else(|| panic!("{what}: not a string: {value}"));
-    assert!(allowed.contains(&s), "{what}: {s} is not one of {allowed:?}");
-}
-
-/// The `maxLength`/`pattern` of a DNS-1123 subdomain (`targetRefs[].name`
-/// only bounds the length; metadata.name is a subdomain).
-fn is_dns1123(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|l| {
-            !l.is_empty()
-                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        })
 }
 
 #[test]

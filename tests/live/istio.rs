@@ -8,10 +8,10 @@
 
 use crate::support;
 
-use serde::Deserialize;
 use serde_json::{json, Value as Json};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::manifests::{is_dns1123, one_of, yaml_documents};
 use support::{demo_plugin_config, envoy_bin, free_port, http, repo_root, wasm_path, Valkey};
 
 const NOW: &str = "x-tollgate-test-now-ms";
@@ -23,11 +23,8 @@ fn manifests() -> Vec<(String, Json)> {
         std::fs::read_dir(repo_root().join("envoy/istio")).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     for path in files.into_iter().filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
-        let text = std::fs::read_to_string(&path).unwrap();
-        for doc in serde_norway::Deserializer::from_str(&text) {
-            let value = Json::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            out.push((path.file_name().unwrap().to_string_lossy().into_owned(), value));
-        }
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        out.extend(yaml_documents(&path).into_iter().map(|doc| (name.clone(), doc)));
     }
     out
 }
@@ -37,23 +34,6 @@ fn manifest(kind: &str) -> Json {
     let (_, m) = found.next().unwrap_or_else(|| panic!("no {kind} in envoy/istio/"));
     assert!(found.next().is_none(), "more than one {kind}");
     m
-}
-
-fn one_of(value: &Json, allowed: &[&str], what: &str) {
-    let s = value.as_str().unwrap_or_else(|| panic!("{what}: not a string: {value}"));
-    assert!(allowed.contains(&s), "{what}: {s} is not one of {allowed:?}");
-}
-
-/// A DNS-1123 subdomain, as Kubernetes wants metadata.name.
-fn is_dns1123(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|l| {
-            !l.is_empty()
-                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        })
 }
 
 #[test]

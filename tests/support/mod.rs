@@ -14,6 +14,7 @@ pub mod docker;
 mod envoy;
 mod http;
 pub mod load;
+pub mod manifests;
 pub mod netns;
 #[path = "../../src/testing/plugin.rs"]
 pub mod plugin;
