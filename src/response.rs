@@ -166,35 +166,7 @@ fn reduced(detail: &str, details: &'static str) -> LocalReply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::WindowOutcome;
-
-    fn setup() -> (Config, Vec<Check>) {
-        let config = Config::from_json(
-            br#"{"valkey":{"cluster":"c"},"rules":[{"name":"auth.createToken",
-                "limits":[{"limit":20,"period":"60s"},{"limit":5,"period":"3s"}]}]}"#,
-        )
-        .unwrap();
-        let checks = vec![Check::for_test(0, "k", &[(20, 60_000), (5, 3_000)], 1)];
-        (config, checks)
-    }
-
-    fn decision(retry_3s: u64) -> Decision {
-        let w = |window, limit, period_ms, remaining, reset_ms, retry_ms| WindowOutcome {
-            check: 0,
-            window,
-            limit,
-            period_ms,
-            remaining,
-            reset_ms,
-            retry_ms,
-        };
-        Decision {
-            allowed: retry_3s == 0,
-            now_ms: 0,
-            delay_ms: 0,
-            windows: vec![w(0, 20, 60_000, 15, 59_500, 0), w(1, 5, 3_000, 0, 2_500, retry_3s)],
-        }
-    }
+    use crate::testing::{outcome as w, seed_decision as decision, seed_setup as setup};
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn denial_names_the_violated_window_and_rounds_retry_up() {
@@ -226,15 +198,6 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn retry_after_is_never_earlier_than_a_violated_windows_t() {
         let (config, checks) = setup();
-        let w = |window, limit, period_ms, remaining, reset_ms, retry_ms| WindowOutcome {
-            check: 0,
-            window,
-            limit,
-            period_ms,
-            remaining,
-            reset_ms,
-            retry_ms,
-        };
         for (minute, burst, retry_after, ratelimit, x_reset) in [
             (
                 w(0, 20, 60_000, 0, 58_000, 1_400),

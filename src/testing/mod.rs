@@ -13,7 +13,7 @@ pub use plugin::{plugin, rule, Plugin};
 pub use rng::Rng;
 
 use crate::config::Config;
-use crate::limiter::WindowOutcome;
+use crate::limiter::{Decision, WindowOutcome};
 // What `check.rs` builds, named where it looks (`super::`).
 use crate::limiter::{Algorithm, Check, Window};
 
@@ -31,6 +31,37 @@ impl Plugin {
             Ok(config) => config,
             Err(e) => panic!("test configuration: {e}\n{}", self.json()),
         }
+    }
+}
+
+/// The seed's rule (`auth.createToken`: 20 per 60 s and 5 per 3 s) and its
+/// one check, on bucket `k`.
+pub fn seed_setup() -> (Config, Vec<Check>) {
+    let config = plugin().rule("auth.createToken", None, &[(20, "60s"), (5, "3s")]).build();
+    (config, vec![check(Algorithm::SlidingLog, 0, "k", &[(20, 60_000), (5, 3_000)], 1)])
+}
+
+/// Window `window` of check 0 as the store reports it.
+pub fn outcome(
+    window: usize,
+    limit: u64,
+    period_ms: u64,
+    remaining: u64,
+    reset_ms: u64,
+    retry_ms: u64,
+) -> WindowOutcome {
+    WindowOutcome { check: 0, window, limit, period_ms, remaining, reset_ms, retry_ms }
+}
+
+/// The store's answer to [`seed_setup`]'s check: 15 left of 20 per
+/// minute, none of 5 per 3 s, denied for `retry_3s` ms by the latter (0:
+/// admitted).
+pub fn seed_decision(retry_3s: u64) -> Decision {
+    Decision {
+        allowed: retry_3s == 0,
+        now_ms: 0,
+        delay_ms: 0,
+        windows: vec![outcome(0, 20, 60_000, 15, 59_500, 0), outcome(1, 5, 3_000, 0, 2_500, retry_3s)],
     }
 }
 

@@ -1,33 +1,5 @@
 use super::*;
-use crate::limiter::WindowOutcome;
-
-fn setup() -> (Config, Vec<Check>) {
-    let config = Config::from_json(
-        br#"{"valkey":{"cluster":"c"},"rules":[{"name":"auth.createToken",
-            "limits":[{"limit":20,"period":"60s"},{"limit":5,"period":"3s"}]}]}"#,
-    )
-    .unwrap();
-    let checks = vec![Check::for_test(0, "k", &[(20, 60_000), (5, 3_000)], 1)];
-    (config, checks)
-}
-
-fn decision(retry_3s: u64) -> Decision {
-    let w = |window, limit, period_ms, remaining, retry_ms| WindowOutcome {
-        check: 0,
-        window,
-        limit,
-        period_ms,
-        remaining,
-        reset_ms: 2_500,
-        retry_ms,
-    };
-    Decision {
-        allowed: retry_3s == 0,
-        now_ms: 0,
-        windows: vec![w(0, 20, 60_000, 15, 0), w(1, 5, 3_000, 0, retry_3s)],
-        delay_ms: 0,
-    }
-}
+use crate::testing::{seed_decision as decision, seed_setup as setup};
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn a_store_denial_names_rule_window_remaining_and_round_trip() {
