@@ -126,3 +126,6 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
         lines += ["", notes.read_text().rstrip()]
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
+    # The charts again, from the report's rounded figures: what
+    # tests/host/bench_charts.rs draws and compares.
+    bench_charts.main([])
