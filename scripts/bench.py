@@ -12,6 +12,9 @@ Cases:
   tollgate denied by the store  the same with the denial cache off
   tollgate 10k keys      10,000 users, each under its limit
   tollgate no match      the module loaded, no rule matching (the VM's own cost)
+  tollgate synced allowed  one key of a synced rule (`sync`), never denying;
+                         with an admission run of 2 workers past a limit
+                         (scripts/bench_sync.py)
   flood                  2,048 connections, a new user per request, failure_mode
                          local: who decided (the store, the local limiter, an
                          explicit overload refusal, failure_mode)
@@ -44,6 +47,7 @@ from pathlib import Path
 import bench_cluster
 import bench_flood
 import bench_report
+import bench_sync
 from bench_common import (CONNECTIONS, DURATION, ENVOY, VALKEY, WASM, admin_stat, counting, cpu_seconds,
                           free_port, render, resp, valkey_stats, wait_port, wrk)
 
@@ -129,6 +133,7 @@ def run_case(case, valkey_port, valkey_pid, workdir):
             calls = admin_stat(ports[2], "wasmcustom.tollgate.store.calls") - calls
             requests = admin_stat(ports[2], "wasmcustom.tollgate.store.requests") - requests
             result["per_call"] = requests / calls if calls else 0.0
+            result["store_per_request"] = requests / result["requests"]
             decisions = result["requests"]
             result["conn_per_decision"] = (after[0] - before[0] - 1) / decisions
             result["cmd_per_decision"] = (after[1] - before[1] - 1) / decisions
@@ -171,6 +176,7 @@ def main():
         "limits": [{"limit": 100_000, "period": "1h"}]}})
     cases.append({"name": "tollgate no match", "kind": "tollgate", "rule": {
         "name": "bench", "match": {"path_prefix": "/never"}, "limits": [{"limit": 1, "period": "1h"}]}})
+    cases.append(bench_sync.case(big))
     cases[3]["profile"] = True
 
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-bench-"))
@@ -190,11 +196,13 @@ def main():
         profiles = {c["name"]: c["profile_result"] for c in cases if c.get("profile_result")}
         resp(valkey_port, "FLUSHALL")
         flooded = bench_flood.flood(valkey_port, workdir)
+        resp(valkey_port, "FLUSHALL")
+        synced = bench_sync.admission(valkey_port, workdir)
     finally:
         valkey.terminate()
         valkey.wait()
     clustered = bench_cluster.cluster_bench(workdir)
-    bench_report.write_report(results, profiles, flooded, costs, clustered)
+    bench_report.write_report(results, profiles, flooded, costs, clustered, synced)
 
 
 if __name__ == "__main__":

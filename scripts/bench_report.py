@@ -1,6 +1,6 @@
 """docs/benchmarks.md from the figures of `scripts/bench.py` (its tables, the
 charts of `bench_charts.py` in docs/bench/, the targets, the flood, the host
-calls, the cluster section, the profiles, then docs/benchmarks-notes.md as
+calls, the synced rules, the cluster section, the profiles, then docs/benchmarks-notes.md as
 written by hand)."""
 
 import os
@@ -8,11 +8,12 @@ import platform
 
 import bench_charts
 import bench_cluster
+import bench_sync
 from bench_common import DURATION, ROOT, WASM
 from bench_flood import FLOOD_CONNECTIONS
 
 
-def write_report(results, profiles, flooded, costs=None, clustered=None):
+def write_report(results, profiles, flooded, costs=None, clustered=None, synced=None):
     base = {r["connections"]: r for r in results["no filter"]}
     local_deny = {r["connections"]: r for r in results["local_ratelimit deny"]}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -65,6 +66,8 @@ def write_report(results, profiles, flooded, costs=None, clustered=None):
         ("no rule matching ≥ 0.85 × no filter at 64 connections",
          f"{nomatch64 / base[64]['rps']:.2f} × no filter", nomatch64 / base[64]["rps"] >= 0.85),
     ]
+    if bench_sync.SYNCED in results:
+        checks.append(bench_sync.target(results))
     lines += ["", "## Where the time goes, per request", "",
               "CPU time of each process over the run (`/proc/<pid>/stat`), divided by the requests wrk",
               "completed (Envoy) or the decisions sent to Valkey (Valkey); \"Valkey µs\" is what Valkey booked",
@@ -97,6 +100,8 @@ def write_report(results, profiles, flooded, costs=None, clustered=None):
               "|---|---|---|---|---|---|---|",
               f"| {f['requests']} | {f['rps']:.0f} | {share(f['store'])} | {share(f['local'])} | "
               f"{share(f['overloaded'])} | {share(f['failure_mode'])} | {f['timeouts']} |"]
+    if bench_sync.SYNCED in results:
+        lines += bench_sync.sync_report(results, synced)
     if costs:
         lines += ["", "## Host calls per request", "",
                   "From a second Envoy per case whose VM counts them (`TOLLGATE_COUNT_HOST_CALLS=1`, 16 connections,",
@@ -121,3 +126,6 @@ def write_report(results, profiles, flooded, costs=None, clustered=None):
         lines += ["", notes.read_text().rstrip()]
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
+    # The charts again, from the report's rounded figures: what
+    # tests/host/bench_charts.rs draws and compares.
+    bench_charts.main([])

@@ -47,4 +47,5 @@ mod script_acl;
 mod script_cost;
 mod sentinel;
 mod store_errors;
+mod sync_topologies;
 mod tls_redis7;

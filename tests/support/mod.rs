@@ -19,6 +19,7 @@ pub mod netns;
 #[path = "../../src/testing/plugin.rs"]
 pub mod plugin;
 pub mod props;
+pub mod sentinel;
 pub mod shaping;
 pub mod tls;
 pub mod upstream;
