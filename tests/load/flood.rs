@@ -185,5 +185,10 @@ fn a_store_killed_in_a_flood_is_stood_in_for_by_the_local_limiter() {
     assert_eq!(bare_denials.load(std::sync::atomic::Ordering::Relaxed), 0, "every 429 has headers and body");
     assert!(most <= bound, "a user got {most} admissions, beyond {bound}");
     assert!(stored.iter().all(|n| *n as u64 <= LIMIT), "the store itself never went over the limit");
+    // What the local limiter admitted was flushed to the store once it was
+    // back (docs/sync.md): no user admitted more than the store counts.
+    let missing: Vec<usize> =
+        (0..USERS).filter(|&u| (stored[u] as u64) < admitted[u].load(std::sync::atomic::Ordering::Relaxed)).collect();
+    assert!(missing.is_empty(), "users whose admissions the store lacks: {missing:?}");
     assert!(back_after <= Duration::from_secs(1));
 }
