@@ -1,5 +1,6 @@
 //! Requests whose keys hash to several Valkey Cluster slots: the pure
-//! two-step protocol ([`protocol`]); owns the requests decided that way
+//! two-step protocol ([`protocol`]) and the rounds that hold a shaped one
+//! ([`rounds`]); owns the requests decided that way
 //! ([`crossings::Crossings`]); their start, undos and deadlines
 //! ([`start`]), and the replies to their parts and what follows
 //! ([`parts`]).
@@ -7,4 +8,5 @@
 pub(super) mod crossings;
 pub(super) mod parts;
 pub mod protocol;
+pub mod rounds;
 pub(super) mod start;
