@@ -2,10 +2,11 @@
 //! two-step protocol ([`protocol`]) and the rounds that hold a shaped one
 //! ([`rounds`]); owns the requests decided that way
 //! ([`crossings::Crossings`]); their start, undos and deadlines
-//! ([`start`]), and the replies to their parts and what follows
-//! ([`parts`]).
+//! ([`start`]), the replies to their parts and what follows ([`parts`]),
+//! and the rounds of a shaped one that waits ([`hold`]).
 
 pub(super) mod crossings;
+pub(super) mod hold;
 pub(super) mod parts;
 pub mod protocol;
 pub mod rounds;

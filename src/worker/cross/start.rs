@@ -15,7 +15,7 @@
 use crate::store::Failure;
 use crate::worker::calls::{CallId, Part, Pending, ShardId, PARKED};
 use crate::worker::cross::crossings::Crossing;
-use crate::worker::cross::protocol::Step;
+use crate::worker::cross::protocol::{slot_of, Step};
 use crate::worker::host::{Host, Stat};
 use crate::worker::request::fail::Failing;
 use crate::worker::request::rule::answer_now;
@@ -23,7 +23,7 @@ use crate::worker::{Flow, Worker};
 
 impl Worker {
     /// A fresh part id, not held by any call.
-    fn part_id(&mut self) -> CallId {
+    pub(super) fn part_id(&mut self) -> CallId {
         loop {
             let id = self.crossings.next_part();
             if self.calls.get(id).is_none() {
@@ -41,6 +41,7 @@ impl Worker {
             return answer_now(host, id, verdict);
         }
         let mut c = Crossing::new(p);
+        let shapes = self.cross_shapes(&mut c, now_ms);
         for g in 0..c.slices.len() {
             let slot = c.slices.get(g).map_or(0, |s| s.group.slot);
             let shard = self.route_slot(slot, now_ms).and_then(|shard| match self.shards.down(shard, now_ms) {
@@ -50,9 +51,11 @@ impl Worker {
             match shard {
                 Ok(shard) => {
                     let part = self.part_id();
-                    self.calls.push(part, c.pending(g, shard, false, Part::Decide { parent: id, group: g }));
+                    let shape = shapes.get(g).copied().flatten();
+                    self.calls.push(part, c.pending(g, shard, false, Part::Decide { parent: id, group: g, shape }));
                     if let Some(s) = c.slices.get_mut(g) {
                         s.part = Some(part);
+                        s.queued_ms = now_ms;
                     }
                 }
                 Err(failure) => {
@@ -80,7 +83,7 @@ impl Worker {
     }
 
     /// The shard of `slot`'s master, [`PARKED`] without a map, or why none.
-    fn route_slot(&mut self, slot: u16, now_ms: u64) -> Result<ShardId, Failure> {
+    pub(super) fn route_slot(&mut self, slot: u16, now_ms: u64) -> Result<ShardId, Failure> {
         match self.cluster.as_ref().and_then(|c| c.map()).map(|m| m.owner(slot)) {
             None => Ok(PARKED),
             Some(Some(addr)) => Ok(self.shards.for_addr(addr)),
@@ -88,13 +91,13 @@ impl Worker {
         }
     }
 
-    /// Queues the undo of group `g` of request `parent` (it recorded): to
-    /// where its call ran, or by the slot map if that shard is gone.
+    /// Queues the undo of group `g` of request `parent` (it recorded, at its
+    /// slot): to where its call ran, or by the slot map if that shard is gone.
     pub(in crate::worker) fn send_undo(&mut self, host: &mut dyn Host, parent: u32, g: usize, now_ms: u64) {
         let Some(c) = self.crossings.map.get(&parent) else { return };
         let Some(slice) = c.slices.get(g).filter(|s| !s.undo_sent) else { return };
         let Step::Decided(d) = &slice.step else { return };
-        let at_ms = d.now_ms;
+        let at_ms = slot_of(d);
         let ran = slice.ran.filter(|(s, _)| self.shards.get(*s).is_some());
         let slot = slice.group.slot;
         let (shard, asking) = match ran {
