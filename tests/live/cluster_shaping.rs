@@ -46,9 +46,11 @@ fn rules_in_one_slot_shape_together_and_a_request_across_slots_is_held_on_every_
     let mut admitted: Vec<&support::shaping::Shot> = shots.iter().filter(|s| s.status == 200).collect();
     let held_across = admitted.iter().filter(|s| s.delay_ms.is_some()).count();
     assert_eq!(stat("cluster.cross_shard"), 10);
-    assert!(admitted.len() <= 9, "three a second for 2 s at most: {shots:?}");
-    assert!(held_across >= 1, "held: {shots:?}");
-    assert!(stat("shape.moved") >= held_across as u64, "bob's slot moved to the tenant's");
+    // One worker: one request in rounds at a time per key, so the 9 that
+    // fit (a stalled machine may spread the burst past a second: 8).
+    assert!((8..=9).contains(&admitted.len()), "three a second for 2 s: {shots:?}");
+    assert!(held_across >= 5, "held: {shots:?}");
+    assert!(stat("shape.moved") >= 1, "bob's slot moved to the tenant's");
     assert_eq!(stat("shape.gave_up"), 0);
     let tenant = cluster.node(cluster.owner_port(key_slot(tenant_key.as_bytes())));
     let bob = cluster.node(cluster.owner_port(key_slot(minute("bob").as_bytes())));
@@ -56,7 +58,7 @@ fn rules_in_one_slot_shape_together_and_a_request_across_slots_is_held_on_every_
     assert_eq!(on_tenant.len(), admitted.len(), "the denied one undone: {on_tenant:?}");
     assert_eq!(on_bob.len(), admitted.len(), "every moved record given back: {on_bob:?}");
     assert_within(&on_tenant, 3, 1_000);
-    assert_within(&on_bob, 3, 1_000);
+    assert_within(&on_bob, 5, 1_000);
     // Each request at one time on both slots, released at or after it.
     admitted.sort_by(|a, b| a.answered_epoch_ms.total_cmp(&b.answered_epoch_ms));
     let mut apart = 0;
@@ -65,7 +67,13 @@ fn rules_in_one_slot_shape_together_and_a_request_across_slots_is_held_on_every_
         let slot = (*t).max(*b) as f64;
         assert!(shot.answered_epoch_ms + 1.0 >= slot, "released before its slot: {slot} {shot:?}");
     }
-    println!("across slots: {on_tenant:?} on the tenant's master, {on_bob:?} on bob's, at most {apart} ms apart");
+    let late: Vec<u64> =
+        on_tenant.iter().zip(&admitted).map(|(t, s)| (s.answered_epoch_ms - *t as f64) as u64).collect();
+    println!(
+        "across slots: {on_tenant:?} on the tenant's master, {on_bob:?} on bob's, at most {apart} ms apart; \
+         released {late:?} ms after the tenant's record; {} moved",
+        stat("shape.moved")
+    );
     assert!(apart <= 100, "{apart} ms between a request's two records");
     assert_eq!(stat("shape.delayed"), (held + held_across) as u64);
 }

@@ -154,3 +154,40 @@ fn with_time_passing_every_record_lies_between_target_and_release() {
     }
     assert!(held > 200, "{held}");
 }
+
+/// The figures of docs/shaping.md ("the cost of the rounds"): a burst of
+/// 10 against two log rules on two slots (5 and 3 per second, `max_delay`
+/// 2 s) on one instant. One request at a time admits the 9 that fit; steps
+/// interleaved at random admit fewer, never more.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_burst_across_slots_admits_what_fits_one_at_a_time_and_fewer_interleaved() {
+    let rules = [
+        check(Algorithm::SlidingLog, 0, "h:{user}:log", &[(5, 1_000)], 1),
+        check(Algorithm::SlidingLog, 1, "h:{tenant}:log", &[(3, 1_000)], 1),
+    ];
+    assert_ne!(shard(&rules[0]), shard(&rules[1]));
+    let burst = || (0..10).map(|_| (rules.to_vec(), false)).collect::<Vec<_>>();
+    let admitted = |run: &Run<Model>| run.requests.iter().filter(|q| q.fate() == Some(Fate::Admit)).count();
+    let mut one = Run::new(vec![Model::new(), Model::new(), Model::new()], burst()).holding(2_000);
+    for r in 0..10 {
+        while let Some(a) = one
+            .available()
+            .into_iter()
+            .find(|a| matches!(a, Action::Decide(q, _) | Action::Undo(q, _) | Action::GiveBack(q, _) if *q == r))
+        {
+            one.act(a, START);
+        }
+    }
+    assert_eq!(admitted(&one), 9);
+    let mut rng = Rng(0x1405_7B7E_F767_814F);
+    let mut total = 0;
+    for _ in 0..200 {
+        let mut run = Run::new(vec![Model::new(), Model::new(), Model::new()], burst()).holding(2_000);
+        let schedule: Vec<(u64, u32)> = (0..200).map(|_| (0, rng.next(1 << 16) as u32)).collect();
+        run.run_gaps(START, &schedule, 0);
+        let n = admitted(&run);
+        assert!(n <= 9);
+        total += n;
+    }
+    println!("interleaved: {:.1} admitted of 9 on average", total as f64 / 200.0);
+}

@@ -143,6 +143,9 @@ pub struct Crossings {
     next: u32,
     /// Logs of undos that failed.
     pub(super) undo_log: Throttle,
+    /// Requests that may wait, parked behind one in rounds on a key of
+    /// theirs, in arrival order ([`super::park`]).
+    pub(super) parked: Vec<(u32, Pending)>,
 }
 
 impl Crossings {
@@ -153,7 +156,7 @@ impl Crossings {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.is_empty() && self.parked.is_empty()
     }
 
     #[cfg(test)]
@@ -163,7 +166,7 @@ impl Crossings {
 
     /// Whether request `id` waits for its decision across slots.
     pub fn waits(&self, id: u32) -> bool {
-        self.map.get(&id).is_some_and(|c| c.answered.is_none())
+        self.map.get(&id).is_some_and(|c| c.answered.is_none()) || self.parked.iter().any(|(p, _)| *p == id)
     }
 
     /// Group `group` of request `parent`, while it is decided across slots.

@@ -3,10 +3,12 @@
 //! ([`rounds`]); owns the requests decided that way
 //! ([`crossings::Crossings`]); their start, undos and deadlines
 //! ([`start`]), the replies to their parts and what follows ([`parts`]),
-//! and the rounds of a shaped one that waits ([`hold`]).
+//! the rounds of a shaped one that waits ([`hold`]), one at a time per key
+//! ([`park`]).
 
 pub(super) mod crossings;
 pub(super) mod hold;
+pub(super) mod park;
 pub(super) mod parts;
 pub mod protocol;
 pub mod rounds;

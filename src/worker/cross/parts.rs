@@ -133,8 +133,16 @@ impl Worker {
         }
     }
 
-    /// What follows for request `parent` from its parts as they stand.
+    /// What follows for request `parent` from its parts as they stand, and
+    /// for the requests parked behind it.
     pub(in crate::worker) fn advance(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
+        self.advance_one(host, parent, now_ms);
+        if !self.crossings.parked.is_empty() {
+            self.unpark(host, now_ms);
+        }
+    }
+
+    fn advance_one(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
         if c.fate() == Some(Fate::Deny) || c.answered == Some(false) {
             // The groups still queued are not needed any more.

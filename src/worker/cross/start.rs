@@ -40,6 +40,18 @@ impl Worker {
             let verdict = self.overloaded(host, id, &p.checks);
             return answer_now(host, id, verdict);
         }
+        if self.parks(&p.checks) {
+            self.crossings.parked.push((id, p));
+            return Flow::Pause;
+        }
+        let flow = self.cross_begin(host, id, p, true, now_ms);
+        self.pump(host, false, now_ms);
+        flow
+    }
+
+    /// Request `id`'s parts, queued (`own`: in its own callback; else it
+    /// was parked and is paused).
+    pub(super) fn cross_begin(&mut self, host: &mut dyn Host, id: u32, p: Pending, own: bool, now_ms: u64) -> Flow {
         let mut c = Crossing::new(p);
         let shapes = self.cross_shapes(&mut c, now_ms);
         for g in 0..c.slices.len() {
@@ -68,17 +80,22 @@ impl Worker {
         }
         if c.slices.iter().all(|s| s.part.is_none()) {
             // No group could be sent (nothing recorded): `failure_mode` now,
-            // in its own callback.
+            // in its own callback (or delivered, once parked).
             let mut failures = c.slices.iter().filter_map(|s| s.failure.as_ref());
             let Some(first) = failures.next() else { return Flow::Continue };
             for other in failures {
                 host.count(Stat::StoreError(other.kind()), 1);
             }
             let request = Failing { id, checks: &c.checks, at_ms: c.arrival.request_ms, headers: &c.headers };
-            return self.fail_now(host, id, first, &request, now_ms);
+            if own {
+                return self.fail_now(host, id, first, &request, now_ms);
+            }
+            let verdict = self.failure(host, first, &request, now_ms);
+            self.holding.leave(id);
+            self.deliveries.deliver(host, id, verdict);
+            return Flow::Pause;
         }
         self.crossings.map.insert(id, c);
-        self.pump(host, false, now_ms);
         Flow::Pause
     }
 
@@ -121,6 +138,7 @@ impl Worker {
     /// not yet sent are dropped, and what recorded is undone (at the next
     /// tick: there is no host here).
     pub(in crate::worker) fn cross_gone(&mut self, id: u32) {
+        self.crossings.parked.retain(|(p, _)| *p != id);
         let Some(c) = self.crossings.map.get_mut(&id) else { return };
         c.answered.get_or_insert(false);
         for s in &mut c.slices {
@@ -147,5 +165,6 @@ impl Worker {
             }
             self.advance(host, id, now_ms);
         }
+        self.expire_parked(host, now_ms);
     }
 }

@@ -1,8 +1,9 @@
 //! Holding a shaped request across slots (docs/shaping.md, "Across
 //! slots"), on a fake cluster of three masters: a burst against two shaped
 //! rules on different masters is held, each request released when every
-//! slot records it, at the same time on both; past `max_delay` it is denied
-//! and undone; a held request that goes away gives back every slot.
+//! slot records it, at the same time on both, one request in rounds at a
+//! time; past `max_delay` it is denied and undone; a held request that goes
+//! away gives back every slot; a parked one that goes away is dropped.
 
 use super::cluster::{cluster_base, cluster_rig, key};
 use super::cluster_cross::{both, split_user};
@@ -42,7 +43,9 @@ fn a_burst_across_slots_is_held_until_every_slot_records_it() {
     let expected = vec![at(0), at(0), at(1_000), at(1_000), at(2_000), at(2_000)];
     assert_eq!(times(&rig, "b", &user), expected);
     assert_eq!(times(&rig, "a", &user), expected, "a moved to b's slots");
-    assert!(rig.host.count(Stat::Shape(ShapeStat::Moved)) >= 4);
+    // One at a time (parked behind the one in rounds): a moves for the
+    // third and fifth; the fourth and sixth are placed behind a's last slot.
+    assert_eq!(rig.host.count(Stat::Shape(ShapeStat::Moved)), 2);
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GaveUp)), 0);
     rig.run_for(2_100);
     let mut delays: Vec<u64> = rig.host.delayed.iter().map(|(_, d)| *d).collect();
@@ -75,4 +78,20 @@ fn a_held_request_across_slots_that_goes_away_gives_back_every_slot() {
     assert_eq!(times(&rig, "b", &user), [start, start]);
     rig.run_for(1_100);
     assert!(rig.host.delayed.is_empty());
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_parked_request_that_goes_away_is_dropped_and_the_next_starts() {
+    let mut rig = cluster_rig(two_shaped(), 3);
+    let user = split_user(&rig);
+    let start = rig.now;
+    let ids: Vec<u32> = (0..3).map(|_| both(&mut rig, &user).0).collect();
+    // The first is in rounds; the second and third are parked behind it.
+    rig.worker.on_gone(ids[1]);
+    rig.settle();
+    assert_eq!(rig.host.status(ids[0]), Some(200));
+    assert_eq!(rig.host.status(ids[1]), None, "gone, never decided");
+    assert_eq!(rig.host.status(ids[2]), Some(200));
+    assert_eq!(times(&rig, "a", &user), [start, start]);
+    assert_eq!(times(&rig, "b", &user), [start, start]);
 }
