@@ -96,11 +96,11 @@ local function report(keys, allowed, shaped)
 end
 
 -- A shaped call (contract in prelude.lua; model: src/limiter/model/shape.rs):
--- t0 = the latest of now and every bucket's last slot; the slot = the
--- latest time any window fits from t0; recorded at the slot in every bucket
--- (but those that only check) if it is at most max_delay ms away.
-local function shape(keys, max_delay)
-  local t0 = now
+-- t0 = the latest of now + floor and every bucket's last slot; the slot =
+-- the latest time any window fits from t0; recorded at the slot in every
+-- bucket (but those that only check) if it is at most max_delay ms away.
+local function shape(keys, max_delay, floor)
+  local t0 = now + floor
   for i = 1, keys do
     local b = BUCKETS[i]
     local last = b.algorithm.last(b)
@@ -149,10 +149,13 @@ local function decide(KEYS, ARGV, once)
 
   local keys = #KEYS
   local a = 2
-  local max_delay = nil
+  local max_delay, floor = nil, 0
   if string.byte(ARGV[2] or '', 1) == 126 then -- '~': shape
-    max_delay = tonumber(string.sub(ARGV[2], 2))
-    if not max_delay or max_delay < 0 or max_delay % 1 ~= 0 then
+    local delay_s, floor_s = ARGV[2], '0'
+    local colon = string.find(delay_s, ':', 2, true)
+    if colon then delay_s, floor_s = string.sub(delay_s, 1, colon - 1), string.sub(delay_s, colon + 1) end
+    max_delay, floor = tonumber(string.sub(delay_s, 2)), tonumber(floor_s)
+    if not max_delay or max_delay < 0 or max_delay % 1 ~= 0 or not floor or floor < 0 or floor % 1 ~= 0 then
       return redis.error_reply('ERR tollgate: bad max_delay')
     end
     a = 3
@@ -183,7 +186,7 @@ local function decide(KEYS, ARGV, once)
     return redis.error_reply('ERR tollgate: argument count does not match KEYS')
   end
 
-  if max_delay then return shape(keys, max_delay) end
+  if max_delay then return shape(keys, max_delay, floor) end
 
   -- Phase 1: does the request fit every window of every key?
   local allowed = true

@@ -32,12 +32,13 @@
 -- ARGV[1]   now, in ms since the Unix epoch; "" = the server's clock (TIME).
 --           Proxies never supply the time in production, so skewed proxy
 --           clocks cannot disagree; tests inject it.
--- ARGV[2]   optionally "~<max_delay_ms>": shape the call (docs/shaping.md;
---           model: src/limiter/model/shape.rs). The request is given the
---           earliest time >= now at which it fits every window of every
---           key and at or after every key's last slot (its slot); if the
---           slot is at most max_delay_ms away it is recorded there, else
---           nothing is.
+-- ARGV[2]   optionally "~<max_delay_ms>" or "~<max_delay_ms>:<floor_ms>":
+--           shape the call (docs/shaping.md; model:
+--           src/limiter/model/shape.rs). The request is given the earliest
+--           time >= now + floor_ms (0 when absent) at which it fits every
+--           window of every key and at or after every key's last slot (its
+--           slot); if the slot is at most max_delay_ms away it is recorded
+--           there, else nothing is.
 -- ARGV[2..] (ARGV[3..] when shaped) for each key, in KEYS order:
 --             algorithm (log | gcra | sw | fw), cost, n, then n pairs:
 --             limit, period_ms

@@ -173,7 +173,22 @@ pub fn encode_shaped_call(
     max_delay_ms: u64,
     now_ms: Option<u64>,
 ) {
-    encode_decide(out, script, how, checks, Some(max_delay_ms), now_ms);
+    encode_decide(out, script, how, checks, Some((max_delay_ms, 0)), now_ms);
+}
+
+/// [`encode_shaped_call`] with a floor: the slot is at least `floor_ms`
+/// from the store's now (`~<max_delay_ms>:<floor_ms>`; a floor of 0 is
+/// written as the plain shaped call). A request held across cluster slots
+/// (docs/shaping.md, "Across slots").
+pub fn encode_floored_call(
+    out: &mut Vec<u8>,
+    script: &Script,
+    how: Invocation,
+    checks: &[Check],
+    (max_delay_ms, floor_ms): (u64, u64),
+    now_ms: Option<u64>,
+) {
+    encode_decide(out, script, how, checks, Some((max_delay_ms, floor_ms)), now_ms);
 }
 
 fn encode_decide(
@@ -181,15 +196,17 @@ fn encode_decide(
     script: &Script,
     how: Invocation,
     checks: &[Check],
-    max_delay_ms: Option<u64>,
+    shape: Option<(u64, u64)>,
     now_ms: Option<u64>,
 ) {
     let mut owned: Vec<String> = Vec::with_capacity(3 + checks.len() * 8);
     owned.push(checks.len().to_string());
     owned.extend(checks.iter().map(|c| c.key.clone()));
     owned.push(now_ms.map(|n| n.to_string()).unwrap_or_default());
-    if let Some(max_delay) = max_delay_ms {
-        owned.push(format!("~{max_delay}"));
+    match shape {
+        Some((max_delay, 0)) => owned.push(format!("~{max_delay}")),
+        Some((max_delay, floor)) => owned.push(format!("~{max_delay}:{floor}")),
+        None => {}
     }
     for check in checks {
         owned.push(check.algorithm.id().to_string());

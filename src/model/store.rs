@@ -160,15 +160,19 @@ impl ModelStore {
         Value::Array(vec![Value::Array(shard)])
     }
 
-    /// `numkeys, KEYS..., now, [~max_delay,] (algorithm, cost, n, (limit,
-    /// period)...)...`; a cost `?<units>` only checks; `~max_delay` shapes
-    /// (the reply ends with the delay).
+    /// `numkeys, KEYS..., now, [~max_delay[:floor],] (algorithm, cost, n,
+    /// (limit, period)...)...`; a cost `?<units>` only checks; `~max_delay`
+    /// shapes (the reply ends with the delay).
     fn decide(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
         let mut args = args.iter().map(text).peekable();
         let (keys, now) = keys_and_clock(&mut args, now_ms)?;
         let mut max_delay = None;
+        let mut floor = 0;
         if let Some(delay) = args.next_if(|a| a.starts_with('~')) {
-            max_delay = Some(delay.get(1..)?.parse::<u64>().ok()?);
+            let delay = delay.get(1..)?;
+            let (delay, floor_s) = delay.split_once(':').unwrap_or((delay, "0"));
+            max_delay = Some(delay.parse::<u64>().ok()?);
+            floor = floor_s.parse::<u64>().ok()?;
         }
         let mut checks = Vec::with_capacity(keys.len());
         for (rule, key) in keys.into_iter().enumerate() {
@@ -181,7 +185,7 @@ impl ModelStore {
             checks.push(Check { rule, key, windows: windows(&mut args)?, cost, algorithm, check_only });
         }
         let Some(max_delay) = max_delay else { return Some(reply(&self.model.decide(&checks, now))) };
-        let decision = self.model.decide_shaped(&checks, max_delay, now);
+        let decision = self.model.decide_floored(&checks, max_delay, floor, now);
         let Value::Array(mut items) = reply(&decision) else { return None };
         items.push(Value::Integer(i64::try_from(decision.delay_ms).unwrap_or(i64::MAX)));
         Some(Value::Array(items))

@@ -153,11 +153,22 @@ pub enum ShapeStat {
     GivenBack,
     /// Give-backs the store did not apply (or that could not be sent).
     GiveBackFailed,
+    /// Slot groups of a request across slots moved to its target (a
+    /// give-back, then a decision with a floor).
+    Moved,
+    /// Requests across slots denied because their rounds ran out.
+    GaveUp,
 }
 
 impl ShapeStat {
-    pub const ALL: [ShapeStat; 4] =
-        [ShapeStat::Delayed, ShapeStat::Full, ShapeStat::GivenBack, ShapeStat::GiveBackFailed];
+    pub const ALL: [ShapeStat; 6] = [
+        ShapeStat::Delayed,
+        ShapeStat::Full,
+        ShapeStat::GivenBack,
+        ShapeStat::GiveBackFailed,
+        ShapeStat::Moved,
+        ShapeStat::GaveUp,
+    ];
 
     /// The stat name suffix: `tollgate.shape.<name>`.
     pub fn name(self) -> &'static str {
@@ -166,6 +177,8 @@ impl ShapeStat {
             ShapeStat::Full => "full",
             ShapeStat::GivenBack => "given_back",
             ShapeStat::GiveBackFailed => "give_back_failed",
+            ShapeStat::Moved => "moved",
+            ShapeStat::GaveUp => "gave_up",
         }
     }
 }

@@ -73,7 +73,7 @@ pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
 use crate::cache::DenialCache;
 use crate::config::{Config, Invoke};
 use crate::limiter::script::{
-    encode_adjust, encode_call, encode_flush, encode_shaped_call, limiter, Invocation, Script,
+    encode_adjust, encode_call, encode_floored_call, encode_flush, encode_shaped_call, limiter, Invocation, Script,
 };
 use crate::plan::RequestView;
 use crate::store::Preamble;
@@ -377,13 +377,12 @@ fn write_call(out: &mut Vec<u8>, script: &Script, how: Invocation, p: &Pending, 
             Some(delay) => encode_shaped_call(out, script, how, &p.checks, delay, now_override),
             None => encode_call(out, script, how, &p.checks, now_override),
         },
-        // Across slots a shaped request may not wait: each slot places it
-        // now or denies it, behind any slot given in its buckets
+        // Across slots the shape is chosen when the part is queued
         // (docs/shaping.md, "Across slots").
-        Call::Part(Part::Decide { .. }) => match shaping.and_then(|config| max_delay(config, &p.checks)) {
-            Some(_) => encode_shaped_call(out, script, how, &p.checks, 0, now_override),
-            None => encode_call(out, script, how, &p.checks, now_override),
-        },
+        Call::Part(Part::Decide { shape: Some(shape), .. }) => {
+            encode_floored_call(out, script, how, &p.checks, *shape, now_override);
+        }
+        Call::Part(Part::Decide { shape: None, .. }) => encode_call(out, script, how, &p.checks, now_override),
         Call::GiveBack(at_ms) => encode_adjust(out, script, how, &give_back(&p.checks), *at_ms, now_override),
         Call::Part(Part::Undo { at_ms, .. }) => {
             encode_adjust(out, script, how, &undo(&p.checks), *at_ms, now_override);

@@ -9,9 +9,11 @@
 //! entries), so the two-step protocol on Lua is the protocol on the models,
 //! whose guarantees `src/model/cross/tests.rs` checks. One server answers
 //! through the script, the others through the function library. About half
-//! the cases are shaping runs (each first step a shaped call that may not
-//! wait, as across slots; docs/shaping.md), some buckets first given slots
-//! in the future by shaped requests of their own.
+//! the cases are shaping runs (each first step a shaped call, as across
+//! slots; docs/shaping.md), some buckets first given slots in the future by
+//! shaped requests of their own. Half of those may wait: the request is
+//! held, its groups below the target give their record back and decide
+//! again with a floor (`src/worker/cross/rounds.rs`).
 
 use crate::support;
 
@@ -34,8 +36,8 @@ impl Shard for Both<'_> {
         self.0.step(checks, now_ms)
     }
 
-    fn decide_shaped(&mut self, checks: &[Check], max_delay_ms: u64, now_ms: u64) -> Decision {
-        self.0.step_shaped(checks, max_delay_ms, now_ms)
+    fn decide_floored(&mut self, checks: &[Check], max_delay_ms: u64, floor_ms: u64, now_ms: u64) -> Decision {
+        self.0.step_floored(checks, max_delay_ms, floor_ms, now_ms)
     }
 
     fn adjust(&mut self, adjustments: &[Adjustment], at_ms: u64, now_ms: u64) -> Decision {
@@ -59,13 +61,18 @@ static UNDOS: AtomicU64 = AtomicU64::new(0);
 /// Shaping runs.
 static SHAPED: AtomicU64 = AtomicU64::new(0);
 
-/// A shaping run (`shaped`: first steps shaped, `max_delay` 0), its buckets
-/// in `placed` first given slots in the future by requests of one bucket.
+/// A shaping run (`shaped`: first steps shaped with `max_delay`, held
+/// across slots when above 0), its buckets in `placed` first given slots in
+/// the future by requests of one bucket.
 #[derive(Debug, Clone, Copy)]
 struct Shaping {
     shaped: bool,
+    max_delay: u64,
     placed: u8,
 }
+
+/// Move rounds, over every case.
+static MOVES: AtomicU64 = AtomicU64::new(0);
 
 fn run_case(
     servers: &[Valkey; 3],
@@ -95,7 +102,7 @@ fn run_case(
         for (_, c) in checks.iter().enumerate().filter(|(i, _)| shaping.placed & (1 << i) != 0) {
             let shard = &mut shards[usize::from(key_slot(c.key.as_bytes())) % 3];
             for _ in 0..8 {
-                let d = shard.decide_shaped(std::slice::from_ref(c), 30_000, start);
+                let d = shard.decide_floored(std::slice::from_ref(c), 30_000, 0, start);
                 if d.delay_ms > 0 || !d.allowed {
                     break;
                 }
@@ -104,10 +111,12 @@ fn run_case(
     }
     let mut run = Run::new(shards, requests);
     if shaping.shaped {
-        run = run.shaping();
+        run = run.holding(shaping.max_delay);
         SHAPED.fetch_add(1, Ordering::Relaxed);
     }
     run.run(start, schedule);
+    let moves: u32 = run.requests.iter().filter_map(|q| q.rounds.as_ref()).map(|r| r.moves).sum();
+    MOVES.fetch_add(u64::from(moves), Ordering::Relaxed);
     assert!(run.available().is_empty());
     let undos = run.events.iter().filter(|e| matches!(e.action, Action::Undo(..))).count();
     UNDOS.fetch_add(undos as u64, Ordering::Relaxed);
@@ -134,7 +143,12 @@ fn interleaved_requests_across_three_servers_agree_with_the_models() {
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
         ..ProptestConfig::default()
     });
-    let shaping = (any::<bool>(), any::<u8>()).prop_map(|(shaped, placed)| Shaping { shaped, placed });
+    let delays = prop::sample::select(vec![0u64, 0, 800, 40_000]);
+    let shaping = (any::<bool>(), delays, any::<u8>()).prop_map(|(shaped, max_delay, placed)| Shaping {
+        shaped,
+        max_delay,
+        placed,
+    });
     let strategy = (
         prop::collection::vec(rule(), 2..=4),
         1_600_000_000_000u64..1_900_000_000_000,
@@ -151,7 +165,9 @@ fn interleaved_requests_across_three_servers_agree_with_the_models() {
     }
     let (cases, undos) = (CASE.load(Ordering::Relaxed), UNDOS.load(Ordering::Relaxed));
     let shaped = SHAPED.load(Ordering::Relaxed);
-    println!("{cases} cases ({shaped} shaping), {undos} undos");
+    let moves = MOVES.load(Ordering::Relaxed);
+    println!("{cases} cases ({shaped} shaping), {undos} undos, {moves} move rounds");
     assert!(shaped >= cases / 4, "{shaped} shaping runs in {cases}");
+    assert!(moves >= cases / 30, "{moves} move rounds in {cases} cases");
     assert!(undos >= cases / 2, "the cases undo: {undos} undos in {cases} cases");
 }

@@ -2,7 +2,8 @@
 //! real Valkey, through both invocation paths, with injected time: the seed's
 //! burst per algorithm, several keys of two algorithms in one call, slots
 //! given back (`adjust` at the slot), calls that may not wait (`max_delay`
-//! 0: a request also matching a rule without `shape`), unshaped calls of
+//! 0: a request also matching a rule without `shape`), calls with a floor
+//! (`~max_delay:floor`: a request held across slots), unshaped calls of
 //! other keys between them, and random traces. Model and Lua must agree on
 //! every reply (delay included) and on the log's stored entries. A key of a
 //! shaping rule only ever gets shaped calls (docs/shaping.md), so no trace
@@ -76,6 +77,29 @@ fn named_cases_agree() {
     }
 }
 
+/// Floors: the slot at the floor when it fits there, behind the last slot
+/// or later when full, denied past `max_delay`; on one key and on two.
+#[test]
+fn floored_calls_agree() {
+    let valkey = Valkey::start();
+    for path in Path::ALL {
+        valkey.cmd(&["FLUSHALL"]);
+        for algorithm in SHAPING {
+            let key = |name: &str| format!("f:{{{path:?}:{name}}}:{}", algorithm.id());
+            let c = check(algorithm, 0, &key("k"), &[(3, 1_000)], 1);
+            let other = Algorithm::ALL[(algorithm as usize + 1) % 4];
+            let o = check(other, 1, &format!("f:{{{path:?}:k}}:o{}", other.id()), &[(2, 600), (5, 3_000)], 1);
+            let mut d = Differential::via(&valkey, path);
+            for (i, floor) in [250u64, 0, 100, 7_000, 900, 900, 900, 900, 40, 2_500].into_iter().enumerate() {
+                let now = T + 13 * i as u64;
+                let got = d.step_floored(std::slice::from_ref(&c), 4_000, floor, now);
+                assert!(!got.allowed || got.delay_ms >= floor, "{path:?} {algorithm:?}: {got:?}");
+                d.step_floored(&[c.clone(), o.clone()], 3_000, floor / 2, now + 1);
+            }
+        }
+    }
+}
+
 /// Random traces: bursts of one or two keys at random gaps, shaped with a
 /// random max_delay (0: may not wait), sometimes a slot given back.
 #[test]
@@ -88,13 +112,15 @@ fn random_traces_agree() {
     });
     let windows = prop::collection::vec((1..=6u64, prop::sample::select(vec![50u64, 300, 1_000, 4_000])), 1..=2);
     let step = (
-        0..4u8,
+        0..5u8,
         prop::sample::select(vec![0u64, 0, 1, 20, 150, 900]),
         prop::sample::select(vec![0u64, 100, 800, 3_000]),
+        prop::sample::select(vec![0u64, 1, 60, 400, 1_200, 5_000]),
     );
     let case = (prop::sample::select(SHAPING.to_vec()), windows, 1..=2u64, prop::collection::vec(step, 1..60));
     let run = std::sync::atomic::AtomicU64::new(0);
     let delayed = std::sync::atomic::AtomicU64::new(0);
+    let floored = std::sync::atomic::AtomicU64::new(0);
     runner
         .run(&case, |(algorithm, windows, cost, steps)| {
             let n = run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -106,7 +132,7 @@ fn random_traces_agree() {
             let mut d = Differential::via(&valkey, path);
             let mut now = T;
             let mut last_slot = None;
-            for (kind, gap, max_delay) in steps {
+            for (kind, gap, max_delay, floor) in steps {
                 now += gap;
                 match kind {
                     0 => {
@@ -119,6 +145,17 @@ fn random_traces_agree() {
                     }
                     2 => {
                         d.step_shaped(&[c.clone(), o.clone()], max_delay, now);
+                    }
+                    3 => {
+                        // A floor (a request held across slots): one key or both.
+                        let got =
+                            d.step_floored(&[c.clone(), o.clone()][..1 + (n % 2) as usize], max_delay, floor, now);
+                        if got.allowed && n.is_multiple_of(2) {
+                            last_slot = Some(now + got.delay_ms);
+                        }
+                        if got.delay_ms > 0 {
+                            floored.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                     }
                     _ => {
                         let got = d.step_shaped(std::slice::from_ref(&c), max_delay, now);
@@ -135,4 +172,5 @@ fn random_traces_agree() {
         })
         .unwrap();
     assert!(delayed.into_inner() > 50, "the traces delay requests");
+    assert!(floored.into_inner() > 50, "the traces place requests at floors");
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use tollgate::limiter::model::Model;
 use tollgate::limiter::script::{
-    encode_adjust, encode_call, encode_flush, encode_load, encode_shaped_call, is_loaded, is_missing, limiter,
+    encode_adjust, encode_call, encode_floored_call, encode_flush, encode_load, is_loaded, is_missing, limiter,
     Invocation,
 };
 use tollgate::limiter::{reply, Adjustment, Algorithm, Check, Decision, Flush, FlushReply, Window};
@@ -50,12 +50,12 @@ pub fn decide_on(conn: &mut Conn, path: Path, checks: &[Check], now_ms: Option<u
     shaped_on(conn, path, checks, None, now_ms)
 }
 
-/// [`decide_on`], shaped with `max_delay_ms` when given.
+/// [`decide_on`], shaped with `(max_delay_ms, floor_ms)` when given.
 pub fn shaped_on(
     conn: &mut Conn,
     path: Path,
     checks: &[Check],
-    max_delay_ms: Option<u64>,
+    max_delay_ms: Option<(u64, u64)>,
     now_ms: Option<u64>,
 ) -> Value {
     let [first, retry] = path.invocations();
@@ -138,23 +138,24 @@ pub fn store_flush_via(valkey: &Valkey, path: Path, flush: &Flush, now_ms: Optio
     reply::parse_flush(&reply, &flush.entries).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
 }
 
-/// One shaped decision through `path` (docs/shaping.md).
+/// One shaped decision through `path` (docs/shaping.md), `shape` =
+/// `(max_delay_ms, floor_ms)`.
 pub fn store_shaped_via(
     valkey: &Valkey,
     path: Path,
     checks: &[Check],
-    max_delay_ms: u64,
+    shape: (u64, u64),
     now_ms: Option<u64>,
 ) -> Decision {
-    let reply = shaped_on(&mut Conn::connect(valkey.port), path, checks, Some(max_delay_ms), now_ms);
+    let reply = shaped_on(&mut Conn::connect(valkey.port), path, checks, Some(shape), now_ms);
     assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
     reply::parse(&reply, checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
 }
 
-fn call(conn: &mut Conn, how: Invocation, checks: &[Check], max_delay_ms: Option<u64>, now_ms: Option<u64>) -> Value {
+fn call(conn: &mut Conn, how: Invocation, checks: &[Check], shape: Option<(u64, u64)>, now_ms: Option<u64>) -> Value {
     let mut body = Vec::new();
-    match max_delay_ms {
-        Some(max_delay) => encode_shaped_call(&mut body, limiter(), how, checks, max_delay, now_ms),
+    match shape {
+        Some(shape) => encode_floored_call(&mut body, limiter(), how, checks, shape, now_ms),
         None => encode_call(&mut body, limiter(), how, checks, now_ms),
     }
     conn.pipeline(&body, 1).remove(0)
@@ -305,12 +306,17 @@ impl<'a> Differential<'a> {
     /// Decides `checks` at `now` in both, shaped with `max_delay`, and
     /// asserts identical answers (keys written at the slot live a TTL after it).
     pub fn step_shaped(&mut self, checks: &[Check], max_delay: u64, now: u64) -> Decision {
+        self.step_floored(checks, max_delay, 0, now)
+    }
+
+    /// [`Differential::step_shaped`] with the slot at `now + floor` or later.
+    pub fn step_floored(&mut self, checks: &[Check], max_delay: u64, floor: u64, now: u64) -> Decision {
         self.expire(now);
-        let expected = self.model.decide_shaped(checks, max_delay, now);
-        let got = store_shaped_via(self.valkey, self.path, checks, max_delay, Some(now));
+        let expected = self.model.decide_floored(checks, max_delay, floor, now);
+        let got = store_shaped_via(self.valkey, self.path, checks, (max_delay, floor), Some(now));
         assert_eq!(
             got, expected,
-            "{:?} step {} at {now} ms (max_delay {max_delay}): store and model disagree on {checks:#?}",
+            "{:?} step {} at {now} ms (max_delay {max_delay}, floor {floor}): store and model disagree on {checks:#?}",
             self.path, self.steps
         );
         for c in checks {

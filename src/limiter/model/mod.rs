@@ -141,6 +141,15 @@ impl Model {
         }
     }
 
+    /// The times of the log entries stored for `key`, oldest first (what
+    /// `ZRANGE` would list); none for other algorithms.
+    pub fn entry_times(&self, key: &str) -> Vec<u64> {
+        match self.buckets.get(key) {
+            Some(State::Log(log)) => log.times(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Forgets `key` (a bucket, a flush's token key or a syncer set), as
     /// Valkey does when the key expires.
     pub fn expire(&mut self, key: &str) {

@@ -3,8 +3,9 @@
 //! and is recorded at that time if the slot is within the call's
 //! `max_delay_ms`; otherwise it is denied and records nothing.
 //!
-//! * **t0** = the latest of `now` and every bucket's last recorded slot
-//!   ([`Bucket::last_slot`]): a request is never placed before a slot
+//! * **t0** = the latest of `now + floor_ms` (the floor: 0 but for a
+//!   request held across cluster slots) and every bucket's last recorded
+//!   slot ([`Bucket::last_slot`]): a request is never placed before a slot
 //!   already given in one of its buckets, so requests of a key leave in the
 //!   order of their slots, whichever proxy holds them.
 //! * Per window, [`Bucket::earliest`]: the first time `>= t0` at which
@@ -33,10 +34,16 @@ impl Model {
     /// Decides for all `checks` at once at `now_ms`, shaping: admitted at the
     /// slot if it is at most `max_delay_ms` away (module doc).
     pub fn decide_shaped(&mut self, checks: &[Check], max_delay_ms: u64, now_ms: u64) -> Decision {
+        self.decide_floored(checks, max_delay_ms, 0, now_ms)
+    }
+
+    /// [`Model::decide_shaped`] placing the slot at `now_ms + floor_ms` or
+    /// later (module doc).
+    pub fn decide_floored(&mut self, checks: &[Check], max_delay_ms: u64, floor_ms: u64, now_ms: u64) -> Decision {
         for check in checks {
             self.state_mut(check).bucket_mut().prepare(&check.windows, now_ms);
         }
-        let mut t0 = now_ms;
+        let mut t0 = now_ms.saturating_add(floor_ms);
         for check in checks {
             let last = self.bucket(check).map_or(0, |b| b.last_slot(&check.windows));
             t0 = t0.max(last);

@@ -29,6 +29,13 @@ impl Log {
         self.entries.len()
     }
 
+    /// The stored entries' times, oldest first.
+    pub fn times(&self) -> Vec<u64> {
+        let mut times = self.entries.clone();
+        times.sort_unstable();
+        times
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

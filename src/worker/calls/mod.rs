@@ -101,8 +101,10 @@ impl Call {
 /// `part`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
-    /// The first step of group `group` of request `parent`.
-    Decide { parent: u32, group: usize },
+    /// A decision of group `group` of request `parent`: shaped with
+    /// `(max_delay, floor)` when `shape` says so (docs/shaping.md, "Across
+    /// slots"), else unshaped.
+    Decide { parent: u32, group: usize, shape: Option<(u64, u64)> },
     /// The undo of that group, which the store decided at `at_ms` (its clock).
     Undo { parent: u32, group: usize, at_ms: u64 },
 }

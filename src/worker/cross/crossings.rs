@@ -7,6 +7,7 @@ use crate::limiter::{Check, Decision};
 use crate::store::Failure;
 use crate::worker::calls::{Arrival, Call, CallId, Part, Pending, ShardId};
 use crate::worker::cross::protocol::{answer, fate, groups, Fate, Group, Step};
+use crate::worker::cross::rounds::Rounds;
 use crate::worker::host::{ResponseHeaders, Throttle};
 use crate::worker::request::verdict::Verdict;
 use std::collections::HashMap;
@@ -27,11 +28,22 @@ pub struct Slice {
     pub(super) undo_sent: bool,
     /// Its undo's reply.
     pub(super) undo: Option<Decision>,
+    /// When its decision was queued (proxy clock), for the rounds.
+    pub(super) queued_ms: u64,
 }
 
 impl Slice {
     fn new(group: Group) -> Slice {
-        Slice { group, step: Step::Waiting, part: None, failure: None, ran: None, undo_sent: false, undo: None }
+        Slice {
+            group,
+            step: Step::Waiting,
+            part: None,
+            failure: None,
+            ran: None,
+            undo_sent: false,
+            undo: None,
+            queued_ms: 0,
+        }
     }
 }
 
@@ -53,6 +65,12 @@ pub struct Crossing {
     pub(super) answered: Option<bool>,
     pub(super) arrival: Arrival,
     pub(super) headers: ResponseHeaders,
+    /// A shaped request that may wait: its rounds ([`Rounds`]).
+    pub(super) rounds: Option<Rounds>,
+    /// Every slot at the target: released at this time (proxy clock).
+    pub(super) release_ms: Option<u64>,
+    /// The rounds ran out: denied, every record undone.
+    pub(super) gave_up: bool,
 }
 
 impl Crossing {
@@ -68,6 +86,9 @@ impl Crossing {
             answered: None,
             arrival: p.arrival,
             headers: p.headers,
+            rounds: None,
+            release_ms: None,
+            gave_up: false,
         }
     }
 
@@ -76,9 +97,17 @@ impl Crossing {
         self.slices.iter().map(|s| s.step.clone()).collect()
     }
 
-    /// The request's fate from its groups' first steps ([`fate`]).
+    /// The request's fate from its groups' decisions ([`fate`]); a request
+    /// in rounds is admitted once released, denied once it gave up.
     pub fn fate(&self) -> Option<Fate> {
-        fate(&self.steps())
+        if self.gave_up {
+            return Some(Fate::Deny);
+        }
+        let f = fate(&self.steps());
+        if f == Some(Fate::Admit) && self.rounds.is_some() && self.release_ms.is_none() {
+            return None;
+        }
+        f
     }
 
     /// The decision the request is answered with, over the groups that
@@ -114,6 +143,9 @@ pub struct Crossings {
     next: u32,
     /// Logs of undos that failed.
     pub(super) undo_log: Throttle,
+    /// Requests that may wait, parked behind one in rounds on a key of
+    /// theirs, in arrival order ([`super::park`]).
+    pub(super) parked: Vec<(u32, Pending)>,
 }
 
 impl Crossings {
@@ -124,7 +156,7 @@ impl Crossings {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.is_empty() && self.parked.is_empty()
     }
 
     #[cfg(test)]
@@ -134,7 +166,7 @@ impl Crossings {
 
     /// Whether request `id` waits for its decision across slots.
     pub fn waits(&self, id: u32) -> bool {
-        self.map.get(&id).is_some_and(|c| c.answered.is_none())
+        self.map.get(&id).is_some_and(|c| c.answered.is_none()) || self.parked.iter().any(|(p, _)| *p == id)
     }
 
     /// Group `group` of request `parent`, while it is decided across slots.

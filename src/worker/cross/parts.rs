@@ -16,7 +16,7 @@
 use crate::limiter::{Check, Decision};
 use crate::store::{Failure, Outcome};
 use crate::worker::calls::{Call, CallId, Part, Pending};
-use crate::worker::cross::protocol::{Fate, Step};
+use crate::worker::cross::protocol::{slot_of, Fate, Step};
 use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, Stat};
 use crate::worker::request::fail::Failing;
@@ -39,14 +39,17 @@ impl Worker {
             Outcome::Failed(f) => return self.fail_held(host, id, &p, &f, now_ms),
         };
         match p.call {
-            Call::Part(Part::Decide { parent, group }) => {
+            Call::Part(Part::Decide { parent, group, .. }) => {
                 self.learn(&p, &decision, now_ms);
                 let kept = self.crossings.map.get(&parent).is_some_and(|c| c.answered == Some(true));
                 if kept && decision.allowed && self.settlements.active() {
                     // Admitted already (`overload: allow`): its record stays.
                     let indices = self.crossings.slice_mut(parent, group).map(|s| s.group.checks.clone());
                     let indices = indices.unwrap_or_default();
-                    self.stored(host, parent, &indices, decision.now_ms);
+                    self.stored(host, parent, &indices, slot_of(&decision));
+                }
+                if let Some(c) = self.crossings.map.get_mut(&parent) {
+                    c.placed(group, &decision, now_ms);
                 }
                 if let Some(s) = self.crossings.slice_mut(parent, group) {
                     s.step = Step::Decided(decision);
@@ -71,7 +74,7 @@ impl Worker {
     /// Part `p` failed with `failure` (no longer held).
     pub(in crate::worker) fn part_failed(&mut self, host: &mut dyn Host, p: &Pending, failure: &Failure, now_ms: u64) {
         match p.call {
-            Call::Part(Part::Decide { parent, group }) => {
+            Call::Part(Part::Decide { parent, group, .. }) => {
                 if let Some(s) = self.crossings.slice_mut(parent, group) {
                     s.step = Step::Failed { may_have_run: failure.may_have_run() };
                     s.failure = Some(failure.clone());
@@ -94,7 +97,7 @@ impl Worker {
     /// moves on at the end of this tick, [`Worker::expire_crossings`]).
     pub(in crate::worker) fn part_shed(&mut self, host: &mut dyn Host, p: &Pending) {
         match p.call {
-            Call::Part(Part::Decide { parent, group }) => {
+            Call::Part(Part::Decide { parent, group, .. }) => {
                 if let Some(s) = self.crossings.slice_mut(parent, group) {
                     s.step = Step::NotSent;
                     s.part = None;
@@ -130,8 +133,16 @@ impl Worker {
         }
     }
 
-    /// What follows for request `parent` from its parts as they stand.
+    /// What follows for request `parent` from its parts as they stand, and
+    /// for the requests parked behind it.
     pub(in crate::worker) fn advance(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
+        self.advance_one(host, parent, now_ms);
+        if !self.crossings.parked.is_empty() {
+            self.unpark(host, now_ms);
+        }
+    }
+
+    fn advance_one(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
         if c.fate() == Some(Fate::Deny) || c.answered == Some(false) {
             // The groups still queued are not needed any more.
@@ -144,6 +155,8 @@ impl Worker {
                 }
             }
         }
+        self.cross_round(host, parent, now_ms);
+        let Some(c) = self.crossings.map.get(&parent) else { return };
         let fate = c.fate();
         if fate == Some(Fate::Undecided) && c.answered.is_none() && c.verdict.is_none() {
             self.undecided(host, parent, now_ms);
@@ -165,7 +178,7 @@ impl Worker {
         }
         let Some(c) = self.crossings.map.get(&parent) else { return };
         if !c.slices.iter().any(|s| s.step == Step::Waiting) && c.undoing == 0 {
-            self.close_crossing(host, parent);
+            self.close_crossing(host, parent, now_ms);
         }
     }
 
@@ -210,7 +223,7 @@ impl Worker {
             .slices
             .iter()
             .filter_map(|s| match &s.step {
-                Step::Decided(d) if d.allowed => Some((s.group.checks.clone(), d.now_ms)),
+                Step::Decided(d) if d.allowed => Some((s.group.checks.clone(), slot_of(d))),
                 _ => None,
             })
             .collect();
@@ -237,7 +250,7 @@ impl Worker {
         if let Some(c) = self.crossings.map.get_mut(&id) {
             c.answered = Some(keep);
         }
-        // Never held: across slots a shaped request is not delayed.
+        // Answered late, it is not held: its rounds stop.
         self.holding.leave(id);
         if let Some(verdict) = verdict {
             self.deliveries.deliver(host, id, verdict);
@@ -248,6 +261,9 @@ impl Worker {
     /// group as its undo's reply, or given back), as one decision.
     fn ruled(&mut self, host: &mut dyn Host, id: u32) -> Option<Verdict> {
         let c = self.crossings.map.get(&id)?;
+        if c.gave_up {
+            return self.gave_up(host, id);
+        }
         let (indices, decision): (Vec<usize>, Decision) = c.answer();
         let checks: Vec<Check> = indices.iter().filter_map(|&i| c.checks.get(i)).cloned().collect();
         let (arrival_ms, headers) = (c.arrival.request_ms, c.headers.clone());
@@ -262,7 +278,7 @@ impl Worker {
 
     /// Request `parent` is done: counts its groups' failures and answers it
     /// (unless it was answered already).
-    fn close_crossing(&mut self, host: &mut dyn Host, parent: u32) {
+    fn close_crossing(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
         let verdict = match self.crossings.map.get(&parent) {
             Some(c) if c.answered.is_none() => match c.fate() {
                 Some(Fate::Undecided) => None,
@@ -280,8 +296,14 @@ impl Worker {
         if c.answered.is_some() {
             return;
         }
+        let verdict = verdict.or_else(|| c.verdict.clone());
+        if let (Some(Verdict::Admit(shadow)), Some(release_ms)) = (&verdict, c.release_ms) {
+            if release_ms > now_ms {
+                return self.hold_crossing(host, parent, &c, shadow.clone(), release_ms, now_ms);
+            }
+        }
         self.holding.leave(parent);
-        if let Some(verdict) = verdict.or(c.verdict) {
+        if let Some(verdict) = verdict {
             self.deliveries.deliver(host, parent, verdict);
         }
     }

@@ -98,6 +98,12 @@ pub fn fate(steps: &[Step]) -> Option<Fate> {
     }
 }
 
+/// Where a decision's record is, on its store's clock: its slot (its
+/// `now` when it was not delayed).
+pub fn slot_of(d: &Decision) -> u64 {
+    d.now_ms.saturating_add(d.delay_ms)
+}
+
 /// The adjustments that undo what `checks` recorded (their cost each; a
 /// check that only checks recorded nothing, and its adjustment changes
 /// nothing: it is there for its windows in the reply).

@@ -15,7 +15,7 @@
 use crate::store::Failure;
 use crate::worker::calls::{CallId, Part, Pending, ShardId, PARKED};
 use crate::worker::cross::crossings::Crossing;
-use crate::worker::cross::protocol::Step;
+use crate::worker::cross::protocol::{slot_of, Step};
 use crate::worker::host::{Host, Stat};
 use crate::worker::request::fail::Failing;
 use crate::worker::request::rule::answer_now;
@@ -23,7 +23,7 @@ use crate::worker::{Flow, Worker};
 
 impl Worker {
     /// A fresh part id, not held by any call.
-    fn part_id(&mut self) -> CallId {
+    pub(super) fn part_id(&mut self) -> CallId {
         loop {
             let id = self.crossings.next_part();
             if self.calls.get(id).is_none() {
@@ -40,7 +40,20 @@ impl Worker {
             let verdict = self.overloaded(host, id, &p.checks);
             return answer_now(host, id, verdict);
         }
+        if self.parks(&p.checks) {
+            self.crossings.parked.push((id, p));
+            return Flow::Pause;
+        }
+        let flow = self.cross_begin(host, id, p, true, now_ms);
+        self.pump(host, false, now_ms);
+        flow
+    }
+
+    /// Request `id`'s parts, queued (`own`: in its own callback; else it
+    /// was parked and is paused).
+    pub(super) fn cross_begin(&mut self, host: &mut dyn Host, id: u32, p: Pending, own: bool, now_ms: u64) -> Flow {
         let mut c = Crossing::new(p);
+        let shapes = self.cross_shapes(&mut c, now_ms);
         for g in 0..c.slices.len() {
             let slot = c.slices.get(g).map_or(0, |s| s.group.slot);
             let shard = self.route_slot(slot, now_ms).and_then(|shard| match self.shards.down(shard, now_ms) {
@@ -50,9 +63,11 @@ impl Worker {
             match shard {
                 Ok(shard) => {
                     let part = self.part_id();
-                    self.calls.push(part, c.pending(g, shard, false, Part::Decide { parent: id, group: g }));
+                    let shape = shapes.get(g).copied().flatten();
+                    self.calls.push(part, c.pending(g, shard, false, Part::Decide { parent: id, group: g, shape }));
                     if let Some(s) = c.slices.get_mut(g) {
                         s.part = Some(part);
+                        s.queued_ms = now_ms;
                     }
                 }
                 Err(failure) => {
@@ -65,22 +80,27 @@ impl Worker {
         }
         if c.slices.iter().all(|s| s.part.is_none()) {
             // No group could be sent (nothing recorded): `failure_mode` now,
-            // in its own callback.
+            // in its own callback (or delivered, once parked).
             let mut failures = c.slices.iter().filter_map(|s| s.failure.as_ref());
             let Some(first) = failures.next() else { return Flow::Continue };
             for other in failures {
                 host.count(Stat::StoreError(other.kind()), 1);
             }
             let request = Failing { id, checks: &c.checks, at_ms: c.arrival.request_ms, headers: &c.headers };
-            return self.fail_now(host, id, first, &request, now_ms);
+            if own {
+                return self.fail_now(host, id, first, &request, now_ms);
+            }
+            let verdict = self.failure(host, first, &request, now_ms);
+            self.holding.leave(id);
+            self.deliveries.deliver(host, id, verdict);
+            return Flow::Pause;
         }
         self.crossings.map.insert(id, c);
-        self.pump(host, false, now_ms);
         Flow::Pause
     }
 
     /// The shard of `slot`'s master, [`PARKED`] without a map, or why none.
-    fn route_slot(&mut self, slot: u16, now_ms: u64) -> Result<ShardId, Failure> {
+    pub(super) fn route_slot(&mut self, slot: u16, now_ms: u64) -> Result<ShardId, Failure> {
         match self.cluster.as_ref().and_then(|c| c.map()).map(|m| m.owner(slot)) {
             None => Ok(PARKED),
             Some(Some(addr)) => Ok(self.shards.for_addr(addr)),
@@ -88,13 +108,13 @@ impl Worker {
         }
     }
 
-    /// Queues the undo of group `g` of request `parent` (it recorded): to
-    /// where its call ran, or by the slot map if that shard is gone.
+    /// Queues the undo of group `g` of request `parent` (it recorded, at its
+    /// slot): to where its call ran, or by the slot map if that shard is gone.
     pub(in crate::worker) fn send_undo(&mut self, host: &mut dyn Host, parent: u32, g: usize, now_ms: u64) {
         let Some(c) = self.crossings.map.get(&parent) else { return };
         let Some(slice) = c.slices.get(g).filter(|s| !s.undo_sent) else { return };
         let Step::Decided(d) = &slice.step else { return };
-        let at_ms = d.now_ms;
+        let at_ms = slot_of(d);
         let ran = slice.ran.filter(|(s, _)| self.shards.get(*s).is_some());
         let slot = slice.group.slot;
         let (shard, asking) = match ran {
@@ -118,6 +138,7 @@ impl Worker {
     /// not yet sent are dropped, and what recorded is undone (at the next
     /// tick: there is no host here).
     pub(in crate::worker) fn cross_gone(&mut self, id: u32) {
+        self.crossings.parked.retain(|(p, _)| *p != id);
         let Some(c) = self.crossings.map.get_mut(&id) else { return };
         c.answered.get_or_insert(false);
         for s in &mut c.slices {
@@ -144,5 +165,6 @@ impl Worker {
             }
             self.advance(host, id, now_ms);
         }
+        self.expire_parked(host, now_ms);
     }
 }

@@ -5,7 +5,7 @@
 use crate::limiter::{Adjustment, Check, Decision, WindowOutcome};
 use crate::response::{denied, policy_names, SERVER_TIMING};
 use crate::store::Outcome;
-use crate::worker::calls::{Call, CallId, Pending};
+use crate::worker::calls::{Arrival, Call, CallId, Pending};
 use crate::worker::discovery::routing::Route;
 use crate::worker::host::{Host, ShapeStat, Stat};
 use crate::worker::request::ruling::{Action, RuleOutcome, Ruling};
@@ -27,6 +27,12 @@ impl Worker {
         let live = |c| calls.get(CallId::Request(c)).is_some() || crossings.waits(c);
         let rule = self.holding.enter(id, checks, live).err()?;
         host.count(Stat::Shape(ShapeStat::Full), 1);
+        self.shape_refusal(checks, rule)
+    }
+
+    /// A `429` of shaping rule `rule` (one of `checks`'), retry after its
+    /// `max_delay`, decided without the store.
+    pub(in crate::worker) fn shape_refusal(&self, checks: &[Check], rule: usize) -> Option<Ruling> {
         let check = checks.iter().find(|c| c.rule == rule)?;
         let max_delay = self.config.rules.get(rule).and_then(|r| r.shaping).map_or(0, |s| s.max_delay_ms);
         let windows = check
@@ -83,8 +89,7 @@ impl Worker {
             release_ms: now_ms.saturating_add(delay_ms),
             delay_ms,
             shadow_denied,
-            checks: p.checks.clone(),
-            slot_ms: decision.now_ms.saturating_add(delay_ms),
+            records: vec![(p.checks.clone(), decision.now_ms.saturating_add(delay_ms))],
             arrival: p.arrival,
         };
         self.holding.hold(id, held);
@@ -98,14 +103,24 @@ impl Worker {
             self.deliveries.deliver(host, id, Verdict::AdmitDelayed(held.shadow_denied, held.delay_ms));
         }
         for held in self.holding.take_given() {
-            self.give_back(host, held, now_ms);
+            for (checks, slot_ms) in held.records {
+                self.give_back(host, checks, slot_ms, held.arrival, now_ms);
+            }
         }
     }
 
-    /// Queues the `adjust` that takes a gone request's whole record back
-    /// from its slot.
-    fn give_back(&mut self, host: &mut dyn Host, held: Held, now_ms: u64) {
-        let (route, slot) = self.route(&held.checks);
+    /// Queues the `adjust` that takes a record of `checks` (one slot's)
+    /// back from its slot `slot_ms`: a gone request's, or a group's that
+    /// moves across slots.
+    pub(in crate::worker) fn give_back(
+        &mut self,
+        host: &mut dyn Host,
+        checks: Vec<Check>,
+        slot_ms: u64,
+        arrival: Arrival,
+        now_ms: u64,
+    ) {
+        let (route, slot) = self.route(&checks);
         let Route::Shard(shard) = route else {
             host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
             return;
@@ -115,8 +130,8 @@ impl Worker {
             return;
         }
         let pending = Pending {
-            checks: held.checks,
-            arrival: held.arrival.on_behalf(now_ms),
+            checks,
+            arrival: arrival.on_behalf(now_ms),
             noscripts: 0,
             headers: Default::default(),
             sent: false,
@@ -124,7 +139,7 @@ impl Worker {
             slot,
             redirects: 0,
             asking: false,
-            call: Call::GiveBack(held.slot_ms),
+            call: Call::GiveBack(slot_ms),
         };
         let id = self.holding.next_id();
         self.calls.push(id, pending);

@@ -42,10 +42,10 @@ pub struct Held {
     pub delay_ms: u64,
     /// The shadow-mode report for the upstream, if any.
     pub shadow_denied: Option<String>,
-    /// What it recorded, for giving its slot back.
-    pub checks: Vec<Check>,
-    /// Its slot on the store's clock (where its record is).
-    pub slot_ms: u64,
+    /// What it recorded, for giving its slot back: per slot of the cluster
+    /// (one, but across slots), its checks and its slot on that store's
+    /// clock (where its record is).
+    pub records: Vec<(Vec<Check>, u64)>,
     pub arrival: Arrival,
 }
 

@@ -20,8 +20,7 @@ fn held(release_ms: u64) -> Held {
         release_ms,
         delay_ms: 1,
         shadow_denied: None,
-        checks: vec![check(SlidingLog, 1, "k", &[(5, 1_000)], 1)],
-        slot_ms: release_ms,
+        records: vec![(vec![check(SlidingLog, 1, "k", &[(5, 1_000)], 1)], release_ms)],
         arrival: Arrival::new(None, 0),
     }
 }

@@ -18,5 +18,6 @@ mod sentinel;
 mod settle;
 mod shaping;
 mod shaping_count;
+mod shaping_cross;
 mod stream;
 mod synced;

@@ -144,3 +144,24 @@ fn assert_within(algorithm: Algorithm, slots: &[u64], windows: &[(u64, u64)]) {
         }
     }
 }
+
+/// A floor places the slot at `now + floor` or later: at the floor when
+/// every window fits there, later when one does not; a floor past
+/// `max_delay` denies and records nothing; a floor of 0 is the plain call.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_floor_places_the_slot_no_earlier() {
+    for algorithm in Algorithm::ALL {
+        let c = check(algorithm, 0, "k", &[(2, 1_000)], 1);
+        let one = std::slice::from_ref(&c);
+        let mut m = Model::new();
+        let d = m.decide_floored(one, 5_000, 300, T);
+        assert_eq!((d.allowed, d.delay_ms), (true, 300), "{algorithm:?}: fits at the floor");
+        assert!(!m.decide_floored(one, 5_000, 6_000, T).allowed, "{algorithm:?}: past max_delay");
+        let d = m.decide_floored(one, 5_000, 100, T);
+        assert!(d.allowed && d.delay_ms >= 300, "{algorithm:?}: behind the last slot: {d:?}");
+        let d = m.decide_floored(one, 5_000, 0, T);
+        assert!(d.allowed && d.delay_ms > 300, "{algorithm:?}: full at the floor: {d:?}");
+        let (mut a, mut b) = (Model::new(), Model::new());
+        assert_eq!(a.decide_floored(one, 700, 0, T), b.decide_shaped(one, 700, T), "{algorithm:?}");
+    }
+}
