@@ -27,7 +27,7 @@ from pathlib import Path
 import time
 
 from bench_common import (ENVOY, ROOT, TOOLS, VALKEY, WASM, admin_stat, counting, cpu_seconds, free_port, render,
-                          wait_port, wrk)
+                          wait_port, worktree, wrk)
 
 BIG = 1_000_000_000
 CASES = {
@@ -44,10 +44,7 @@ def build_baseline(ref, workdir):
     """The release module of git `ref`, built as `make build` builds it (cargo, then wasm-metadce with that
     ref's export list, then wasm-opt -Oz) from a worktree of its own, with this tree's tools (never
     `make tools` there: it would point .tools/bin at the temporary worktree)."""
-    tree = workdir / "baseline"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), ref], check=True,
-                   capture_output=True)
-    try:
+    with worktree(ref, workdir / "baseline") as tree:
         target = workdir / "target"
         subprocess.run(["cargo", "build", "--quiet", "--release", "--target", "wasm32-wasip1", "--lib"], cwd=tree,
                        check=True, env={**os.environ, "CARGO_TARGET_DIR": str(target)})
@@ -58,8 +55,6 @@ def build_baseline(ref, workdir):
                        capture_output=True)
         subprocess.run([str(TOOLS / "bin/wasm-opt"), "-Oz", str(dce), "-o", str(out)], check=True)
         return out
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
 
 
 class Variant:
