@@ -99,9 +99,11 @@ algorithms-report: tools
 
 # Throughput and latency against Envoy's own baselines, one run, as ratios:
 # writes docs/benchmarks.md (a few minutes; not part of `make test`).
+# BASELINE=<git ref> runs every tollgate case again with that ref's module,
+# right after this tree's, and adds its columns.
 bench: build
 	@scripts/install-wrk.sh
-	python3 scripts/bench.py
+	python3 scripts/bench.py $(if $(BASELINE),--baseline $(BASELINE))
 
 # Not part of `make test`: the worker's admitted path on the host, by stage
 # (benches/admitted_path.rs, divan), then its instructions per decision by

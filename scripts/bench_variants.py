@@ -7,8 +7,8 @@ else loads the machine falls on every variant alike. Per variant and case:
 Envoy CPU µs per request, decisions per message, requests per second, and
 p50 at 1 connection and p99 at 16 connections (measured once per round).
 
-`make bench` runs it for the BASELINE git ref (default: the commit before
-the group-commit work) against the working tree; alone:
+`make bench BASELINE=<ref>` builds its baseline module with
+`build_baseline` below; alone, against the working tree:
 
     python3 scripts/bench_variants.py [--baseline REF] [--rounds N] [--messages 1,2,4,64]
 
