@@ -12,7 +12,7 @@
 use crate::cache::DenialCache;
 use crate::config::{Config, Reserve};
 use crate::limiter::{Check, Decision, WindowOutcome};
-use crate::response::{allowed_headers, denied, policy_names, LocalReply};
+use crate::response::{allowed_headers_of, denied, policy_names, LocalReply};
 use crate::worker::request::record::{Answer, Decider, DecisionRecord};
 
 /// How one matching rule saw the request.
@@ -109,7 +109,7 @@ pub fn respond_named(
             decision.windows.iter().zip(names).filter(|(w, _)| w.denied()).map(|(_, n)| *n).collect();
         Action::Admit {
             shadow_denied: (!shadow.is_empty()).then(|| shadow.join(", ")),
-            headers: allowed_headers(config, names, decision),
+            headers: allowed_headers_of(config, checks, names, decision),
         }
     };
     Ruling { rules, denials, action }
