@@ -128,10 +128,10 @@ fn push_param(out: &mut String, key: &str, value: u64) {
 /// character outside printable ASCII (which an sf-string cannot carry) is
 /// replaced by `?`.
 fn push_sf_string(out: &mut String, s: &str) {
-    out.push_str("\"");
+    out.push('"');
     if s.bytes().all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\') {
         out.push_str(s);
-        out.push_str("\"");
+        out.push('"');
         return;
     }
     for c in s.chars() {

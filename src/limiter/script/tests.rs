@@ -250,7 +250,7 @@ fn a_flush_sends_buckets_syncer_sets_token_key_then_its_argv() {
 fn spelled(how: Invocation, checks: &[Check], delay: Option<u64>, now: Option<u64>) -> Vec<u8> {
     let (verb, target): (&str, &str) = match how {
         Invocation::EvalSha => ("EVALSHA", &limiter().sha),
-        Invocation::Eval => ("EVAL", &limiter().body),
+        Invocation::Eval => ("EVAL", limiter().body),
         Invocation::FCall => ("FCALL", &limiter().function),
     };
     let mut args = vec![verb.to_string(), target.to_string(), checks.len().to_string()];
@@ -275,7 +275,7 @@ fn spelled(how: Invocation, checks: &[Check], delay: Option<u64>, now: Option<u6
 fn a_decision_is_written_in_place_byte_for_byte() {
     let mut second = Check::for_test(3, "tollgate:{b:ü}:gcra", &[(u64::MAX, 1), (7, 86_400_000)], 1_000_000);
     second.check_only = true;
-    let checks = vec![Check::for_test(0, "k", &[(5, 3_000)], 1), second];
+    let checks = [Check::for_test(0, "k", &[(5, 3_000)], 1), second];
     for how in [Invocation::FCall, Invocation::EvalSha, Invocation::Eval] {
         for (delay, now) in [(None, None), (Some(0), Some(1234)), (Some(u64::MAX), None)] {
             for checks in [&checks[..1], &checks[..]] {
