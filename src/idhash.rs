@@ -64,7 +64,7 @@ impl Hasher for IdHasher {
 mod tests {
     use super::*;
 
-    #[test]
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn distinct_ids_land_apart_and_a_map_works() {
         let mut map: IdMap<u32, u32> = IdMap::default();
         for id in 0..1000 {
