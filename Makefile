@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 
-.PHONY: all tools redis7 prometheus image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens demo-shaping test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-script fuzz soak clean
+.PHONY: all tools redis7 prometheus image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens demo-shaping test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-host bench-script fuzz soak clean
 
 all: build
 
@@ -99,9 +99,18 @@ algorithms-report: tools
 
 # Throughput and latency against Envoy's own baselines, one run, as ratios:
 # writes docs/benchmarks.md (a few minutes; not part of `make test`).
+# BASELINE=<git ref> runs every tollgate case again with that ref's module,
+# right after this tree's, and adds its columns.
 bench: build
 	@scripts/install-wrk.sh
-	python3 scripts/bench.py
+	python3 scripts/bench.py $(if $(BASELINE),--baseline $(BASELINE))
+
+# Not part of `make test`: the worker's admitted path on the host, by stage
+# (benches/admitted_path.rs, divan), then its instructions per decision by
+# stage (callgrind; BASELINE=<git ref> counts that version's too, and the ratio).
+bench-host:
+	cargo bench --bench admitted_path
+	python3 scripts/admitted_cost.py $(if $(BASELINE),--baseline $(BASELINE))
 
 # Not part of `make test`: Valkey µs per decision per algorithm and case, and
 # decisions per second of one Valkey core, FCALL and EVALSHA, straight to a

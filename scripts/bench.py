@@ -48,6 +48,7 @@ import bench_cluster
 import bench_flood
 import bench_report
 import bench_sync
+import bench_variants
 from bench_common import (CONNECTIONS, DURATION, ENVOY, VALKEY, WASM, admin_stat, counting, cpu_seconds,
                           free_port, render, resp, valkey_stats, wait_port, wrk)
 
@@ -101,10 +102,11 @@ def cost(case, valkey_port, workdir):
         log.close()
 
 
-def run_case(case, valkey_port, valkey_pid, workdir):
+def run_case(case, valkey_port, valkey_pid, workdir, wasm=WASM):
+    """The case's rows at each connection count, with module `wasm`."""
     ports = [free_port(), free_port(), free_port()]
-    config = workdir / f"{case['name'].replace(' ', '_')}.yaml"
-    config.write_text(render(case, ports, valkey_port))
+    config = workdir / f"{case['name'].replace(' ', '_')}{'' if wasm == WASM else '-baseline'}.yaml"
+    config.write_text(render(case, ports, valkey_port).replace(str(WASM), str(wasm)))
     log = open(workdir / (config.stem + ".log"), "w")
     envoy = subprocess.Popen([ENVOY, "-c", str(config), "--concurrency", "1", "--use-dynamic-base-id",
                               "-l", "error"], stdout=log, stderr=log)
@@ -152,7 +154,7 @@ def run_case(case, valkey_port, valkey_pid, workdir):
         log.close()
 
 
-def main():
+def main(baseline=None):
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: run `make bench` (it installs Debian's wrk)")
     big = 1_000_000_000
@@ -180,16 +182,22 @@ def main():
     cases[3]["profile"] = True
 
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-bench-"))
+    # BASELINE=<ref>: every tollgate case again with that ref's module, right after this tree's.
+    baseline_wasm = bench_variants.build_baseline(baseline, workdir) if baseline else None
     valkey_port = free_port()
     valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
                                "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
     try:
         wait_port(valkey_port)
         print(f"benchmark: {DURATION} per run, wrk -t1, Envoy --concurrency 1, module {WASM.stat().st_size} bytes")
-        results, costs = {}, {}
+        results, costs, baselines = {}, {}, {}
         for case in cases:
             resp(valkey_port, "FLUSHALL")
             results[case["name"]] = run_case(case, valkey_port, valkey.pid, workdir)
+            if baseline_wasm and case["kind"] == "tollgate":
+                resp(valkey_port, "FLUSHALL")
+                baselines[case["name"]] = run_case(dict(case, profile=False), valkey_port, valkey.pid, workdir,
+                                                   baseline_wasm)
             if case["kind"] == "tollgate":
                 resp(valkey_port, "FLUSHALL")
                 costs[case["name"]] = cost(case, valkey_port, workdir)
@@ -202,11 +210,13 @@ def main():
         valkey.terminate()
         valkey.wait()
     clustered = bench_cluster.cluster_bench(workdir)
-    bench_report.write_report(results, profiles, flooded, costs, clustered, synced)
+    bench_report.write_report(results, profiles, flooded, costs, clustered, synced, (baseline, baselines))
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--cluster-only"]:
+    if len(sys.argv) == 3 and sys.argv[1] == "--baseline":
+        main(sys.argv[2])
+    elif sys.argv[1:] == ["--cluster-only"]:
         # Prints the cluster rows without writing docs/benchmarks.md.
         rows = bench_cluster.cluster_bench(Path(tempfile.mkdtemp(prefix="tollgate-bench-")))
         print("\n".join(bench_cluster.cluster_report(rows)))

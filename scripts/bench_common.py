@@ -1,6 +1,7 @@
 """What the cases of `make bench` share: the paths, free ports, RESP to Valkey, process CPU time,
 Envoy's configuration for a case and its stats, and wrk."""
 
+import contextlib
 import json
 import os
 import re
@@ -18,6 +19,17 @@ DURATION = os.environ.get("BENCH_DURATION", "8s")
 CONNECTIONS = [16, 64]
 
 DIRECT = 'direct_response: { status: 200, body: { inline_string: "ok" } }'
+
+
+@contextlib.contextmanager
+def worktree(ref, path):
+    """A detached worktree of git `ref` at `path`, removed on leaving."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), ref], check=True,
+                   capture_output=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], capture_output=True)
 
 
 _GIVEN = set()

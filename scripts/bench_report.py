@@ -13,7 +13,22 @@ from bench_common import DURATION, ROOT, WASM
 from bench_flood import FLOOD_CONNECTIONS
 
 
-def write_report(results, profiles, flooded, costs=None, clustered=None, synced=None):
+def baseline_cells(baseline, name, r, key, fmt):
+    """The BASELINE columns of row `r` of case `name`: the baseline's figure `key` and this tree's ÷ it."""
+    ref, rows = baseline or (None, {})
+    if not ref:
+        return ""
+    other = next((b for b in rows.get(name, []) if b["connections"] == r["connections"]), None)
+    if not other or not other[key]:
+        return " — | — |"
+    return f" {fmt.format(other[key])} | {r[key] / other[key]:.2f} |"
+
+
+def write_report(results, profiles, flooded, costs=None, clustered=None, synced=None, baseline=None):
+    ref = baseline[0] if baseline else None
+    extra_rps = f" baseline {ref} req/s | ÷ baseline |" if ref else ""
+    extra_us = f" baseline {ref} Envoy CPU µs | ÷ baseline |" if ref else ""
+    extra_rule = "---|---|" if ref else ""
     base = {r["connections"]: r for r in results["no filter"]}
     local_deny = {r["connections"]: r for r in results["local_ratelimit deny"]}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -32,8 +47,9 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
         "  decision\" is its own work, not round trips; \"Valkey conns / 1,000 decisions\" is what the",
         "  store stream costs in connections (one per worker, opened once).",
         "",
-        "| case | conns | req/s | p50 ms | p99 ms | × no filter | decisions / message | Valkey conns / 1,000 decisions | Valkey cmds / decision |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| case | conns | req/s | p50 ms | p99 ms | × no filter | decisions / message | Valkey conns / 1,000 decisions | Valkey cmds / decision |"
+        + extra_rps,
+        "|---|---|---|---|---|---|---|---|---|" + extra_rule,
     ]
     for name, rows in results.items():
         for r in rows:
@@ -43,7 +59,8 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
             valkey_cols = ("—", "—", "—") if not store else (
                 per_call, f"{1000 * r['conn_per_decision']:.3f}", f"{r['cmd_per_decision']:.3f}")
             lines.append(f"| {name} | {r['connections']} | {r['rps']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | "
-                         f"{ratio:.2f} | {valkey_cols[0]} | {valkey_cols[1]} | {valkey_cols[2]} |")
+                         f"{ratio:.2f} | {valkey_cols[0]} | {valkey_cols[1]} | {valkey_cols[2]} |"
+                         + baseline_cells(baseline, name, r, "rps", "{:.0f}"))
     lines += bench_charts.chart_section(results)
     allowed64 = min(r["rps"] for n, rows in results.items() if n.startswith("tollgate allowed")
                     for r in rows if r["connections"] == 64)
@@ -75,15 +92,17 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
               "\"per core\" is 1,000,000 / that: the decisions one Valkey core can serve. Size a deployment",
               "as sidecars × requests per second × Envoy µs per request (proxy CPU), and as total decisions",
               "per second ÷ decisions per core (Valkey cores, or Cluster masters).", "",
-              "| case | conns | Envoy CPU µs / request | over no filter | Valkey µs / decision | Valkey CPU µs / decision | decisions / Valkey core |",
-              "|---|---|---|---|---|---|---|"]
+              "| case | conns | Envoy CPU µs / request | over no filter | Valkey µs / decision | Valkey CPU µs / decision | decisions / Valkey core |"
+              + extra_us,
+              "|---|---|---|---|---|---|---|" + extra_rule]
     for name, rows in results.items():
         for r in rows:
             extra = r["envoy_us"] - base[r["connections"]]["envoy_us"]
             valkey = r["valkey_us"] > 0
             lines.append(f"| {name} | {r['connections']} | {r['envoy_us']:.1f} | {extra:+.1f} | "
                          + (f"{r['valkey_us']:.1f} | {r['valkey_cpu_us']:.1f} | {1e6 / r['valkey_us']:,.0f} |"
-                            if valkey else "— | — | — |"))
+                            if valkey else "— | — | — |")
+                         + baseline_cells(baseline, name, r, "envoy_us", "{:.1f}"))
     lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for text, value, ok in checks:
         met = "—" if ok is None else ("yes" if ok else "no")

@@ -7,8 +7,8 @@ else loads the machine falls on every variant alike. Per variant and case:
 Envoy CPU µs per request, decisions per message, requests per second, and
 p50 at 1 connection and p99 at 16 connections (measured once per round).
 
-`make bench` runs it for the BASELINE git ref (default: the commit before
-the group-commit work) against the working tree; alone:
+`make bench BASELINE=<ref>` builds its baseline module with
+`build_baseline` below; alone, against the working tree:
 
     python3 scripts/bench_variants.py [--baseline REF] [--rounds N] [--messages 1,2,4,64]
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import time
 
 from bench_common import (ENVOY, ROOT, TOOLS, VALKEY, WASM, admin_stat, counting, cpu_seconds, free_port, render,
-                          wait_port, wrk)
+                          wait_port, worktree, wrk)
 
 BIG = 1_000_000_000
 CASES = {
@@ -44,10 +44,7 @@ def build_baseline(ref, workdir):
     """The release module of git `ref`, built as `make build` builds it (cargo, then wasm-metadce with that
     ref's export list, then wasm-opt -Oz) from a worktree of its own, with this tree's tools (never
     `make tools` there: it would point .tools/bin at the temporary worktree)."""
-    tree = workdir / "baseline"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), ref], check=True,
-                   capture_output=True)
-    try:
+    with worktree(ref, workdir / "baseline") as tree:
         target = workdir / "target"
         subprocess.run(["cargo", "build", "--quiet", "--release", "--target", "wasm32-wasip1", "--lib"], cwd=tree,
                        check=True, env={**os.environ, "CARGO_TARGET_DIR": str(target)})
@@ -58,8 +55,6 @@ def build_baseline(ref, workdir):
                        capture_output=True)
         subprocess.run([str(TOOLS / "bin/wasm-opt"), "-Oz", str(dce), "-o", str(out)], check=True)
         return out
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
 
 
 class Variant:

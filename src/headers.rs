@@ -58,8 +58,8 @@ pub struct PolicyStat<'a> {
 /// Empty for no items (then omit the header).
 pub fn ratelimit_policy(items: &[PolicyStat<'_>]) -> String {
     sf_list(items, |out, o| {
-        push_param(out, "q", o.limit);
-        push_param(out, "w", ceil_secs(o.period_ms).max(1));
+        push_param(out, ";q=", o.limit);
+        push_param(out, ";w=", ceil_secs(o.period_ms).max(1));
     })
 }
 
@@ -68,8 +68,8 @@ pub fn ratelimit_policy(items: &[PolicyStat<'_>]) -> String {
 /// Empty for no items (then omit the header).
 pub fn ratelimit(items: &[PolicyStat<'_>]) -> String {
     sf_list(items, |out, o| {
-        push_param(out, "r", o.remaining);
-        push_param(out, "t", ceil_secs(o.reset_ms));
+        push_param(out, ";r=", o.remaining);
+        push_param(out, ";t=", ceil_secs(o.reset_ms));
     })
 }
 
@@ -118,11 +118,9 @@ fn sf_list(items: &[PolicyStat<'_>], params: impl Fn(&mut String, &WindowOutcome
     out
 }
 
-/// Appends `;<key>=<value>` with the value clamped to an sf-integer.
+/// Appends `key` (`;<name>=`) and the value clamped to an sf-integer.
 fn push_param(out: &mut String, key: &str, value: u64) {
-    out.push(';');
     out.push_str(key);
-    out.push('=');
     push_u64(out, value.min(SF_INTEGER_MAX));
 }
 

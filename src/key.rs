@@ -157,17 +157,17 @@ fn encoded_len(bytes: &[u8]) -> usize {
 
 /// Appends `bytes` percent-encoded: unreserved bytes as is, others as `%XX`.
 fn push_encoded(key: &mut String, bytes: &[u8]) {
-    for &b in bytes {
-        if is_unreserved(b) {
-            key.push(char::from(b));
-        } else {
-            key.push('%');
-            for nibble in [b >> 4, b & 0x0f] {
-                if let Some(&digit) = HEX.get(usize::from(nibble)) {
-                    key.push(char::from(digit));
-                }
-            }
-        }
+    let mut rest = bytes;
+    loop {
+        // A run of unreserved bytes (ASCII, so always a str) in one copy.
+        let run = rest.iter().position(|&b| !is_unreserved(b)).unwrap_or(rest.len());
+        let (plain, tail) = rest.split_at(run);
+        key.push_str(std::str::from_utf8(plain).unwrap_or_default());
+        let Some((&b, tail)) = tail.split_first() else { return };
+        let hex = |nibble: u8| HEX.get(usize::from(nibble)).copied().unwrap_or(b'0');
+        let escaped = [b'%', hex(b >> 4), hex(b & 0x0f)];
+        key.push_str(std::str::from_utf8(&escaped).unwrap_or_default());
+        rest = tail;
     }
 }
 

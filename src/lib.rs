@@ -62,6 +62,7 @@ pub mod cli;
 pub mod config;
 pub mod framing;
 pub mod headers;
+pub mod idhash;
 pub mod key;
 pub mod limiter;
 #[cfg(any(test, not(target_family = "wasm")))]

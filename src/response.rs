@@ -2,7 +2,7 @@
 //! for denied ones, built from a [`Decision`]. Pure; the filter only copies
 //! the result into Envoy.
 
-use crate::config::{Body, Config};
+use crate::config::{Body, Config, Limit};
 use crate::headers::{ratelimit, ratelimit_policy, retry_after_secs, x_ratelimit, PolicyStat};
 use crate::limiter::{Check, Decision, WindowOutcome};
 use crate::problem::{quota_exceeded, reduced_capacity, PROBLEM_CONTENT_TYPE};
@@ -58,14 +58,67 @@ pub fn ratelimit_headers(config: &Config, names: &[&str], decision: &Decision) -
     headers_of(config, &stats(names, decision)).into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
 }
 
+/// Each window's `RateLimit-Policy` item, for [`crate::config::Rule::policy_items`].
+pub fn policy_items(limits: &[Limit], names: &[String]) -> Vec<String> {
+    limits
+        .iter()
+        .zip(names)
+        .map(|(l, name)| {
+            let (limit, period_ms) = (l.limit.get(), l.period.ms().get());
+            let outcome =
+                WindowOutcome { check: 0, window: 0, limit, period_ms, remaining: 0, reset_ms: 0, retry_ms: 0 };
+            ratelimit_policy(&[PolicyStat { name, outcome: &outcome }])
+        })
+        .collect()
+}
+
+/// The decision's `RateLimit-Policy` value joined from its rules' items,
+/// or `None` when a window is not exactly its rule's configured one (then
+/// the value is formatted from the windows, as [`ratelimit_policy`] does).
+fn configured_policy(config: &Config, checks: &[Check], decision: &Decision) -> Option<String> {
+    let mut out = String::with_capacity(decision.windows.len() * 48);
+    for (i, w) in decision.windows.iter().enumerate() {
+        let rule = checks.get(w.check).and_then(|c| config.rules.get(c.rule))?;
+        let limit = rule.limits.get(w.window)?;
+        if limit.limit.get() != w.limit || limit.period.ms().get() != w.period_ms {
+            return None;
+        }
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(rule.policy_items.get(w.window)?);
+    }
+    Some(out)
+}
+
+/// [`allowed_headers`] for a decision over `checks`: the same headers, with
+/// `RateLimit-Policy` joined from the items built at configuration time.
+pub fn allowed_headers_of(
+    config: &Config,
+    checks: &[Check],
+    names: &[&str],
+    decision: &Decision,
+) -> Vec<(String, String)> {
+    if !config.response.on_allowed {
+        return Vec::new();
+    }
+    let policy = if config.response.ratelimit_headers { configured_policy(config, checks, decision) } else { None };
+    headers_with(config, &stats(names, decision), policy).into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
+}
+
 fn headers_of(config: &Config, all: &[PolicyStat<'_>]) -> Vec<(Cow<'static, str>, String)> {
+    headers_with(config, all, None)
+}
+
+/// [`headers_of`], with the `RateLimit-Policy` value given when known.
+fn headers_with(config: &Config, all: &[PolicyStat<'_>], policy: Option<String>) -> Vec<(Cow<'static, str>, String)> {
     // Room for every header a denial adds too (Retry-After, Content-Type).
     let mut out = Vec::with_capacity(7);
     if all.is_empty() {
         return out;
     }
     if config.response.ratelimit_headers {
-        out.push((Cow::Borrowed("ratelimit-policy"), ratelimit_policy(all)));
+        out.push((Cow::Borrowed("ratelimit-policy"), policy.unwrap_or_else(|| ratelimit_policy(all))));
         out.push((Cow::Borrowed("ratelimit"), ratelimit(all)));
     }
     if config.response.x_ratelimit_headers {
@@ -167,6 +220,33 @@ fn reduced(detail: &str, details: &'static str) -> LocalReply {
 mod tests {
     use super::*;
     use crate::testing::{outcome as w, seed_decision as decision, seed_setup as setup};
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn admitted_headers_from_configured_items_match_the_formatted_ones() {
+        let (config, checks) = setup();
+        let mut d = decision(0);
+        let names = policy_names(&config, &checks, &d);
+        let formatted = allowed_headers(&config, &names, &d);
+        assert_eq!(allowed_headers_of(&config, &checks, &names, &d), formatted);
+        assert_eq!(formatted[0].1, r#""auth.createToken/60s";q=20;w=60, "auth.createToken/3s";q=5;w=3"#);
+        // A window that is not its rule's configured one: formatted from it.
+        d.windows[1].limit = 7;
+        let formatted = allowed_headers(&config, &names, &d);
+        assert_eq!(allowed_headers_of(&config, &checks, &names, &d), formatted);
+        assert!(formatted[0].1.ends_with(";q=7;w=3"));
+        // Only X-RateLimit-* headers, or none.
+        for response in [r#""headers":["x-ratelimit"]"#, r#""on_allowed":false"#] {
+            let config = Config::from_json(
+                format!(
+                    r#"{{"valkey":{{"cluster":"c"}},"response":{{{response}}},"rules":[{{"name":"auth.createToken",
+                    "limits":[{{"limit":20,"period":"60s"}},{{"limit":5,"period":"3s"}}]}}]}}"#
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+            assert_eq!(allowed_headers_of(&config, &checks, &names, &d), allowed_headers(&config, &names, &d));
+        }
+    }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn denial_names_the_violated_window_and_rounds_retry_up() {

@@ -305,6 +305,9 @@ pub struct Rule {
     /// The policy name of each window, `"<name>/<period label>"` (as in the
     /// `RateLimit` headers), built once here instead of on every request.
     pub policy_names: Vec<String>,
+    /// The `RateLimit-Policy` item of each window (`"<policy name>";q=<limit>;w=<s>`),
+    /// built once here: a decision's header joins those of its windows.
+    pub policy_items: Vec<String>,
 }
 
 /// One window of a rule: at most `limit` requests per `period`.

@@ -228,8 +228,23 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
     }
     let sync = sync_policy(i, raw.sync, &limits, count.is_some(), raw.shape.is_some())?;
     let shaping = shaping(i, raw.shape, shadow)?;
-    let policy_names = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
-    Ok(Rule { name, matcher, key, limits, algorithm, cost, shadow, hash_tag, count, shaping, sync, policy_names })
+    let policy_names: Vec<String> = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
+    let policy_items = crate::response::policy_items(&limits, &policy_names);
+    Ok(Rule {
+        name,
+        matcher,
+        key,
+        limits,
+        algorithm,
+        cost,
+        shadow,
+        hash_tag,
+        count,
+        shaping,
+        sync,
+        policy_names,
+        policy_items,
+    })
 }
 
 /// `rules[i].hash_tag`: the index of one of the rule's `parts` key parts.

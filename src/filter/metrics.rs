@@ -6,14 +6,14 @@
 
 use super::hostcalls;
 use crate::config::Config;
+use crate::idhash::IdMap;
 use crate::worker::stats::{counters, GAUGES, SHAPE_DELAY, STORE_ERRORS, STORE_TIME};
 use crate::worker::{Gauge, Stat};
 use proxy_wasm::types::MetricType;
-use std::collections::HashMap;
 
 #[derive(Debug, Default)]
 pub struct Metrics {
-    counters: HashMap<Stat, u32>,
+    counters: IdMap<Stat, u32>,
     store_errors: Option<u32>,
     gauges: [Option<u32>; GAUGES.len()],
     store_time: Option<u32>,

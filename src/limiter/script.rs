@@ -63,7 +63,7 @@
 //! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
 use super::{Adjustment, Check, Flush, ADJUST_MAX};
-use crate::resp::{encode_command, Value};
+use crate::resp::{encode_command, CommandWriter, Value};
 use std::sync::OnceLock;
 
 /// The limiter's code, as scripts and as a function library.
@@ -199,34 +199,45 @@ fn encode_decide(
     shape: Option<(u64, u64)>,
     now_ms: Option<u64>,
 ) {
-    let mut owned: Vec<String> = Vec::with_capacity(3 + checks.len() * 8);
-    owned.push(checks.len().to_string());
-    owned.extend(checks.iter().map(|c| c.key.clone()));
-    owned.push(now_ms.map(|n| n.to_string()).unwrap_or_default());
+    let (verb, target) = invoked(script, how);
+    let windows: usize = checks.iter().map(|c| c.windows.len()).sum();
+    let args = 4 + usize::from(shape.is_some()) + checks.len() * 4 + windows * 2;
+    out.reserve(target.len() + 64 + checks.iter().map(|c| c.key.len() + 24).sum::<usize>() + windows * 48);
+    let mut w = CommandWriter::new(out, args);
+    w.bulk(verb);
+    w.bulk(target);
+    w.decimal(b"", checks.len() as u64);
+    for check in checks {
+        w.bulk(check.key.as_bytes());
+    }
+    match now_ms {
+        Some(now) => w.decimal(b"", now),
+        None => w.bulk(b""),
+    }
     match shape {
-        Some((max_delay, 0)) => owned.push(format!("~{max_delay}")),
-        Some((max_delay, floor)) => owned.push(format!("~{max_delay}:{floor}")),
+        Some((max_delay, 0)) => w.decimal(b"~", max_delay),
+        Some((max_delay, floor)) => w.bulk(format!("~{max_delay}:{floor}").as_bytes()),
         None => {}
     }
     for check in checks {
-        owned.push(check.algorithm.id().to_string());
-        owned.push(if check.check_only { format!("?{}", check.cost) } else { check.cost.to_string() });
-        owned.push(check.windows.len().to_string());
-        for w in &check.windows {
-            owned.push(w.limit.to_string());
-            owned.push(w.period_ms.to_string());
+        w.bulk(check.algorithm.id().as_bytes());
+        w.decimal(if check.check_only { b"?" } else { b"" }, check.cost.get());
+        w.decimal(b"", check.windows.len() as u64);
+        for window in &check.windows {
+            w.decimal(b"", window.limit.get());
+            w.decimal(b"", window.period_ms.get());
         }
     }
-    let (verb, target): (&[u8], &[u8]) = match how {
+}
+
+/// The command's verb and its first argument: the script's SHA, its body
+/// or the function's name.
+fn invoked(script: &Script, how: Invocation) -> (&'static [u8], &[u8]) {
+    match how {
         Invocation::EvalSha => (b"EVALSHA", script.sha.as_bytes()),
         Invocation::Eval => (b"EVAL", script.body.as_bytes()),
         Invocation::FCall => (b"FCALL", script.function.as_bytes()),
-    };
-    let mut args: Vec<&[u8]> = Vec::with_capacity(owned.len() + 2);
-    args.push(verb);
-    args.push(target);
-    args.extend(owned.iter().map(|s| s.as_bytes()));
-    encode_command(out, &args);
+    }
 }
 
 /// Appends one `EVALSHA`/`EVAL`/`FCALL` command of `adjust` (contract in

@@ -17,6 +17,35 @@ pub fn encode_command(out: &mut Vec<u8>, args: &[&[u8]]) {
     }
 }
 
+/// Writes one command into a buffer argument by argument, once the number
+/// of arguments is known: what [`encode_command`] writes, without a
+/// `Vec<&[u8]>` of the arguments or a `String` per number.
+pub struct CommandWriter<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+impl<'a> CommandWriter<'a> {
+    /// Starts a command of `args` arguments.
+    pub fn new(out: &'a mut Vec<u8>, args: usize) -> CommandWriter<'a> {
+        push_header(out, b'*', args);
+        CommandWriter { out }
+    }
+
+    pub fn bulk(&mut self, bytes: &[u8]) {
+        push_bulk(self.out, bytes);
+    }
+
+    /// `prefix` then `n` in decimal, as one argument.
+    pub fn decimal(&mut self, prefix: &[u8], n: u64) {
+        let mut digits = [0u8; 20];
+        let digits = decimal_digits(&mut digits, n);
+        push_header(self.out, b'$', prefix.len() + digits.len());
+        self.out.extend_from_slice(prefix);
+        self.out.extend_from_slice(digits);
+        self.out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// Appends one reply to `out` in RESP2 (the inverse of
 /// [`decode`](super::decode()) for RESP2 input).
 ///
@@ -79,16 +108,21 @@ fn push_header(out: &mut Vec<u8>, kind: u8, len: usize) {
 }
 
 /// Appends `n` in decimal without allocating.
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let start = out.len();
-    loop {
-        out.push(b'0' + (n % 10) as u8);
+fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    out.extend_from_slice(decimal_digits(&mut digits, n));
+}
+
+/// `n` in decimal, written at the end of `buf` (20 digits hold any u64).
+fn decimal_digits(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
+    let mut start = buf.len();
+    for d in buf.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        start -= 1;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    if let Some(digits) = out.get_mut(start..) {
-        digits.reverse();
-    }
+    buf.get(start..).unwrap_or_default()
 }

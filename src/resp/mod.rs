@@ -42,7 +42,7 @@ mod tests;
 use std::fmt;
 
 pub use decode::{decode, decode_all};
-pub use encode::{encode_command, encode_value};
+pub use encode::{encode_command, encode_value, CommandWriter};
 
 /// One decoded reply.
 ///

@@ -78,6 +78,7 @@ fn example_parses_to_expected_values() {
             shaping: None,
             sync: None,
             policy_names: vec!["auth.createToken/60s".into(), "auth.createToken/3s".into()],
+            policy_items: vec![r#""auth.createToken/60s";q=20;w=60"#.into(), r#""auth.createToken/3s";q=5;w=3"#.into()],
         }],
         response: ResponseConfig::default(),
         shadow: false,

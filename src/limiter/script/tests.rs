@@ -244,3 +244,50 @@ fn a_flush_sends_buckets_syncer_sets_token_key_then_its_argv() {
         assert_eq!(text[2..], expected);
     }
 }
+
+/// The decision's command, spelled as the arguments' strings and encoded by
+/// `encode_command`: what `encode_call` wrote before it wrote in place.
+fn spelled(how: Invocation, checks: &[Check], delay: Option<u64>, now: Option<u64>) -> Vec<u8> {
+    let (verb, target): (&str, &str) = match how {
+        Invocation::EvalSha => ("EVALSHA", &limiter().sha),
+        Invocation::Eval => ("EVAL", limiter().body),
+        Invocation::FCall => ("FCALL", &limiter().function),
+    };
+    let mut args = vec![verb.to_string(), target.to_string(), checks.len().to_string()];
+    args.extend(checks.iter().map(|c| c.key.clone()));
+    args.push(now.map(|n| n.to_string()).unwrap_or_default());
+    args.extend(delay.map(|d| format!("~{d}")));
+    for c in checks {
+        args.push(c.algorithm.id().to_string());
+        args.push(if c.check_only { format!("?{}", c.cost) } else { c.cost.to_string() });
+        args.push(c.windows.len().to_string());
+        for w in &c.windows {
+            args.extend([w.limit.to_string(), w.period_ms.to_string()]);
+        }
+    }
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let mut out = Vec::new();
+    encode_command(&mut out, &args);
+    out
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_decision_is_written_in_place_byte_for_byte() {
+    let mut second = Check::for_test(3, "tollgate:{b:ü}:gcra", &[(u64::MAX, 1), (7, 86_400_000)], 1_000_000);
+    second.check_only = true;
+    let checks = [Check::for_test(0, "k", &[(5, 3_000)], 1), second];
+    for how in [Invocation::FCall, Invocation::EvalSha, Invocation::Eval] {
+        for (delay, now) in [(None, None), (Some(0), Some(1234)), (Some(u64::MAX), None)] {
+            for checks in [&checks[..1], &checks[..]] {
+                let mut out = b"before".to_vec();
+                match delay {
+                    Some(d) => encode_shaped_call(&mut out, limiter(), how, checks, d, now),
+                    None => encode_call(&mut out, limiter(), how, checks, now),
+                }
+                let mut expected = b"before".to_vec();
+                expected.extend(spelled(how, checks, delay, now));
+                assert_eq!(out, expected);
+            }
+        }
+    }
+}

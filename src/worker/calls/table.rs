@@ -2,13 +2,14 @@
 //! unsent ones.
 
 use super::{CallId, Pending, ShardId};
-use std::collections::{HashMap, VecDeque};
+use crate::idhash::IdMap;
+use std::collections::VecDeque;
 
 /// The worker's held calls, by id, and the queues of unsent ones.
 #[derive(Debug, Default)]
 pub struct Calls {
-    map: HashMap<CallId, Pending>,
-    queues: HashMap<ShardId, VecDeque<CallId>>,
+    map: IdMap<CallId, Pending>,
+    queues: IdMap<ShardId, VecDeque<CallId>>,
 }
 
 impl Calls {

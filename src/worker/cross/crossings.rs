@@ -3,6 +3,7 @@
 //! first step, the part that carries it, its undo), and what it comes to.
 //! Carried out by [`super::start`] and [`super::parts`].
 
+use crate::idhash::IdMap;
 use crate::limiter::{Check, Decision};
 use crate::store::Failure;
 use crate::worker::calls::{Arrival, Call, CallId, Part, Pending, ShardId};
@@ -10,7 +11,6 @@ use crate::worker::cross::protocol::{answer, fate, groups, Fate, Group, Step};
 use crate::worker::cross::rounds::Rounds;
 use crate::worker::host::{ResponseHeaders, Throttle};
 use crate::worker::request::verdict::Verdict;
-use std::collections::HashMap;
 
 /// One slot group of a request decided across slots, and where it stands.
 #[derive(Debug)]
@@ -139,7 +139,7 @@ impl Crossing {
 /// The worker's requests decided across slots, by context id.
 #[derive(Debug, Default)]
 pub struct Crossings {
-    pub(super) map: HashMap<u32, Crossing>,
+    pub(super) map: IdMap<u32, Crossing>,
     next: u32,
     /// Logs of undos that failed.
     pub(super) undo_log: Throttle,

@@ -88,14 +88,25 @@ impl DecisionRecord {
     /// A request decided over `checks` (by the store, the cache or the
     /// local limiter) that got `answer`.
     pub fn decided(config: &Config, checks: &[Check], decision: &Decision, decider: Decider, answer: Answer) -> Self {
-        let names = policy_names(config, checks, decision);
-        let denied_by = decision.windows.iter().zip(&names).filter(|(w, _)| w.denied());
+        DecisionRecord::named(config, checks, decision, &policy_names(config, checks, decision), decider, answer)
+    }
+
+    /// [`DecisionRecord::decided`], with the decision's policy names already made.
+    pub fn named(
+        config: &Config,
+        checks: &[Check],
+        decision: &Decision,
+        names: &[&str],
+        decider: Decider,
+        answer: Answer,
+    ) -> Self {
+        let denied_by = decision.windows.iter().zip(names).filter(|(w, _)| w.denied());
         DecisionRecord {
             decider,
             answer,
             rules: rule_names(config, checks),
             denied_by: denied_by.map(|(_, n)| (*n).to_owned()).collect(),
-            remaining: decision.windows.iter().zip(&names).map(|(w, n)| ((*n).to_owned(), w.remaining)).collect(),
+            remaining: decision.windows.iter().zip(names).map(|(w, n)| ((*n).to_owned(), w.remaining)).collect(),
             store_ms: None,
         }
     }

@@ -2,9 +2,10 @@
 //! remembered in the denial cache, and its verdict.
 
 use crate::limiter::{Check, Decision};
+use crate::response::policy_names;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
 use crate::worker::request::record::{Answer, Decider, DecisionRecord};
-use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond, Action, Ruling};
+use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond_named, Action, Ruling};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;
 
@@ -66,12 +67,13 @@ impl Worker {
         if self.settlements.active() {
             self.admitted(host, id, Some(decision), false);
         }
-        let mut ruling = respond(&self.config, checks, decision, arrival_ms);
+        let names = policy_names(&self.config, checks, decision);
+        let mut ruling = respond_named(&self.config, checks, decision, &names, arrival_ms);
         if self.settlements.active() {
             ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
         }
         let answer = answer_of(&ruling.action);
-        let mut record = DecisionRecord::decided(&self.config, checks, decision, Decider::Store, answer);
+        let mut record = DecisionRecord::named(&self.config, checks, decision, &names, Decider::Store, answer);
         record.store_ms = store_ms;
         host.decided(id, &record);
         self.rule(host, ruling, arrival_ms, headers)

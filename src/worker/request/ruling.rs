@@ -12,7 +12,7 @@
 use crate::cache::DenialCache;
 use crate::config::{Config, Reserve};
 use crate::limiter::{Check, Decision, WindowOutcome};
-use crate::response::{allowed_headers, denied, policy_names, LocalReply};
+use crate::response::{allowed_headers_of, denied, policy_names, LocalReply};
 use crate::worker::request::record::{Answer, Decider, DecisionRecord};
 
 /// How one matching rule saw the request.
@@ -67,7 +67,17 @@ pub fn is_shadow(config: &Config, check: &Check) -> bool {
 /// The ruling for a request that arrived at `arrival_ms` (request clock) and
 /// that the store decided.
 pub fn respond(config: &Config, checks: &[Check], decision: &Decision, arrival_ms: u64) -> Ruling {
-    let names = policy_names(config, checks, decision);
+    respond_named(config, checks, decision, &policy_names(config, checks, decision), arrival_ms)
+}
+
+/// [`respond`], with the decision's [`policy_names`] already made.
+pub fn respond_named(
+    config: &Config,
+    checks: &[Check],
+    decision: &Decision,
+    names: &[&str],
+    arrival_ms: u64,
+) -> Ruling {
     let mut rules = Vec::with_capacity(checks.len());
     let mut denials = Vec::new();
     let mut enforced_denial = false;
@@ -93,13 +103,13 @@ pub fn respond(config: &Config, checks: &[Check], decision: &Decision, arrival_m
         rules.push((check.rule, outcome));
     }
     let action = if enforced_denial {
-        Action::Deny(denied(config, &names, decision))
+        Action::Deny(denied(config, names, decision))
     } else {
         let shadow: Vec<&str> =
-            decision.windows.iter().zip(&names).filter(|(w, _)| w.denied()).map(|(_, n)| *n).collect();
+            decision.windows.iter().zip(names).filter(|(w, _)| w.denied()).map(|(_, n)| *n).collect();
         Action::Admit {
             shadow_denied: (!shadow.is_empty()).then(|| shadow.join(", ")),
-            headers: allowed_headers(config, &names, decision),
+            headers: allowed_headers_of(config, checks, names, decision),
         }
     };
     Ruling { rules, denials, action }

@@ -33,6 +33,11 @@ impl Worker {
             // The slot map is asked for from the worker's own callback.
             self.wake(host, own);
         }
+        // The ids are taken before the walk: a shard added on the way waits
+        // for the next pump.
+        if let Some(shard) = self.shards.only() {
+            return self.pump_shard(host, shard, own, now_ms);
+        }
         for shard in self.shards.ids() {
             self.pump_shard(host, shard, own, now_ms);
         }

@@ -107,6 +107,15 @@ impl Shards {
         self.list.iter().map(|s| s.id).collect()
     }
 
+    /// The id of the one shard, when there is exactly one (a single store
+    /// or a Sentinel master): what [`Shards::ids`] holds, without a list.
+    pub fn only(&self) -> Option<ShardId> {
+        match self.list.as_slice() {
+            [one] => Some(one.id),
+            _ => None,
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Shard> {
         self.list.iter()
     }
