@@ -119,7 +119,7 @@ def run_case(case, valkey_port, valkey_pid, workdir, wasm=WASM):
         for c in CONNECTIONS:
             before = valkey_stats(valkey_port)
             cpu_before = (cpu_seconds(envoy.pid), cpu_seconds(valkey_pid))
-            calls = admin_stat(ports[2], "wasmcustom.tollgate.store.calls")
+            calls = admin_stat(ports[2], "wasmcustom.tollgate.store.messages")
             requests = admin_stat(ports[2], "wasmcustom.tollgate.store.requests")
             if case.get("profile") and c == 64:
                 prof = {}
@@ -132,7 +132,7 @@ def run_case(case, valkey_port, valkey_pid, workdir, wasm=WASM):
                 result = wrk(ports[0], c, case.get("users"), workdir)
             after = valkey_stats(valkey_port)
             cpu_after = (cpu_seconds(envoy.pid), cpu_seconds(valkey_pid))
-            calls = admin_stat(ports[2], "wasmcustom.tollgate.store.calls") - calls
+            calls = admin_stat(ports[2], "wasmcustom.tollgate.store.messages") - calls
             requests = admin_stat(ports[2], "wasmcustom.tollgate.store.requests") - requests
             result["per_call"] = requests / calls if calls else 0.0
             result["store_per_request"] = requests / result["requests"]

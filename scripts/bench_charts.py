@@ -92,7 +92,7 @@ def charts(results):
     stored = [n for n in names if any(r.get("per_call") for r in results[n])]
     if stored:
         out["decisions.svg"] = hbar_chart(
-            "Decisions per message on the store stream", "decisions per message (store.requests / store.calls)",
+            "Decisions per message on the store stream", "decisions per message (store.requests / store.messages)",
             stored, [(f"{c} connections", COLORS.get(c, "#999"), [pick(n, c, "per_call") for n in stored])
                      for c in conns], fmt=lambda v: f"{v:.1f}")
     return out

@@ -79,12 +79,12 @@ class Variant:
                        capture_output=True, check=True)
 
     def measure(self, workdir, duration):
-        calls = admin_stat(self.ports[2], "wasmcustom.tollgate.store.calls")
+        calls = admin_stat(self.ports[2], "wasmcustom.tollgate.store.messages")
         decisions = admin_stat(self.ports[2], "wasmcustom.tollgate.store.requests")
         cpu = cpu_seconds(self.envoy.pid)
         result = wrk(self.ports[0], 64, None, workdir, duration=duration)
         cpu = cpu_seconds(self.envoy.pid) - cpu
-        calls = admin_stat(self.ports[2], "wasmcustom.tollgate.store.calls") - calls
+        calls = admin_stat(self.ports[2], "wasmcustom.tollgate.store.messages") - calls
         decisions = admin_stat(self.ports[2], "wasmcustom.tollgate.store.requests") - decisions
         one = wrk(self.ports[0], 1, None, workdir, duration="1s")
         sixteen = wrk(self.ports[0], 16, None, workdir, duration="1s")

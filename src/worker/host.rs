@@ -88,8 +88,9 @@ pub enum Stat {
         allowed: bool,
     },
     /// Messages sent on the store stream.
-    StoreCalls,
-    /// Decisions sent on the store stream.
+    StoreMessages,
+    /// Calls sent on the store stream (decisions, undos, settlements,
+    /// give-backs, flushes).
     StoreRequests,
     CacheHit,
     /// Requests refused because the worker's bounds were exceeded.

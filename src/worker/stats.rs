@@ -33,7 +33,7 @@ const OTHERS: [(Stat, &str); 23] = [
     (Stat::FailureMode { allowed: false }, "failure_mode.denied"),
     (Stat::Local { allowed: true }, "local.allowed"),
     (Stat::Local { allowed: false }, "local.denied"),
-    (Stat::StoreCalls, "store.calls"),
+    (Stat::StoreMessages, "store.messages"),
     (Stat::StoreRequests, "store.requests"),
     (Stat::CacheHit, "cache.hits"),
     (Stat::Overloaded, "overloaded"),

@@ -68,7 +68,7 @@ fn concurrent_requests_share_one_stream_and_one_connection_per_worker() {
     }
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     let requests = envoy.stat("wasmcustom.tollgate.store.requests").unwrap() - requests_before;
-    let messages = envoy.stat("wasmcustom.tollgate.store.calls").unwrap();
+    let messages = envoy.stat("wasmcustom.tollgate.store.messages").unwrap();
     // Minus one: the INFO that reads the counter is a connection too.
     let connections = info(&valkey, "total_connections_received") - connections_before - 1;
     assert_eq!(requests, 192, "every decision went through the store");

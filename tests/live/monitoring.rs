@@ -160,7 +160,7 @@ fn every_alert_and_dashboard_expression_returns_data() {
         .with(rule("api.calls").header("x-user").limit(5, "10s"));
     let envoy = Envoy::start(&EnvoyOptions { plugin_config: config.json(), valkey_port: valkey.port, concurrency: 2 });
     let prometheus = Prometheus::start(envoy.admin_port);
-    prometheus.until("the first scrape", "tollgate_store_calls", |_| true);
+    prometheus.until("the first scrape", "tollgate_store_messages", |_| true);
 
     let request = |_: usize, i: usize| Request::new("GET", "/", &[("x-user", &format!("user-{}", i % 8))]);
     let stat = |name: &str| envoy.stat(&format!("wasmcustom.tollgate.{name}")).unwrap_or(0);

@@ -47,7 +47,7 @@ fn unknown_master_name_fails_by_failure_mode_and_counts_lookup_failures() {
         wait_until("lookups to fail", Duration::from_secs(10), || stat(&envoy, "sentinel.failures") >= 2);
     }
     assert_eq!(stat(&envoy, "store.errors.unavailable"), 2);
-    assert_eq!(stat(&envoy, "store.calls"), 0, "no store call without a master");
+    assert_eq!(stat(&envoy, "store.messages"), 0, "no store call without a master");
     assert_eq!(stat(&envoy, "sentinel.switches"), 0);
     assert!(stat(&envoy, "sentinel.lookups") >= stat(&envoy, "sentinel.failures"));
 }

@@ -199,7 +199,7 @@ impl Worker {
             self.lose_store(host, shard, Reset::Closed, Failure::Unavailable(e), false, now_ms);
             return false;
         }
-        host.count(Stat::StoreCalls, 1);
+        host.count(Stat::StoreMessages, 1);
         host.count(Stat::StoreRequests, batch.len() as u64);
         if load > 0 {
             s.link.sent(Awaited::Load, load, now_ms);

@@ -13,7 +13,7 @@ fn rule() -> Plugin {
 
 /// Messages sent on the store stream, and decisions in them.
 fn sent(rig: &Rig) -> (u64, u64) {
-    (rig.host.count(Stat::StoreCalls), rig.host.count(Stat::StoreRequests))
+    (rig.host.count(Stat::StoreMessages), rig.host.count(Stat::StoreRequests))
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

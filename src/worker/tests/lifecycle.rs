@@ -105,7 +105,7 @@ fn a_missing_library_is_loaded_once_and_each_request_runs_once() {
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     assert_eq!(rig.store.executed, 30, "a missing function ran nothing; each request ran once");
     assert_eq!((rig.store.loads, rig.store.evals), (1, 0), "one FUNCTION LOAD, ahead of the calls sent again");
-    assert_eq!(rig.host.count(Stat::StoreCalls), 2);
+    assert_eq!(rig.host.count(Stat::StoreMessages), 2);
     assert_eq!(rig.host.count(Stat::StoreError(FailureKind::NoScript)), 0);
 }
 
@@ -154,7 +154,7 @@ fn noscript_sends_the_script_once_and_runs_each_request_once() {
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     assert_eq!(rig.store.executed, 30, "NOSCRIPT ran nothing; each request ran once");
     assert_eq!(rig.store.evals, 1, "one call carried the script; the others found it by its SHA");
-    assert_eq!(rig.host.count(Stat::StoreCalls), 2);
+    assert_eq!(rig.host.count(Stat::StoreMessages), 2);
     assert_eq!(rig.host.count(Stat::StoreError(FailureKind::NoScript)), 0);
 }
 
