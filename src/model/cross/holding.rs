@@ -6,9 +6,10 @@
 //! every window; with gaps, every record lies between its target and its
 //! release.
 
+use super::tests::{random_rules, read};
 use super::{Action, Run};
 use crate::limiter::model::Model;
-use crate::limiter::{Adjustment, Algorithm, Check, Decision};
+use crate::limiter::{Adjustment, Algorithm, Check};
 use crate::testing::{check, Rng};
 use crate::worker::cross::protocol::{slot_of, Fate, Step};
 
@@ -17,30 +18,16 @@ const START: u64 = 1_800_000_000_000;
 
 /// 2 to 4 rules, limits 1 to 3 over 1 or 2 hours (so a burst waits hours).
 fn rules(rng: &mut Rng) -> Vec<Check> {
-    (0..2 + rng.next(3))
-        .map(|i| {
-            let algorithm = Algorithm::ALL[rng.next(4) as usize];
-            let windows: Vec<(u64, u64)> = (0..1 + rng.next(2)).map(|w| (1 + rng.next(3), (w + 1) * HOUR)).collect();
-            check(algorithm, i as usize, &format!("h:{{r{i}}}:{}", algorithm.id()), &windows, 1)
-        })
-        .collect()
+    random_rules(rng, 3, false, "h")
 }
 
+/// `n` requests, each matching a random non-empty subset of `rules`.
 fn requests(rng: &mut Rng, rules: &[Check], n: u64) -> Vec<(Vec<Check>, bool)> {
-    (0..n)
-        .map(|_| {
-            let mask = 1 + rng.next((1 << rules.len()) - 1);
-            (rules.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, c)| c.clone()).collect(), false)
-        })
-        .collect()
+    super::tests::requests(rng, rules, n, 0)
 }
 
 fn shard(c: &Check) -> usize {
     usize::from(crate::store::cluster::key_slot(c.key.as_bytes())) % 3
-}
-
-fn read(m: &mut Model, c: &Check, now: u64) -> Decision {
-    m.adjust(&[Adjustment { check: c.clone(), from: 0, to: 0 }], 0, now)
 }
 
 /// Every window of log and fixed_window rule `c` over the release times of

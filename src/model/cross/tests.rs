@@ -18,20 +18,27 @@ const START: u64 = 1_800_000_000_000;
 
 /// 2 to 4 rules of any algorithm, small limits over hours, each its own bucket.
 fn rules(rng: &mut Rng) -> Vec<Check> {
+    random_rules(rng, 6, true, "t")
+}
+
+/// 2 to 4 rules of any algorithm, limits 1 to `most` over 1 or 2 hours,
+/// keys `<tag>:{r<i>}:<id>`; each costs 1 to 2 (within its smallest limit)
+/// when `costs`, else 1.
+pub(super) fn random_rules(rng: &mut Rng, most: u64, costs: bool, tag: &str) -> Vec<Check> {
     (0..2 + rng.next(3))
         .map(|i| {
             let algorithm = Algorithm::ALL[rng.next(4) as usize];
-            let windows: Vec<(u64, u64)> = (0..1 + rng.next(2)).map(|w| (1 + rng.next(6), (w + 1) * HOUR)).collect();
+            let windows: Vec<(u64, u64)> = (0..1 + rng.next(2)).map(|w| (1 + rng.next(most), (w + 1) * HOUR)).collect();
             let smallest = windows.iter().map(|w| w.0).min().unwrap_or(1);
-            let cost = 1 + rng.next(smallest.min(2));
-            check(algorithm, i as usize, &format!("t:{{r{i}}}:{}", algorithm.id()), &windows, cost)
+            let cost = if costs { 1 + rng.next(smallest.min(2)) } else { 1 };
+            check(algorithm, i as usize, &format!("{tag}:{{r{i}}}:{}", algorithm.id()), &windows, cost)
         })
         .collect()
 }
 
 /// `n` requests, each matching a random non-empty subset of `rules`; about
 /// one in `crash_one_in` crashes between the steps.
-fn requests(rng: &mut Rng, rules: &[Check], n: u64, crash_one_in: u64) -> Vec<(Vec<Check>, bool)> {
+pub(super) fn requests(rng: &mut Rng, rules: &[Check], n: u64, crash_one_in: u64) -> Vec<(Vec<Check>, bool)> {
     (0..n)
         .map(|_| {
             let mask = 1 + rng.next((1 << rules.len()) - 1);
@@ -46,7 +53,7 @@ fn schedule(rng: &mut Rng, gap: u64) -> Vec<(u64, u32)> {
 }
 
 /// The state of bucket `c` (a read that changes nothing).
-fn read(m: &mut Model, c: &Check, now: u64) -> Decision {
+pub(super) fn read(m: &mut Model, c: &Check, now: u64) -> Decision {
     m.adjust(&[Adjustment { check: c.clone(), from: 0, to: 0 }], 0, now)
 }
 
