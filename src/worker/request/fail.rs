@@ -10,8 +10,7 @@ use crate::worker::calls::{Call, CallId, Pending};
 use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, ResponseHeaders, ShapeStat, Stat};
 use crate::worker::request::record::{Answer, Decider, DecisionRecord};
-use crate::worker::request::rule::{answer_now, answer_of};
-use crate::worker::request::ruling::respond;
+use crate::worker::request::rule::answer_now;
 use crate::worker::request::verdict::Verdict;
 use crate::worker::{Flow, Worker};
 
@@ -87,13 +86,8 @@ impl Worker {
                     }
                 }
                 self.admitted(host, request.id, Some(&decision), true);
-                // Local denials are not remembered: the cache holds the store's.
-                let mut ruling = respond(&self.config, request.checks, &decision, request.at_ms);
-                ruling.denials.clear();
-                let answer = answer_of(&ruling.action);
-                let record = DecisionRecord::decided(&self.config, request.checks, &decision, Decider::Local, answer);
-                host.decided(request.id, &record);
-                self.rule(host, ruling, request.at_ms, request.headers)
+                let decided = (request.checks, &decision, Decider::Local);
+                self.rule_by_worker(host, request.id, decided, request.at_ms, request.headers)
             }
         }
     }

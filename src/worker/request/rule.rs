@@ -5,7 +5,7 @@ use crate::limiter::{Check, Decision};
 use crate::response::policy_names;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
 use crate::worker::request::record::{Answer, Decider, DecisionRecord};
-use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond_named, Action, Ruling};
+use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond, respond_named, Action, Ruling};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;
 
@@ -47,6 +47,26 @@ impl Worker {
         // Only cache denials are ruled on at once: nothing to remember.
         let verdict = self.rule(host, ruling, 0, headers);
         answer_now(host, id, verdict)
+    }
+
+    /// A decision the worker made by itself (`decided`: its checks, the
+    /// decision, who made it: the local limiter, a synced rule's view) for
+    /// request `id` at `at_ms`: recorded, counted; its denials are not
+    /// remembered (the cache holds the store's).
+    pub(in crate::worker) fn rule_by_worker(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        decided: (&[Check], &Decision, Decider),
+        at_ms: u64,
+        headers: &ResponseHeaders,
+    ) -> Verdict {
+        let (checks, decision, decider) = decided;
+        let mut ruling = respond(&self.config, checks, decision, at_ms);
+        ruling.denials.clear();
+        let record = DecisionRecord::decided(&self.config, checks, decision, decider, answer_of(&ruling.action));
+        host.decided(id, &record);
+        self.rule(host, ruling, at_ms, headers)
     }
 
     /// What the store's `decision` over `checks` makes of request `id`:

@@ -4,9 +4,8 @@
 use super::table::Seen;
 use crate::limiter::{Check, Decision};
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
-use crate::worker::request::record::{Decider, DecisionRecord};
-use crate::worker::request::rule::{answer_now, answer_of};
-use crate::worker::request::ruling::respond;
+use crate::worker::request::record::Decider;
+use crate::worker::request::rule::answer_now;
 use crate::worker::Worker;
 
 impl Worker {
@@ -21,7 +20,7 @@ impl Worker {
         now_ms: u64,
         headers: &ResponseHeaders,
     ) -> Option<Flow> {
-        if !self.synced.any_rule() || !self.synced.all_synced(checks) {
+        if !self.synced.all_synced(checks) {
             return None;
         }
         let mut windows = Vec::new();
@@ -48,12 +47,7 @@ impl Worker {
         let windows = windows.into_iter().map(|(i, w, _)| crate::limiter::WindowOutcome { check: i, ..w }).collect();
         let decision = Decision { allowed, now_ms, windows, delay_ms: 0 };
         host.count(Stat::Synced { allowed }, 1);
-        let mut ruling = respond(&self.config, checks, &decision, now_ms);
-        // The table denies until the next sync: the cache holds the store's.
-        ruling.denials.clear();
-        let record = DecisionRecord::decided(&self.config, checks, &decision, Decider::Sync, answer_of(&ruling.action));
-        host.decided(id, &record);
-        let verdict = self.rule(host, ruling, now_ms, headers);
+        let verdict = self.rule_by_worker(host, id, (checks, &decision, Decider::Sync), now_ms, headers);
         Some(answer_now(host, id, verdict))
     }
 }

@@ -41,6 +41,8 @@ pub const OWED_INTERVAL_MS: u64 = 100;
 pub struct Syncing {
     /// By rule index; `None` for a rule that is not synced.
     tables: Vec<Option<Table>>,
+    /// Whether any rule is synced (known from the configuration).
+    any_rule: bool,
     /// This worker's name among syncers, unique per worker and start.
     syncer: String,
     /// Flushes made, for their ids and tokens.
@@ -66,6 +68,7 @@ impl Syncing {
         let syncer = format!("{:016x}", std::collections::hash_map::RandomState::new().build_hasher().finish());
         Syncing {
             tables: config.rules.iter().map(|r| r.sync.map(Table::new)).collect(),
+            any_rule: config.rules.iter().any(|r| r.sync.is_some()),
             syncer,
             seq: 0,
             again: Vec::new(),
@@ -78,12 +81,12 @@ impl Syncing {
 
     /// Whether any rule is synced, or units are owed to the store.
     pub fn active(&self) -> bool {
-        !self.owed.is_empty() || !self.again.is_empty() || self.tables.iter().any(Option::is_some)
+        self.any_rule || !self.owed.is_empty() || !self.again.is_empty()
     }
 
     /// Whether any rule is synced.
     pub fn any_rule(&self) -> bool {
-        self.tables.iter().any(Option::is_some)
+        self.any_rule
     }
 
     /// The local limiter admitted `units` in `check`'s bucket while the
