@@ -22,6 +22,9 @@ pub struct ResponseConfig {
     /// Whether the headers are also added to the upstream's response of
     /// admitted requests (default true).
     pub on_allowed: bool,
+    /// Whether each decided request's decision is set as filter state
+    /// `wasm.tollgate.decision`, for the access log (default true).
+    pub filter_state: bool,
 }
 
 impl Default for ResponseConfig {
@@ -32,6 +35,7 @@ impl Default for ResponseConfig {
             x_ratelimit_headers: false,
             body: Body::ProblemJson,
             on_allowed: true,
+            filter_state: true,
         }
     }
 }
@@ -93,5 +97,6 @@ pub(crate) fn response(raw: Option<RawResponse>) -> Result<ResponseConfig, Confi
         (_, Some(_)) => return fail("response.text", "is only allowed with \"body\": \"text\""),
     };
     out.on_allowed = raw.on_allowed.unwrap_or(true);
+    out.filter_state = raw.filter_state.unwrap_or(true);
     Ok(out)
 }

@@ -309,6 +309,10 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
         "response.on_allowed" => {
             json!({ "description": "Add the headers to admitted requests' responses too.", "default": true })
         }
+        "response.filter_state" => json!({
+            "description": "Set each decided request's decision as filter state wasm.tollgate.decision, for the access log.",
+            "default": true
+        }),
         "shadow" => {
             json!({ "description": "Global shadow mode: every rule decides and counts, none denies.", "default": false })
         }

@@ -4,7 +4,8 @@
 //! `failure_mode`, overload), what the request got, its rule, the window
 //! that denied it, what remains and the store's round trip, from the filter
 //! state tollgate sets; its 429 and 503 carry response code details naming
-//! tollgate and the reason.
+//! tollgate and the reason. With `response.filter_state: false` it sets no
+//! decision.
 
 use crate::support;
 
@@ -106,4 +107,18 @@ fn overload_refusals_are_logged() {
     assert!(report.count(503) > 0, "{}", report.summary("overload"));
     let refused = line(&log, "load-", &[" 503 tollgate_overloaded ", "decider=overload answer=refused"]);
     assert!(refused.ends_with("rules=api.calls denied_by=- remaining=- store_ms=-"), "{refused}");
+}
+
+/// `response.filter_state: false`: the filter sets no decision (the log
+/// shows `-`), and the answers and response code details are unchanged.
+#[test]
+fn with_filter_state_off_the_log_shows_no_decision() {
+    let valkey = Valkey::start();
+    let (envoy, log) = envoy(&limited().top(r#""response": { "filter_state": false }"#), valkey.port, 1);
+    let get = |user: &str| envoy.request("GET", "/", &[("x-user-id", user)]).status;
+    assert_eq!([get("erin"), get("erin"), get("erin")], [200, 200, 429]);
+    let allowed = line(&log, "erin", &[" 200 via_upstream "]);
+    assert!(allowed.ends_with("tollgate: -"), "no decision: {allowed}");
+    let denied = line(&log, "erin", &[" 429 tollgate_quota_exceeded "]);
+    assert!(denied.ends_with("tollgate: -"), "no decision: {denied}");
 }

@@ -68,7 +68,8 @@ fn full() -> J {
                              "forwarded_for": { "trusted_hops": 1, "v4_prefix": 24, "v6_prefix": 64 },
                              "on_missing": { "default": "d" } }, { "header": "h", "on_missing": "skip_rule" } ],
           "limits": [ { "limit": 20, "period": "60s" }, { "limit": 5, "period": 3 } ] } ],
-      "response": { "status": 429, "headers": ["ratelimit"], "body": "text", "text": "t", "on_allowed": true },
+      "response": { "status": 429, "headers": ["ratelimit"], "body": "text", "text": "t", "on_allowed": true,
+                    "filter_state": true },
       "shadow": true, "denial_cache": { "max_keys": 5 }, "testing": { "now_header": "x-now" } }"#;
     from_value(&serde_json::from_str(doc).unwrap())
 }

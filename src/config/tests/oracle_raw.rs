@@ -204,6 +204,7 @@ struct RawResponse {
     body: Option<String>,
     text: Option<String>,
     on_allowed: Option<bool>,
+    filter_state: Option<bool>,
 }
 
 /// `rules[i].limits[j]`.

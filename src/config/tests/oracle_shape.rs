@@ -102,6 +102,7 @@ objects! {
         body: Option<String>,
         text: Option<String>,
         on_allowed: Option<bool>,
+        filter_state: Option<bool>,
     }
 
     RawLimit {

@@ -4,8 +4,8 @@
 use crate::limiter::{Check, Decision};
 use crate::response::policy_names;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
-use crate::worker::request::record::{Answer, Decider, DecisionRecord};
-use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond, respond_named, Action, Ruling};
+use crate::worker::request::record::{self, Answer, Decider, DecisionRecord};
+use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond_named, Action, Ruling};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;
 
@@ -62,10 +62,13 @@ impl Worker {
         headers: &ResponseHeaders,
     ) -> Verdict {
         let (checks, decision, decider) = decided;
-        let mut ruling = respond(&self.config, checks, decision, at_ms);
+        let names = policy_names(&self.config, checks, decision);
+        let mut ruling = respond_named(&self.config, checks, decision, &names, at_ms);
         ruling.denials.clear();
-        let record = DecisionRecord::decided(&self.config, checks, decision, decider, answer_of(&ruling.action));
-        host.decided(id, &record);
+        let answer = answer_of(&ruling.action);
+        record::set(&self.config, host, id, || {
+            DecisionRecord::named(&self.config, checks, decision, &names, decider, answer)
+        });
         self.rule(host, ruling, at_ms, headers)
     }
 
@@ -93,9 +96,10 @@ impl Worker {
             ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
         }
         let answer = answer_of(&ruling.action);
-        let mut record = DecisionRecord::named(&self.config, checks, decision, &names, Decider::Store, answer);
-        record.store_ms = store_ms;
-        host.decided(id, &record);
+        record::set(&self.config, host, id, || {
+            let record = DecisionRecord::named(&self.config, checks, decision, &names, Decider::Store, answer);
+            DecisionRecord { store_ms, ..record }
+        });
         self.rule(host, ruling, arrival_ms, headers)
     }
 }

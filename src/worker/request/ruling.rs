@@ -65,12 +65,14 @@ pub fn is_shadow(config: &Config, check: &Check) -> bool {
 }
 
 /// The ruling for a request that arrived at `arrival_ms` (request clock) and
-/// that the store decided.
+/// that the store decided (the tests' shorthand for [`respond_named`]).
+#[cfg(test)]
 pub fn respond(config: &Config, checks: &[Check], decision: &Decision, arrival_ms: u64) -> Ruling {
     respond_named(config, checks, decision, &policy_names(config, checks, decision), arrival_ms)
 }
 
-/// [`respond`], with the decision's [`policy_names`] already made.
+/// The ruling for a request that arrived at `arrival_ms` (request clock) and
+/// that the store decided, with the decision's [`policy_names`] made.
 pub fn respond_named(
     config: &Config,
     checks: &[Check],

@@ -64,3 +64,24 @@ fn overload_is_recorded() {
     assert_eq!(summary(&rig, id), (Decider::Overload, Answer::Refused, vec![]));
     assert_eq!(rig.host.decision(id).unwrap().rules, ["auth.createToken"]);
 }
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn with_filter_state_off_nothing_is_recorded_and_the_answers_stay() {
+    let mut rig = Rig::new(seed().top(r#""response": { "filter_state": false }"#));
+    let mut statuses = Vec::new();
+    for _ in 0..7 {
+        let (id, _) = rig.request("alice");
+        rig.settle();
+        statuses.push(rig.host.status(id));
+        rig.now += 10;
+    }
+    assert_eq!(statuses[..5], [Some(200); 5], "the store admits five");
+    assert_eq!(statuses[5..], [Some(429); 2], "the store, then the cache deny");
+    assert!(rig.host.decisions.is_empty(), "no record: {:?}", rig.host.decisions);
+    let mut rig = Rig::new(seed().top(r#""response": { "filter_state": false }"#).failure_mode("deny"));
+    rig.host.refuse_open = Some("unreachable".into());
+    let (id, _) = rig.request("bob");
+    rig.settle();
+    assert_eq!(rig.host.status(id), Some(503), "failure_mode: deny");
+    assert!(rig.host.decisions.is_empty(), "no record: {:?}", rig.host.decisions);
+}
