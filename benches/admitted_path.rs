@@ -6,6 +6,9 @@
 //! `respond` (policy names, the `RateLimit` headers and the access log's
 //! record), and `whole`: the same request through a [`Worker`], from its
 //! headers to its response headers, with the store's reply replayed.
+//! `synced`: the same rule synced (`sync`), one request decided on the
+//! worker from its view, its headers to its response headers. The host
+//! makes the access log's text of every decision, as Envoy's does.
 //!
 //! `cargo bench --bench admitted_path` (or `make bench-host`) times it with
 //! divan. With `ADMITTED_PATH_STAGE=<stage>` and `ADMITTED_PATH_ITERS=<n>`
@@ -67,7 +70,7 @@ impl Host for Quiet {
     }
     fn reply(&mut self, _id: u32, _reply: &LocalReply) {}
     fn decided(&mut self, _id: u32, record: &DecisionRecord) {
-        black_box(record);
+        black_box(record.plain());
     }
     fn resume_response(&mut self, _id: u32, _headers: &[(String, String)]) {}
     fn remove_request_header(&mut self, _name: &str) {}
@@ -159,6 +162,81 @@ impl Path {
     }
 }
 
+const SYNCED: &str = r#"{
+  "valkey": { "cluster": "tollgate_valkey" },
+  "rules": [{
+    "name": "auth.createToken",
+    "match": { "path_prefix": "/" },
+    "key": [ { "header": "x-user-id" } ],
+    "limits": [ { "limit": 1000000000, "period": "60s" }, { "limit": 100000000, "period": "3s" } ],
+    "sync": { "interval": "100ms" }
+  }]
+}"#;
+
+/// A worker whose synced rule has a view of the bucket: requests are
+/// decided on the worker, no store call.
+struct SyncedPath {
+    worker: Worker,
+    host: Quiet,
+    store: ModelStore,
+    next_id: u32,
+}
+
+impl SyncedPath {
+    fn new(request: &FakeRequest) -> SyncedPath {
+        let config = Config::from_json(SYNCED.as_bytes()).unwrap_or_else(|e| {
+            eprintln!("admitted_path: the synced config: {e}");
+            std::process::exit(1)
+        });
+        let mut path = SyncedPath {
+            worker: Worker::new(config),
+            host: Quiet::default(),
+            store: ModelStore::default(),
+            next_id: 0,
+        };
+        // The first request goes to the store; the bucket is read soon
+        // after, on a tick (5 ms apart, as the worker asks).
+        path.next_id += 1;
+        path.worker.on_request(&mut path.host, path.next_id, request, NOW_MS, ResponseHeaders::default());
+        for step in 0..200 {
+            let now = NOW_MS + step * 5;
+            path.worker.on_tick(&mut path.host, now);
+            path.worker.on_wake(&mut path.host, now);
+            path.answer(now);
+        }
+        path.worker.on_gone(path.next_id);
+        path.next_id += 1;
+        let flow = path.worker.on_request(&mut path.host, path.next_id, request, NOW_MS + 1_000, Default::default());
+        assert!(flow == Flow::Continue && path.host.sent.is_empty(), "admitted on the worker, no store call");
+        path.worker.on_gone(path.next_id);
+        path
+    }
+
+    /// Replies to whatever the worker sent.
+    fn answer(&mut self, now: u64) {
+        while !self.host.sent.is_empty() {
+            let sent = std::mem::take(&mut self.host.sent);
+            let reply = self.store.answer(&sent, now);
+            self.worker.on_stream_message(&mut self.host, 1, &reply, now);
+        }
+    }
+
+    /// One request decided on the worker, its response, the context gone.
+    fn admit(&mut self, request: &FakeRequest, response: &FakeResponse) -> usize {
+        self.next_id += 1;
+        let id = self.next_id;
+        let now = NOW_MS + 1_000;
+        let headers = ResponseHeaders::default();
+        self.worker.on_request(&mut self.host, id, request, now, headers.clone());
+        if self.worker.owes(id) {
+            self.worker.on_response(&mut self.host, id, response, now);
+        }
+        let added = std::mem::take(&mut *headers.borrow_mut()).len();
+        self.worker.on_gone(id);
+        added
+    }
+}
+
 fn plan_stage(f: &Fixture) -> usize {
     plan(&f.config, &f.request).checks.len()
 }
@@ -225,11 +303,20 @@ fn whole(bencher: divan::Bencher) {
     bencher.bench_local(|| path.admit(black_box(&f.request), &response));
 }
 
+#[divan::bench]
+fn synced(bencher: divan::Bencher) {
+    let f = Fixture::new();
+    let mut path = SyncedPath::new(&f.request);
+    let response = FakeResponse::new(200, &[]);
+    bencher.bench_local(|| path.admit(black_box(&f.request), &response));
+}
+
 /// Runs `stage` `iters` times: the only function callgrind counts
 /// (`--toggle-collect`), so setup is left out.
 #[inline(never)]
 fn measured_loop(stage: &str, iters: u64, f: &Fixture, path: &mut Path, out: &mut Vec<u8>) -> usize {
     let response = FakeResponse::new(200, &[]);
+    let mut synced = (stage == "synced").then(|| SyncedPath::new(&f.request));
     let mut sum = 0;
     for _ in 0..iters {
         sum += match stage {
@@ -238,6 +325,7 @@ fn measured_loop(stage: &str, iters: u64, f: &Fixture, path: &mut Path, out: &mu
             "encode" => encode_stage(black_box(f), out),
             "decode" => usize::from(decode_stage(black_box(f))),
             "respond" => respond_stage(black_box(f)),
+            "synced" => synced.as_mut().map_or(0, |s| s.admit(black_box(&f.request), &response)),
             _ => path.admit(black_box(&f.request), &response),
         };
     }

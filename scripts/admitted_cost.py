@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench_common import ROOT, worktree
 
-STAGES = ["plan", "key", "encode", "decode", "respond", "whole"]
+STAGES = ["plan", "key", "encode", "decode", "respond", "whole", "synced"]
 BENCH_TOML = """
 [target.'cfg(not(target_family = "wasm"))'.dev-dependencies.divan]
 version = "0.1.21"
@@ -51,18 +51,24 @@ def build_baseline(ref, workdir):
         bench = tree / "benches/admitted_path.rs"
         if not bench.exists():
             bench.parent.mkdir(exist_ok=True)
-            bench.write_text((ROOT / "benches/admitted_path.rs").read_text())
             with open(tree / "Cargo.toml", "a") as toml:
                 toml.write(BENCH_TOML)
+        # This tree's bench, so that every stage is the same code (a stage
+        # the older tree cannot run is reported as n/a).
+        bench.write_text((ROOT / "benches/admitted_path.rs").read_text())
         return build(tree, ROOT / "target/baseline-bench")
 
 
 def instructions(executable, stage, iters, workdir):
     """Instructions per iteration of `stage` (callgrind, only `measured_loop`)."""
-    out = workdir / f"callgrind.{stage}.out"
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no",
-                    "--toggle-collect=*measured_loop*", executable], check=True, capture_output=True,
-                   env={**os.environ, "ADMITTED_PATH_STAGE": stage, "ADMITTED_PATH_ITERS": str(iters)})
+    out = workdir / f"callgrind.{stage}.{abs(hash(executable))}.out"
+    run = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no",
+                          "--toggle-collect=*measured_loop*", "--error-exitcode=0", executable],
+                         capture_output=True,
+                         env={**os.environ, "ADMITTED_PATH_STAGE": stage, "ADMITTED_PATH_ITERS": str(iters),
+                              "RUST_BACKTRACE": "0"})
+    if run.returncode != 0 or not out.exists():
+        return float("nan")
     total = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.M)
     return int(total.group(1)) / iters if total else float("nan")
 
@@ -82,7 +88,7 @@ def main():
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     for s in STAGES:
-        row = [f"{counts[l][s]:,.0f}" for l in labels]
+        row = [f"{counts[l][s]:,.0f}" if counts[l][s] == counts[l][s] else "n/a" for l in labels]
         if len(labels) > 1:
             row.append(f"{counts[labels[1]][s] / counts[labels[0]][s]:.2f}")
         print(f"| {s} | " + " | ".join(row) + " |")

@@ -13,7 +13,9 @@ Cases:
   tollgate 10k keys      10,000 users, each under its limit
   tollgate no match      the module loaded, no rule matching (the VM's own cost)
   tollgate synced allowed  one key of a synced rule (`sync`), never denying;
-                         with an admission run of 2 workers past a limit
+                         with an admission run of 2 workers past a limit,
+                         and a paired run against no match, pinned, with
+                         and without headers and filter state
                          (scripts/bench_sync.py)
   flood                  2,048 connections, a new user per request, failure_mode
                          local: who decided (the store, the local limiter, an
@@ -205,10 +207,11 @@ def main(baseline=None):
         resp(valkey_port, "FLUSHALL")
         flooded = bench_flood.flood(valkey_port, workdir)
         resp(valkey_port, "FLUSHALL")
-        synced = bench_sync.admission(valkey_port, workdir)
+        synced = {"admission": bench_sync.admission(valkey_port, workdir)}
     finally:
         valkey.terminate()
         valkey.wait()
+    synced["paired"] = bench_sync.paired()
     clustered = bench_cluster.cluster_bench(workdir)
     bench_report.write_report(results, profiles, flooded, costs, clustered, synced, (baseline, baselines))
 

@@ -154,7 +154,8 @@ end
 """
 
 
-def wrk(port, connections, users, workdir, duration=None):
+def wrk(port, connections, users, workdir, duration=None, cpu=None):
+    """wrk -t1 against `port` (on CPU `cpu` alone, if given)."""
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{duration or DURATION}", "--latency", f"http://127.0.0.1:{port}/"]
     if users:
         script = workdir / f"users{users}.lua"
@@ -162,6 +163,8 @@ def wrk(port, connections, users, workdir, duration=None):
         cmd[1:1] = ["-s", str(script)]
     else:
         cmd[1:1] = ["-H", "x-user-id: bench"]
+    if cpu is not None:
+        cmd[:0] = ["taskset", "-c", str(cpu)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     unit = {"us": 1e-3, "ms": 1.0, "s": 1e3}
     lat = lambda p: next(float(v) * unit[u] for v, u in re.findall(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M))

@@ -26,6 +26,7 @@ def baseline_cells(baseline, name, r, key, fmt):
 
 def write_report(results, profiles, flooded, costs=None, clustered=None, synced=None, baseline=None):
     ref = baseline[0] if baseline else None
+    synced = synced or {}
     extra_rps = f" baseline {ref} req/s | ÷ baseline |" if ref else ""
     extra_us = f" baseline {ref} Envoy CPU µs | ÷ baseline |" if ref else ""
     extra_rule = "---|---|" if ref else ""
@@ -84,7 +85,7 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
          f"{nomatch64 / base[64]['rps']:.2f} × no filter", nomatch64 / base[64]["rps"] >= 0.85),
     ]
     if bench_sync.SYNCED in results:
-        checks.append(bench_sync.target(results))
+        checks.append(bench_sync.target(results, synced))
     lines += ["", "## Where the time goes, per request", "",
               "CPU time of each process over the run (`/proc/<pid>/stat`), divided by the requests wrk",
               "completed (Envoy) or the decisions sent to Valkey (Valkey); \"Valkey µs\" is what Valkey booked",

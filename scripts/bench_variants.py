@@ -14,6 +14,13 @@ p50 at 1 connection and p99 at 16 connections (measured once per round).
 
 --messages measures the working tree's module with each value of
 `valkey.max_messages_in_flight` (how its default was chosen).
+
+    python3 scripts/bench_variants.py --module LABEL=PATH ... --cases unmatched,synced
+        [--fresh] [--pin]
+
+compares built modules (e.g. with one host call repeated ten times, to
+price it) on the cases of CASES; --fresh starts a new Envoy per variant and
+round, --pin puts Envoy alone on CPU 0 and wrk alone on CPU 1.
 """
 
 import argparse
@@ -37,7 +44,15 @@ CASES = {
     "admitted": {"kind": "tollgate", "rule": {"name": "bench", "algorithm": "fixed_window",
                                                "key": [{"header": "x-user-id"}],
                                                "limits": [{"limit": BIG, "period": "1h"}]}},
+    "synced": {"kind": "tollgate", "rule": {"name": "bench", "algorithm": "fixed_window",
+                                            "key": [{"header": "x-user-id"}],
+                                            "limits": [{"limit": BIG, "period": "1h"}],
+                                            "sync": {"interval": "100ms"}}},
 }
+# The synced rule without the RateLimit headers on admitted requests, and
+# without the decision's filter state too (docs/configuration.md).
+CASES["synced quiet"] = dict(CASES["synced"], plugin_extra={"response": {"on_allowed": False}})
+CASES["synced lean"] = dict(CASES["synced"], plugin_extra={"response": {"on_allowed": False, "filter_state": False}})
 
 
 def build_baseline(ref, workdir):
@@ -58,20 +73,28 @@ def build_baseline(ref, workdir):
 
 
 class Variant:
-    def __init__(self, label, wasm, valkey_extra, case, valkey_port, workdir, count_calls=False):
-        self.label, self.case_name = label, case
+    def __init__(self, label, wasm, valkey_extra, case, valkey_port, workdir, count_calls=False, pin=False):
+        self.label, self.case_name, self.pin = label, case, pin
         self.ports = [free_port(), free_port(), free_port()]
         base = {"valkey": {"cluster": "tollgate_valkey", "timeout": "1s", **valkey_extra}}
-        spec = dict(CASES[case], plugin=base)
+        spec = dict(CASES[case], plugin={**base, **CASES[case].get("plugin_extra", {})})
         text = render(spec, self.ports, valkey_port).replace(str(WASM), str(wasm))
         if count_calls:
             text = counting(text)
         config = workdir / f"{label}-{case}{'-calls' if count_calls else ''}.yaml".replace(" ", "_")
         config.write_text(text)
         self.log = open(config.with_suffix(".log"), "w")
-        self.envoy = subprocess.Popen([ENVOY, "-c", str(config), "--concurrency", "1", "--use-dynamic-base-id",
-                                       "--disable-hot-restart", "-l", "error"], stdout=self.log, stderr=self.log)
+        # Pinned: Envoy alone on CPU 0, wrk alone on CPU 1.
+        self.command = (["taskset", "-c", "0"] if pin else []) + [ENVOY, "-c", str(config), "--concurrency", "1", "--use-dynamic-base-id",
+                              "--disable-hot-restart", "-l", "error"]
+        self.envoy = subprocess.Popen(self.command, stdout=self.log, stderr=self.log)
         self.rows = []
+
+    def restart(self):
+        """A new Envoy of the same config: its module compiled afresh."""
+        self.envoy.terminate()
+        self.envoy.wait()
+        self.envoy = subprocess.Popen(self.command, stdout=self.log, stderr=self.log)
 
     def ready(self):
         wait_port(self.ports[0])
@@ -82,12 +105,13 @@ class Variant:
         calls = admin_stat(self.ports[2], "wasmcustom.tollgate.store.messages")
         decisions = admin_stat(self.ports[2], "wasmcustom.tollgate.store.requests")
         cpu = cpu_seconds(self.envoy.pid)
-        result = wrk(self.ports[0], 64, None, workdir, duration=duration)
+        cpu_of_wrk = 1 if self.pin else None
+        result = wrk(self.ports[0], 64, None, workdir, duration=duration, cpu=cpu_of_wrk)
         cpu = cpu_seconds(self.envoy.pid) - cpu
         calls = admin_stat(self.ports[2], "wasmcustom.tollgate.store.messages") - calls
         decisions = admin_stat(self.ports[2], "wasmcustom.tollgate.store.requests") - decisions
-        one = wrk(self.ports[0], 1, None, workdir, duration="1s")
-        sixteen = wrk(self.ports[0], 16, None, workdir, duration="1s")
+        one = wrk(self.ports[0], 1, None, workdir, duration="1s", cpu=cpu_of_wrk)
+        sixteen = wrk(self.ports[0], 16, None, workdir, duration="1s", cpu=cpu_of_wrk)
         self.rows.append({"us": cpu * 1e6 / max(result["requests"], 1), "rps": result["rps"],
                           "per_message": decisions / calls if calls else 0.0,
                           "p50_1": one["p50"], "p99_16": sixteen["p99"]})
@@ -120,8 +144,10 @@ class Variant:
         self.log.close()
 
 
-def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admitted")):
-    """`modules`: (label, wasm path, extra valkey fields). Returns {(label, case): summary}."""
+def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admitted"), fresh=False, pin=False):
+    """`modules`: (label, wasm path, extra valkey fields). Returns {(label, case): summary}. `fresh`: a new
+    Envoy per variant and round (an Envoy's own speed varies by up to ±15 % from one start to the next here);
+    `pin`: Envoy alone on CPU 0 and wrk alone on CPU 1 (Valkey and the rest float)."""
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-variants-"))
     valkey_port = free_port()
     valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
@@ -134,11 +160,14 @@ def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admi
                 if case == "no filter" and variants and any(v.case_name == case for v in variants):
                     continue
                 variants.append(Variant(label if case != "no filter" else "-", wasm, extra, case, valkey_port,
-                                        workdir))
+                                        workdir, pin=pin))
         for v in variants:
             v.ready()
         for r in range(rounds):
             for v in variants:
+                if fresh and r > 0:
+                    v.restart()
+                    v.ready()
                 v.measure(workdir, duration)
             print(f"  round {r + 1} of {rounds} done", flush=True)
         results = {(v.label, v.case_name): v.summary() for v in variants}
@@ -170,12 +199,12 @@ def table(results):
         lines.append(f"| {label} | {case} | {s['us']:.1f} | {s['per_message']:.1f} | {s['host_calls']:.1f} "
                      f"| {s['rps']:.0f} | {s['p50_1']:.2f} | {s['p99_16']:.2f} |")
     lines.append("")
-    lines.append("| variant | admitted ÷ unmatched (Envoy CPU per request) |")
-    lines.append("|---|---|")
-    for label in dict.fromkeys(l for l, _ in results if l != "-"):
-        a, u = results.get((label, "admitted")), results.get((label, "unmatched"))
-        if a and u and u["us"]:
-            lines.append(f"| {label} | {a['us'] / u['us']:.2f} |")
+    lines.append("| variant | case | ÷ unmatched: Envoy CPU per request | ÷ unmatched: requests/s |")
+    lines.append("|---|---|---|---|")
+    for (label, case), a in results.items():
+        u = results.get((label, "unmatched"))
+        if case not in ("unmatched", "no filter") and u and u["us"] and u["rps"]:
+            lines.append(f"| {label} | {case} | {a['us'] / u['us']:.2f} | {a['rps'] / u['rps']:.2f} |")
     return "\n".join(lines)
 
 
@@ -185,6 +214,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", default="3s")
     parser.add_argument("--messages", default=None, help="values of valkey.max_messages_in_flight to compare")
+    parser.add_argument("--fresh", action="store_true", help="a new Envoy per variant and round")
+    parser.add_argument("--pin", action="store_true", help="Envoy on CPU 0, wrk on CPU 1")
+    parser.add_argument("--module", action="append", default=[], help="LABEL=PATH: another module to compare")
+    parser.add_argument("--cases", default="no filter,unmatched,admitted", help="comma-separated: " + ", ".join(CASES))
     args = parser.parse_args()
     if not WASM.exists():
         sys.exit("build the module first: make build")
@@ -192,12 +225,13 @@ def main():
     if args.messages:
         modules += [(f"max_messages_in_flight {m}", WASM, {"max_messages_in_flight": int(m)})
                     for m in args.messages.split(",")]
-    else:
+    elif not args.module:
         modules.append(("this tree", WASM, {}))
+    modules += [(m.split("=", 1)[0], Path(m.split("=", 1)[1]), {}) for m in args.module]
     if args.baseline:
         workdir = Path(tempfile.mkdtemp(prefix="tollgate-baseline-"))
         modules.insert(0, (f"baseline {args.baseline}", build_baseline(args.baseline, workdir), {}))
-    print(table(run(modules, args.rounds, args.duration)))
+    print(table(run(modules, args.rounds, args.duration, tuple(args.cases.split(",")), args.fresh, args.pin)))
 
 
 if __name__ == "__main__":
