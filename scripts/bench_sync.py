@@ -31,19 +31,23 @@ def case(big):
 
 PAIRED = ("unmatched", "synced", "synced quiet", "synced lean")
 PAIRED_ROUNDS = 7
+# Each Envoy under load this long before it is measured: V8 recompiles the
+# module's hot functions, optimised, a while after the first requests, and
+# an Envoy measured before that ran up to 2 × slower.
+PAIRED_WARM = "4s"
 
 
 def paired():
     """The synced allowed path against no rule matching, measured the way
     ../shared/measuring.md compares variants (scripts/bench_variants.py):
     one Envoy per case, pinned to CPU 0 with wrk on CPU 1, a new Envoy per
-    round, `wrk -c64` 2 s per case in turn, medians of PAIRED_ROUNDS
-    rounds. The cases: `synced` as configured by default, `synced quiet`
+    round loaded PAIRED_WARM before it is measured, `wrk -c64` 2 s per case
+    in turn, medians of PAIRED_ROUNDS rounds. The cases: `synced` as configured by default, `synced quiet`
     without the RateLimit headers on admitted responses
     (`response.on_allowed: false`), `synced lean` without the decision's
     filter state too (`response.filter_state: false`)."""
     results = bench_variants.run([("this tree", WASM, {})], rounds=PAIRED_ROUNDS, duration="2s", cases=PAIRED,
-                                 fresh=True, pin=True)
+                                 fresh=True, pin=True, warm=PAIRED_WARM)
     return {case: summary for (_, case), summary in results.items()}
 
 
@@ -105,7 +109,8 @@ def sync_report(results, synced):
     if pair:
         u = pair["unmatched"]
         lines += ["", "The same against no rule matching, paired: one Envoy per case, pinned to CPU 0 with wrk on",
-                  f"CPU 1, a new Envoy per round, `wrk -c64` 2 s per case in turn; medians of {PAIRED_ROUNDS} rounds",
+                  f"CPU 1, a new Envoy per round loaded {PAIRED_WARM} first, `wrk -c64` 2 s per case in turn; medians of "
+                  f"{PAIRED_ROUNDS} rounds",
                   "(scripts/bench_sync.py `paired`). The table above runs each case once on a shared machine,",
                   "where one Envoy's speed varies by up to ±15 % from one start to the next; this one is the",
                   "figure to judge by. `quiet`: `response.on_allowed: false`; `lean`: `filter_state: false` too.",

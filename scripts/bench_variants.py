@@ -20,7 +20,8 @@ p50 at 1 connection and p99 at 16 connections (measured once per round).
 
 compares built modules (e.g. with one host call repeated ten times, to
 price it) on the cases of CASES; --fresh starts a new Envoy per variant and
-round, --pin puts Envoy alone on CPU 0 and wrk alone on CPU 1.
+round, --pin puts Envoy alone on CPU 0 and wrk alone on CPU 1, --warm
+loads each Envoy that long before it is measured.
 """
 
 import argparse
@@ -73,8 +74,9 @@ def build_baseline(ref, workdir):
 
 
 class Variant:
-    def __init__(self, label, wasm, valkey_extra, case, valkey_port, workdir, count_calls=False, pin=False):
-        self.label, self.case_name, self.pin = label, case, pin
+    def __init__(self, label, wasm, valkey_extra, case, valkey_port, workdir, count_calls=False, pin=False,
+                 warm="1s"):
+        self.label, self.case_name, self.pin, self.warm = label, case, pin, warm
         self.ports = [free_port(), free_port(), free_port()]
         base = {"valkey": {"cluster": "tollgate_valkey", "timeout": "1s", **valkey_extra}}
         spec = dict(CASES[case], plugin={**base, **CASES[case].get("plugin_extra", {})})
@@ -98,7 +100,9 @@ class Variant:
 
     def ready(self):
         wait_port(self.ports[0])
-        subprocess.run(["wrk", "-t1", "-c4", "-d1s", "-H", "x-user-id: bench", f"http://127.0.0.1:{self.ports[0]}/"],
+        # V8 compiles the module's hot functions again, optimised, after a
+        # while under load: an Envoy measured before that runs slower.
+        subprocess.run(["wrk", "-t1", "-c4", "-d" + self.warm, "-H", "x-user-id: bench", f"http://127.0.0.1:{self.ports[0]}/"],
                        capture_output=True, check=True)
 
     def measure(self, workdir, duration):
@@ -144,10 +148,12 @@ class Variant:
         self.log.close()
 
 
-def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admitted"), fresh=False, pin=False):
+def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admitted"), fresh=False, pin=False,
+        warm="1s"):
     """`modules`: (label, wasm path, extra valkey fields). Returns {(label, case): summary}. `fresh`: a new
     Envoy per variant and round (an Envoy's own speed varies by up to ±15 % from one start to the next here);
-    `pin`: Envoy alone on CPU 0 and wrk alone on CPU 1 (Valkey and the rest float)."""
+    `pin`: Envoy alone on CPU 0 and wrk alone on CPU 1 (Valkey and the rest float); `warm`: how long each
+    Envoy is loaded before it is measured."""
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-variants-"))
     valkey_port = free_port()
     valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
@@ -160,7 +166,7 @@ def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admi
                 if case == "no filter" and variants and any(v.case_name == case for v in variants):
                     continue
                 variants.append(Variant(label if case != "no filter" else "-", wasm, extra, case, valkey_port,
-                                        workdir, pin=pin))
+                                        workdir, pin=pin, warm=warm))
         for v in variants:
             v.ready()
         for r in range(rounds):
@@ -216,6 +222,7 @@ def main():
     parser.add_argument("--messages", default=None, help="values of valkey.max_messages_in_flight to compare")
     parser.add_argument("--fresh", action="store_true", help="a new Envoy per variant and round")
     parser.add_argument("--pin", action="store_true", help="Envoy on CPU 0, wrk on CPU 1")
+    parser.add_argument("--warm", default="1s", help="load before each Envoy is measured")
     parser.add_argument("--module", action="append", default=[], help="LABEL=PATH: another module to compare")
     parser.add_argument("--cases", default="no filter,unmatched,admitted", help="comma-separated: " + ", ".join(CASES))
     args = parser.parse_args()
@@ -231,7 +238,7 @@ def main():
     if args.baseline:
         workdir = Path(tempfile.mkdtemp(prefix="tollgate-baseline-"))
         modules.insert(0, (f"baseline {args.baseline}", build_baseline(args.baseline, workdir), {}))
-    print(table(run(modules, args.rounds, args.duration, tuple(args.cases.split(",")), args.fresh, args.pin)))
+    print(table(run(modules, args.rounds, args.duration, tuple(args.cases.split(",")), args.fresh, args.pin, args.warm)))
 
 
 if __name__ == "__main__":
