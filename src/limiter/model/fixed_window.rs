@@ -14,7 +14,7 @@
 //!   next window's start when full); the commit counts in the slot's
 //!   window; stats at the later of `now` and the last slot.
 
-use super::{sat, stats_from, Bucket};
+use super::{sat, Bucket};
 use crate::limiter::{Window, STATE_MAX};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -73,22 +73,7 @@ impl Bucket for Counters {
         }
     }
 
-    fn last_slot(&self, _windows: &[Window]) -> u64 {
-        self.last
-    }
-
-    fn earliest(&self, w: &Window, cost: u64, t0: u64) -> u64 {
-        t0.saturating_add(self.retry(w, cost, t0))
-    }
-
-    fn shaped_stats(&self, w: &Window, now: u64) -> (u64, u64) {
-        let from = now.max(self.last);
-        stats_from(self.stats(w, from), from, now)
-    }
-
-    fn note_slot(&mut self, slot: u64) {
-        self.last = slot;
-    }
+    super::counters_shaping!();
 
     fn stats(&self, w: &Window, now: u64) -> (u64, u64) {
         let (k, count) = self.read(w.period_ms.get(), now);

@@ -71,6 +71,33 @@ pub(crate) fn stats_from(stats: (u64, u64), from: u64, now: u64) -> (u64, u64) {
     (remaining, if reset > 0 { reset + (from - now) } else { 0 })
 }
 
+/// Shaping of the counters (fixed and sliding window), whose records do
+/// not say when they were made: the bucket keeps its last slot in `last`;
+/// a request fits at the earliest time its window allows from `t0`; stats
+/// are read at the later of `now` and the last slot. Expands to the four
+/// shaping methods of a [`Bucket`] impl.
+macro_rules! counters_shaping {
+    () => {
+        fn last_slot(&self, _windows: &[Window]) -> u64 {
+            self.last
+        }
+
+        fn earliest(&self, w: &Window, cost: u64, t0: u64) -> u64 {
+            t0.saturating_add(self.retry(w, cost, t0))
+        }
+
+        fn shaped_stats(&self, w: &Window, now: u64) -> (u64, u64) {
+            let from = now.max(self.last);
+            super::stats_from(self.stats(w, from), from, now)
+        }
+
+        fn note_slot(&mut self, slot: u64) {
+            self.last = slot;
+        }
+    };
+}
+pub(crate) use counters_shaping;
+
 /// The state of one bucket, whichever algorithm counts it.
 #[derive(Debug, Clone)]
 enum State {

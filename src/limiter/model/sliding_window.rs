@@ -30,7 +30,7 @@
 //!   so fitting at the slot is fitting from then on. Stats at the later of
 //!   `now` and the last slot.
 
-use super::{ceil_div, sat, stats_from, Bucket};
+use super::{ceil_div, sat, Bucket};
 use crate::limiter::{Window, STATE_MAX};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -113,22 +113,7 @@ impl Bucket for Counters {
         }
     }
 
-    fn last_slot(&self, _windows: &[Window]) -> u64 {
-        self.last
-    }
-
-    fn earliest(&self, w: &Window, cost: u64, t0: u64) -> u64 {
-        t0.saturating_add(self.retry(w, cost, t0))
-    }
-
-    fn shaped_stats(&self, w: &Window, now: u64) -> (u64, u64) {
-        let from = now.max(self.last);
-        stats_from(self.stats(w, from), from, now)
-    }
-
-    fn note_slot(&mut self, slot: u64) {
-        self.last = slot;
-    }
+    super::counters_shaping!();
 
     fn stats(&self, w: &Window, now: u64) -> (u64, u64) {
         let (limit, period) = (i128::from(w.limit.get()), i128::from(w.period_ms.get()));
