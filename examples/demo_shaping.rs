@@ -12,46 +12,29 @@ use std::time::Duration;
 use support::shaping::burst;
 use support::{Envoy, EnvoyOptions, Valkey};
 
-const RULES: &str = r#"{
-  "valkey": { "cluster": "tollgate_valkey" },
-  "rules": [
-    {
-      "name": "push.log",
-      "match": { "path_prefix": "/log/" },
-      "key": [ { "header": "x-user-id" } ],
-      "limits": [ { "limit": 5, "period": "1s" } ],
-      "shape": { "max_delay": "2s" }
-    },
-    {
-      "name": "push.gcra",
-      "match": { "path_prefix": "/gcra/" },
-      "key": [ { "header": "x-user-id" } ],
-      "algorithm": "gcra",
-      "limits": [ { "limit": 5, "period": "1s" } ],
-      "shape": { "max_delay": "2s" }
-    },
-    {
-      "name": "push.fw",
-      "match": { "path_prefix": "/fw/" },
-      "key": [ { "header": "x-user-id" } ],
-      "algorithm": "fixed_window",
-      "limits": [ { "limit": 5, "period": "1s" } ],
-      "shape": { "max_delay": "2s" }
-    },
-    {
-      "name": "push.sw",
-      "match": { "path_prefix": "/sw/" },
-      "key": [ { "header": "x-user-id" } ],
-      "algorithm": "sliding_window",
-      "limits": [ { "limit": 5, "period": "1s" } ],
-      "shape": { "max_delay": "2s" }
-    }
-  ]
-}"#;
+/// One shaping rule per algorithm, by the path prefix it matches: 5 per
+/// second per user, held up to 2 s.
+const ALGORITHMS: [(&str, &str); 4] =
+    [("log", "sliding_log"), ("gcra", "gcra"), ("fw", "fixed_window"), ("sw", "sliding_window")];
+
+/// The plugin configuration: rule `push.<prefix>` for each of [`ALGORITHMS`].
+fn rules() -> String {
+    let rules: Vec<String> = ALGORITHMS
+        .iter()
+        .map(|(prefix, algorithm)| {
+            format!(
+                r#"{{ "name": "push.{prefix}", "match": {{ "path_prefix": "/{prefix}/" }},
+      "key": [ {{ "header": "x-user-id" }} ], "algorithm": "{algorithm}",
+      "limits": [ {{ "limit": 5, "period": "1s" }} ], "shape": {{ "max_delay": "2s" }} }}"#
+            )
+        })
+        .collect();
+    format!(r#"{{ "valkey": {{ "cluster": "tollgate_valkey" }}, "rules": [ {} ] }}"#, rules.join(", "))
+}
 
 fn main() {
     let valkey = Valkey::start();
-    let options = EnvoyOptions { plugin_config: RULES.to_string(), valkey_port: valkey.port, concurrency: 1 };
+    let options = EnvoyOptions { plugin_config: rules(), valkey_port: valkey.port, concurrency: 1 };
     let envoy = Envoy::start(&options);
     let bursts = [
         ("sliding_log", "/log/push", 10),
