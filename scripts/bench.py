@@ -143,8 +143,11 @@ def run_case(case, valkey_port, valkey_pid, workdir, wasm=WASM):
             result["cmd_per_decision"] = (after[1] - before[1] - 1) / decisions
             # Per request through Envoy; per decision sent to Valkey.
             result["envoy_us"] = (cpu_after[0] - cpu_before[0]) * 1e6 / decisions
-            result["valkey_us"] = (after[2] - before[2]) / requests if requests else 0.0
-            result["valkey_cpu_us"] = (cpu_after[1] - cpu_before[1]) * 1e6 / requests if requests else 0.0
+            # Per decision sent to Valkey; a synced rule's are made on the
+            # worker, so its Valkey time (the flushes) is per request.
+            per = decisions if case.get("rule", {}).get("sync") else requests
+            result["valkey_us"] = (after[2] - before[2]) / per if per and requests else 0.0
+            result["valkey_cpu_us"] = (cpu_after[1] - cpu_before[1]) * 1e6 / per if per and requests else 0.0
             result["connections"] = c
             rows.append(result)
             print(f"  {case['name']:28s} c={c:<3d} {result['rps']:9.0f} rps  p50 {result['p50']:.2f} ms  "

@@ -92,7 +92,8 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
               "to the limiter's calls in `INFO commandstats` (`FCALL`, with the commands its code ran), and",
               "\"per core\" is 1,000,000 / that: the decisions one Valkey core can serve. Size a deployment",
               "as sidecars × requests per second × Envoy µs per request (proxy CPU), and as total decisions",
-              "per second ÷ decisions per core (Valkey cores, or Cluster masters).", "",
+              "per second ÷ decisions per core (Valkey cores, or Cluster masters). A synced rule decides on the",
+              "worker: its Valkey time (the flushes) is divided by the requests wrk completed.", "",
               "| case | conns | Envoy CPU µs / request | over no filter | Valkey µs / decision | Valkey CPU µs / decision | decisions / Valkey core |"
               + extra_us,
               "|---|---|---|---|---|---|---|" + extra_rule]
