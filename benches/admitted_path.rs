@@ -162,16 +162,10 @@ impl Path {
     }
 }
 
-const SYNCED: &str = r#"{
-  "valkey": { "cluster": "tollgate_valkey" },
-  "rules": [{
-    "name": "auth.createToken",
-    "match": { "path_prefix": "/" },
-    "key": [ { "header": "x-user-id" } ],
-    "limits": [ { "limit": 1000000000, "period": "60s" }, { "limit": 100000000, "period": "3s" } ],
-    "sync": { "interval": "100ms" }
-  }]
-}"#;
+/// [`CONFIG`]'s rule, synced every 100 ms.
+fn synced_config() -> String {
+    CONFIG.replacen(r#""limits""#, r#""sync": { "interval": "100ms" }, "limits""#, 1)
+}
 
 /// A worker whose synced rule has a view of the bucket: requests are
 /// decided on the worker, no store call.
@@ -184,7 +178,7 @@ struct SyncedPath {
 
 impl SyncedPath {
     fn new(request: &FakeRequest) -> SyncedPath {
-        let config = Config::from_json(SYNCED.as_bytes()).unwrap_or_else(|e| {
+        let config = Config::from_json(synced_config().as_bytes()).unwrap_or_else(|e| {
             eprintln!("admitted_path: the synced config: {e}");
             std::process::exit(1)
         });

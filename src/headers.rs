@@ -63,6 +63,14 @@ pub fn ratelimit_policy(items: &[PolicyStat<'_>]) -> String {
     })
 }
 
+/// One window's `RateLimit-Policy` item, `"<name>";q=<limit>;w=<window s>`:
+/// made once per rule at configuration time
+/// ([`crate::config::Rule::policy_items`]).
+pub fn policy_item(name: &str, limit: u64, period_ms: u64) -> String {
+    let outcome = WindowOutcome { check: 0, window: 0, limit, period_ms, remaining: 0, reset_ms: 0, retry_ms: 0 };
+    ratelimit_policy(&[PolicyStat { name, outcome: &outcome }])
+}
+
 /// The `RateLimit` value: `"<name>";r=<remaining>;t=<reset s>` per item,
 /// joined by `", "`; the reset is in whole seconds, rounded up (0 stays 0).
 /// Empty for no items (then omit the header).

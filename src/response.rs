@@ -2,7 +2,7 @@
 //! for denied ones, built from a [`Decision`]. Pure; the filter only copies
 //! the result into Envoy.
 
-use crate::config::{Body, Config, Limit};
+use crate::config::{Body, Config};
 use crate::headers::{ratelimit, ratelimit_policy, retry_after_secs, x_ratelimit, PolicyStat};
 use crate::limiter::{Check, Decision, WindowOutcome};
 use crate::problem::{quota_exceeded, reduced_capacity, PROBLEM_CONTENT_TYPE};
@@ -56,20 +56,6 @@ fn stats<'a>(names: &[&'a str], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
 /// decision's [`policy_names`].
 pub fn ratelimit_headers(config: &Config, names: &[&str], decision: &Decision) -> Vec<(String, String)> {
     headers_of(config, &stats(names, decision)).into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
-}
-
-/// Each window's `RateLimit-Policy` item, for [`crate::config::Rule::policy_items`].
-pub fn policy_items(limits: &[Limit], names: &[String]) -> Vec<String> {
-    limits
-        .iter()
-        .zip(names)
-        .map(|(l, name)| {
-            let (limit, period_ms) = (l.limit.get(), l.period.ms().get());
-            let outcome =
-                WindowOutcome { check: 0, window: 0, limit, period_ms, remaining: 0, reset_ms: 0, retry_ms: 0 };
-            ratelimit_policy(&[PolicyStat { name, outcome: &outcome }])
-        })
-        .collect()
 }
 
 /// The decision's `RateLimit-Policy` value joined from its rules' items,

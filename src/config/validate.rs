@@ -229,7 +229,11 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
     let sync = sync_policy(i, raw.sync, &limits, count.is_some(), raw.shape.is_some())?;
     let shaping = shaping(i, raw.shape, shadow)?;
     let policy_names: Vec<String> = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
-    let policy_items = crate::response::policy_items(&limits, &policy_names);
+    let policy_items = limits
+        .iter()
+        .zip(&policy_names)
+        .map(|(l, name)| crate::headers::policy_item(name, l.limit.get(), l.period.ms().get()))
+        .collect();
     Ok(Rule {
         name,
         matcher,

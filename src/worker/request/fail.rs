@@ -9,8 +9,8 @@ use crate::store::{Failure, FailureKind, Outcome};
 use crate::worker::calls::{Call, CallId, Pending};
 use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, ResponseHeaders, ShapeStat, Stat};
-use crate::worker::request::record::{self, Answer, Decider, DecisionRecord};
-use crate::worker::request::rule::answer_now;
+use crate::worker::request::record::{Answer, Decider, DecisionRecord};
+use crate::worker::request::rule::{self, answer_now};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::{Flow, Worker};
 
@@ -67,13 +67,13 @@ impl Worker {
         match self.config.failure_mode {
             FailureMode::Allow => {
                 host.count(Stat::FailureMode { allowed: true }, 1);
-                record::set(&self.config, host, request.id, || undecided(Answer::Unchecked));
+                rule::record(&self.config, host, request.id, || undecided(Answer::Unchecked));
                 self.admitted(host, request.id, None, false);
                 Verdict::Admit(None)
             }
             FailureMode::Deny => {
                 host.count(Stat::FailureMode { allowed: false }, 1);
-                record::set(&self.config, host, request.id, || undecided(Answer::Refused));
+                rule::record(&self.config, host, request.id, || undecided(Answer::Refused));
                 Verdict::Reply(store_unavailable())
             }
             FailureMode::Local => {
@@ -170,11 +170,11 @@ impl Worker {
         let record = |answer| DecisionRecord::undecided(&self.config, checks, Decider::Overload, answer);
         match self.config.overload {
             Overload::Reject => {
-                record::set(&self.config, host, id, || record(Answer::Refused));
+                rule::record(&self.config, host, id, || record(Answer::Refused));
                 Verdict::Reply(overloaded())
             }
             Overload::Allow => {
-                record::set(&self.config, host, id, || record(Answer::Unchecked));
+                rule::record(&self.config, host, id, || record(Answer::Unchecked));
                 self.admitted(host, id, None, false);
                 Verdict::Admit(None)
             }

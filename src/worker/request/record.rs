@@ -8,18 +8,9 @@ use crate::config::Config;
 use crate::limiter::{Check, Decision};
 use crate::response::policy_names;
 use crate::text::push_u64;
-use crate::worker::host::Host;
 
 /// The filter state key the filter sets (Envoy prefixes it with `wasm.`).
 pub const DECISION_PROPERTY: &str = "tollgate.decision";
-
-/// Sets request `id`'s decision, made by `make`, as its filter state,
-/// unless `response.filter_state` is off: then it is never made.
-pub fn set(config: &Config, host: &mut dyn Host, id: u32, make: impl FnOnce() -> DecisionRecord) {
-    if config.response.filter_state {
-        host.decided(id, &make());
-    }
-}
 
 /// Who decided a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,10 +1,11 @@
 //! Carrying out a ruling on a request: its rules counted, its denials
 //! remembered in the denial cache, and its verdict.
 
+use crate::config::Config;
 use crate::limiter::{Check, Decision};
 use crate::response::policy_names;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
-use crate::worker::request::record::{self, Answer, Decider, DecisionRecord};
+use crate::worker::request::record::{Answer, Decider, DecisionRecord};
 use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond_named, Action, Ruling};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;
@@ -66,7 +67,7 @@ impl Worker {
         let mut ruling = respond_named(&self.config, checks, decision, &names, at_ms);
         ruling.denials.clear();
         let answer = answer_of(&ruling.action);
-        record::set(&self.config, host, id, || {
+        record(&self.config, host, id, || {
             DecisionRecord::named(&self.config, checks, decision, &names, decider, answer)
         });
         self.rule(host, ruling, at_ms, headers)
@@ -96,11 +97,19 @@ impl Worker {
             ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
         }
         let answer = answer_of(&ruling.action);
-        record::set(&self.config, host, id, || {
+        record(&self.config, host, id, || {
             let record = DecisionRecord::named(&self.config, checks, decision, &names, Decider::Store, answer);
             DecisionRecord { store_ms, ..record }
         });
         self.rule(host, ruling, arrival_ms, headers)
+    }
+}
+
+/// Sets request `id`'s decision, made by `make`, as its filter state,
+/// unless `response.filter_state` is off: then it is never made.
+pub(in crate::worker) fn record(config: &Config, host: &mut dyn Host, id: u32, make: impl FnOnce() -> DecisionRecord) {
+    if config.response.filter_state {
+        host.decided(id, &make());
     }
 }
 
