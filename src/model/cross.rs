@@ -299,6 +299,4 @@ impl<S: Shard> Run<S> {
 }
 
 #[cfg(test)]
-mod holding;
-#[cfg(test)]
 mod tests;

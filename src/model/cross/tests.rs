@@ -6,6 +6,8 @@
 //! requests' records. A small deterministic generator (these tests also run
 //! in the wasm VM).
 
+mod holding;
+
 use super::{Action, Event, Run};
 use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Algorithm, Check, Decision};

@@ -1,4 +1,4 @@
-//! Holding a shaped request across slots ([`super::Run::holding`]), on the
+//! Holding a shaped request across slots ([`super::super::Run::holding`]), on the
 //! pure models as three shards: random requests over shared buckets, their
 //! steps and rounds interleaved at random. On one instant (every gap 0)
 //! the model's clock is exact, so every admitted request's record on every
@@ -6,8 +6,8 @@
 //! every window; with gaps, every record lies between its target and its
 //! release.
 
-use super::tests::{random_rules, read};
-use super::{Action, Run};
+use super::super::{Action, Run};
+use super::{random_rules, read};
 use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Algorithm, Check};
 use crate::testing::{check, Rng};
@@ -23,7 +23,7 @@ fn rules(rng: &mut Rng) -> Vec<Check> {
 
 /// `n` requests, each matching a random non-empty subset of `rules`.
 fn requests(rng: &mut Rng, rules: &[Check], n: u64) -> Vec<(Vec<Check>, bool)> {
-    super::tests::requests(rng, rules, n, 0)
+    super::requests(rng, rules, n, 0)
 }
 
 fn shard(c: &Check) -> usize {
