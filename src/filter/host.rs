@@ -7,8 +7,9 @@
 //! close, a wake-up, the tick), which read no request, the callback's
 //! context comes back only before a call that acts on it (the store
 //! stream, the tick) and when the entry ends: the requests one reply
-//! admits switch from one to the next, one host call each instead of two. Stat increments are gathered per VM entry and added
-//! to Envoy's metrics when it ends ([`Pending`]).
+//! admits switch from one to the next, one host call each instead of two.
+//! Stat increments are gathered per VM entry and added to Envoy's metrics
+//! when it ends ([`Pending`]).
 
 use super::hostcalls;
 use super::metrics::{Metrics, Pending};

@@ -54,21 +54,15 @@ impl Http {
         }
     }
 
-    /// The request body buffered so far (`body_size` bytes, or unknown),
-    /// once it is complete or `max_body_bytes` long: its first
-    /// `max_body_bytes` to the worker (`complete`: nothing more follows).
+    /// The request body buffered so far (`body_size` bytes, or unknown) to
+    /// the worker, as much of it as it asks for (`Worker::request_body_take`).
     fn request_body(&mut self, body_size: Option<usize>, end_of_stream: bool) -> Action {
         let Some(l) = self.seen() else { return Action::Continue };
-        let max = l.worker.try_borrow().map_or(0, |w| w.config().max_body_bytes);
-        if !end_of_stream && body_size.is_some_and(|size| size < max) {
-            return Action::Pause; // Envoy buffers it.
-        }
-        let take = body_size.unwrap_or(usize::MAX).min(max.saturating_add(1));
-        let mut bytes = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, take).ok().flatten().unwrap_or_default();
-        let complete = end_of_stream && bytes.len() <= max;
-        bytes.truncate(max);
+        let take = l.worker.try_borrow().map_or(Some(0), |w| w.request_body_take(body_size, end_of_stream));
+        let Some(take) = take else { return Action::Pause }; // Envoy buffers it.
+        let bytes = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, take).ok().flatten().unwrap_or_default();
         let id = self.id;
-        let flow = l.with(id, |w, host| w.on_request_body(host, id, &bytes, complete, now_ms()));
+        let flow = l.with(id, |w, host| w.on_request_body(host, id, &bytes, end_of_stream, now_ms()));
         self.reading_request_body = false;
         self.deciding = flow == Some(Flow::Pause);
         Self::action(flow)

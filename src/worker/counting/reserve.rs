@@ -65,12 +65,27 @@ impl Worker {
         Some(p)
     }
 
+    /// How much of a request body the worker reads, once Envoy has
+    /// buffered `buffered` bytes of it (None: unknown, as at the trailers)
+    /// and `end_of_stream` says whether more follow: `None` while it is
+    /// incomplete and shorter than `max_body_bytes` (Envoy buffers on),
+    /// else the bytes to take, one past `max_body_bytes` so that a longer
+    /// body is seen to be longer.
+    pub fn request_body_take(&self, buffered: Option<usize>, end_of_stream: bool) -> Option<usize> {
+        let max = self.config.max_body_bytes;
+        if !end_of_stream && buffered.is_some_and(|size| size < max) {
+            return None;
+        }
+        Some(buffered.unwrap_or(usize::MAX).min(max.saturating_add(1)))
+    }
+
     /// Request `id`'s body (its own callback): the first `max_body_bytes`
     /// of it at most; `complete` when that is all of it. The request is then
     /// decided as any other.
     pub fn on_request_body(&mut self, host: &mut dyn Host, id: u32, body: &[u8], complete: bool, now_ms: u64) -> Flow {
         let Some(mut p) = self.settlements.awaiting_body.remove(&id) else { return Flow::Continue };
         self.begin(host, true);
+        let body = body.get(..self.config.max_body_bytes.saturating_add(1)).unwrap_or(body);
         let readable = complete && body.len() <= self.config.max_body_bytes;
         if !readable {
             host.count(Stat::BodyTooLarge, 1);
