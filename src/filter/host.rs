@@ -9,11 +9,12 @@
 //! stream, the tick) and when the entry ends: the requests one reply
 //! admits switch from one to the next, one host call each instead of two.
 //! Stat increments are gathered per VM entry and added to Envoy's metrics
-//! when it ends ([`Pending`]).
+//! when it ends ([`Sums`]).
 
 use super::hostcalls;
-use super::metrics::{Metrics, Pending};
+use super::metrics::{self, Metrics};
 use crate::response::{LocalReply, DELAY_HEADER, SHADOW_HEADER};
+use crate::worker::stats::Sums;
 use crate::worker::{DecisionRecord, Gauge, Host, Level, Stat, DECISION_PROPERTY};
 use proxy_wasm::types::MapType;
 use std::cell::Cell;
@@ -34,7 +35,7 @@ pub struct EnvoyHost<'a> {
     /// instead of three.
     decision: Option<(u32, String)>,
     /// The stat increments of this VM entry.
-    pending: Pending,
+    pending: Sums,
     /// The effective context as last set (`current` at the entry's start).
     effective: Cell<u32>,
     /// Whether `current` comes back only when needed (the worker's own
@@ -47,7 +48,7 @@ impl<'a> EnvoyHost<'a> {
     /// own (`lazy` true: see the module's text).
     pub fn new(current: u32, metrics: &'a Metrics, wake_queue: Option<u32>, lazy: bool) -> EnvoyHost<'a> {
         let effective = Cell::new(current);
-        EnvoyHost { current, metrics, wake_queue, decision: None, pending: Pending::default(), effective, lazy }
+        EnvoyHost { current, metrics, wake_queue, decision: None, pending: Sums::default(), effective, lazy }
     }
 
     /// Sets the decision still pending, if any (its verdict was deferred).
@@ -94,7 +95,7 @@ impl<'a> EnvoyHost<'a> {
     pub fn finish(&mut self) {
         self.flush_decision();
         self.back();
-        self.pending.flush();
+        metrics::flush(&mut self.pending);
     }
 }
 

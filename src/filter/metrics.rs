@@ -7,7 +7,7 @@
 use super::hostcalls;
 use crate::config::Config;
 use crate::idhash::IdMap;
-use crate::worker::stats::{counters, GAUGES, SHAPE_DELAY, STORE_ERRORS, STORE_TIME};
+use crate::worker::stats::{counters, Sums, GAUGES, SHAPE_DELAY, STORE_ERRORS, STORE_TIME};
 use crate::worker::{Gauge, Stat};
 use proxy_wasm::types::MetricType;
 
@@ -35,6 +35,13 @@ fn add(handle: Option<u32>, by: i64) {
     }
 }
 
+/// Adds the VM entry's increments to Envoy's metrics.
+pub fn flush(sums: &mut Sums) {
+    for (handle, by) in sums.take() {
+        add(Some(handle), by);
+    }
+}
+
 impl Metrics {
     pub fn define(config: &Config) -> Metrics {
         let shaping = config.rules.iter().any(|r| r.shaping.is_some());
@@ -52,19 +59,21 @@ impl Metrics {
         }
     }
 
-    /// Adds `by` to `stat` in `pending` (the VM entry's increments, added
-    /// to Envoy's metrics by [`flush`] when the entry ends).
-    pub fn count(&self, pending: &mut Pending, stat: Stat, by: u64) {
+    /// Adds `by` to `stat` in `sums` (the VM entry's increments, added to
+    /// Envoy's metrics by [`flush`] when the entry ends).
+    pub fn count(&self, sums: &mut Sums, stat: Stat, by: u64) {
         let by = i64::try_from(by).unwrap_or(i64::MAX);
-        pending.add(self.counters.get(&stat).copied(), by);
-        if let Stat::StoreError(_) = stat {
-            pending.add(self.store_errors, by);
+        let total = matches!(stat, Stat::StoreError(_)).then_some(self.store_errors).flatten();
+        for handle in [self.counters.get(&stat).copied(), total].into_iter().flatten() {
+            sums.add(handle, by);
         }
     }
 
-    pub fn gauge(&self, pending: &mut Pending, gauge: Gauge, delta: i64) {
+    pub fn gauge(&self, sums: &mut Sums, gauge: Gauge, delta: i64) {
         let handle = GAUGES.iter().position(|(g, _)| *g == gauge).and_then(|i| self.gauges.get(i));
-        pending.add(handle.copied().flatten(), delta);
+        if let Some(handle) = handle.copied().flatten() {
+            sums.add(handle, delta);
+        }
     }
 
     /// Records the delay of one request held for its slot, in ms.
@@ -78,32 +87,6 @@ impl Metrics {
     pub fn store_time(&self, ms: u64) {
         if let Some(id) = self.store_time {
             let _ = hostcalls::record_metric(id, ms);
-        }
-    }
-}
-
-/// The increments of one VM entry, by metric: a counter counted for every
-/// request of a reply message is one host call when the entry ends, not
-/// one per request. Envoy reads its stats between VM entries, so they are
-/// exact whenever read.
-#[derive(Debug, Default)]
-pub struct Pending(Vec<(u32, i64)>);
-
-impl Pending {
-    fn add(&mut self, handle: Option<u32>, by: i64) {
-        let Some(id) = handle else { return };
-        match self.0.iter_mut().find(|(h, _)| *h == id) {
-            Some((_, sum)) => *sum = sum.saturating_add(by),
-            None => self.0.push((id, by)),
-        }
-    }
-
-    /// Adds every pending increment to Envoy's metrics.
-    pub fn flush(&mut self) {
-        for (id, by) in self.0.drain(..) {
-            if by != 0 {
-                add(Some(id), by);
-            }
         }
     }
 }

@@ -92,6 +92,28 @@ pub fn counters(config: &Config) -> Vec<(Stat, String)> {
     out
 }
 
+/// Increments gathered within one VM entry, summed by metric (the host's
+/// handle): a counter counted for every request of a reply message is
+/// added once when the entry ends, not once per request. Envoy reads its
+/// stats between VM entries, so they are exact whenever read.
+#[derive(Debug, Default)]
+pub struct Sums(Vec<(u32, i64)>);
+
+impl Sums {
+    /// Adds `by` to metric `handle`'s sum.
+    pub fn add(&mut self, handle: u32, by: i64) {
+        match self.0.iter_mut().find(|(h, _)| *h == handle) {
+            Some((_, sum)) => *sum = sum.saturating_add(by),
+            None => self.0.push((handle, by)),
+        }
+    }
+
+    /// The sums that change something, taken.
+    pub fn take(&mut self) -> impl Iterator<Item = (u32, i64)> + '_ {
+        self.0.drain(..).filter(|(_, by)| *by != 0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +135,15 @@ mod tests {
         assert_eq!(all.len(), 4 + 9 + FailureKind::ALL.len() + OTHERS.len() + Reset::ALL.len());
         assert!(names.contains("tollgate.rule.counted.settled") && !names.contains("tollgate.rule.plain.settled"));
         assert!(names.contains("tollgate.store.errors.timeout") && names.contains("tollgate.stream.resets.stalled"));
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn sums_add_up_by_metric_and_drop_what_cancels_out() {
+        let mut sums = Sums::default();
+        for (handle, by) in [(3, 1), (5, 2), (3, 1), (7, 1), (7, -1), (3, i64::MAX)] {
+            sums.add(handle, by);
+        }
+        assert_eq!(sums.take().collect::<Vec<_>>(), [(3, i64::MAX), (5, 2)]);
+        assert_eq!(sums.take().count(), 0, "taken");
     }
 }
