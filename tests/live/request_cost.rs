@@ -133,8 +133,10 @@ fn host_calls_and_vm_entries_per_request_on_each_path() {
     // store-time histogram, the rule's counter, the decision for the access
     // log and the resume: make the request the effective context, set the
     // decision, resume, give the context back once the message is done) and
-    // the two RateLimit headers. A tick that falls within a slow round trip
-    // adds a callback and a host call or two, hence the ranges.
+    // the two RateLimit
+    // headers. A tick that falls within a slow round trip adds a callback
+    // and a host call or two, hence the
+    // ranges.
     let allowed = cost(&envoy, n, |i| assert_eq!(get("/limited", &format!("user-{i}")), 200));
     let per_request = |total: u64| total as f64 / n as f64;
     let (host_calls, callbacks, buffers) = (per_request(allowed.0), per_request(allowed.1), per_request(allowed.2));
