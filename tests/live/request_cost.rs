@@ -132,8 +132,7 @@ fn host_calls_and_vm_entries_per_request_on_each_path() {
     // stream message of the store's reply (its buffer, the clock, the
     // store-time histogram, the rule's counter, the decision for the access
     // log and the resume: make the request the effective context, set the
-    // decision, resume, give the context back once the message is done) and
-    // the two RateLimit
+    // decision, resume, give the context back) and the two RateLimit
     // headers. A tick that falls within a slow round trip adds a callback
     // and a host call or two, hence the
     // ranges.
