@@ -306,11 +306,16 @@ fn synced(bencher: divan::Bencher) {
 }
 
 /// Runs `stage` `iters` times: the only function callgrind counts
-/// (`--toggle-collect`), so setup is left out.
+/// (`--toggle-collect`), so setup (`synced`'s included) is left out.
 #[inline(never)]
-fn measured_loop(stage: &str, iters: u64, f: &Fixture, path: &mut Path, out: &mut Vec<u8>) -> usize {
+fn measured_loop(
+    stage: &str,
+    iters: u64,
+    f: &Fixture,
+    (path, mut synced): (&mut Path, Option<&mut SyncedPath>),
+    out: &mut Vec<u8>,
+) -> usize {
     let response = FakeResponse::new(200, &[]);
-    let mut synced = (stage == "synced").then(|| SyncedPath::new(&f.request));
     let mut sum = 0;
     for _ in 0..iters {
         sum += match stage {
@@ -333,8 +338,9 @@ fn main() {
         (Some(stage), Some(iters)) => {
             let f = Fixture::new();
             let mut path = Path::new(&f);
+            let mut synced = (stage == "synced").then(|| SyncedPath::new(&f.request));
             let mut out = Vec::with_capacity(f.call.len());
-            black_box(measured_loop(&stage, iters, &f, &mut path, &mut out));
+            black_box(measured_loop(&stage, iters, &f, (&mut path, synced.as_mut()), &mut out));
         }
         _ => divan::main(),
     }
