@@ -37,8 +37,8 @@ image-tools:
 docker-tools:
 	@scripts/install-docker.sh
 
-# The release module, size-optimized (opt-level z, LTO, panic=abort), then
-# `wasm-opt -Oz` in place (cargo links its own output there again on every
+# The release module, speed-optimized (opt-level 3, LTO, panic=abort), then
+# `wasm-opt -O3` in place (cargo links its own output there again on every
 # build, so the input is always cargo's; see docs/performance.md, "Module size").
 # Before it, binaryen's wasm-metadce keeps only the exports listed in
 # src/filter/exports.json: Envoy enters the module for every proxy-wasm
@@ -47,7 +47,7 @@ build: tools
 	cargo build --release --target wasm32-wasip1 --lib
 	@raw=$$(stat -c %s $(WASM)) && \
 	  $(TOOLS)/binaryen/usr/bin/wasm-metadce --graph-file src/filter/exports.json $(WASM) -o $(WASM).dce >/dev/null && \
-	  $(TOOLS)/bin/wasm-opt -Oz $(WASM).dce -o $(WASM).opt && rm $(WASM).dce && mv $(WASM).opt $(WASM) && \
+	  $(TOOLS)/bin/wasm-opt -O3 $(WASM).dce -o $(WASM).opt && rm $(WASM).dce && mv $(WASM).opt $(WASM) && \
 	  echo "built $(WASM): $$(stat -c %s $(WASM)) bytes ($$raw before wasm-opt)"
 
 # The `tollgate` command-line tool (check, explain, simulate), host-only, into .tools/bin.

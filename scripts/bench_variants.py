@@ -26,6 +26,7 @@ loads each Envoy that long before it is measured.
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -58,8 +59,8 @@ CASES["synced lean"] = dict(CASES["synced"], plugin_extra={"response": {"on_allo
 
 def build_baseline(ref, workdir):
     """The release module of git `ref`, built as `make build` builds it (cargo, then wasm-metadce with that
-    ref's export list, then wasm-opt -Oz) from a worktree of its own, with this tree's tools (never
-    `make tools` there: it would point .tools/bin at the temporary worktree)."""
+    ref's export list, then wasm-opt at that ref's Makefile's level) from a worktree of its own, with this
+    tree's tools (never `make tools` there: it would point .tools/bin at the temporary worktree)."""
     with worktree(ref, workdir / "baseline") as tree:
         target = workdir / "target"
         subprocess.run(["cargo", "build", "--quiet", "--release", "--target", "wasm32-wasip1", "--lib"], cwd=tree,
@@ -69,7 +70,9 @@ def build_baseline(ref, workdir):
         subprocess.run([str(TOOLS / "binaryen/usr/bin/wasm-metadce"), "--graph-file",
                         str(tree / "src/filter/exports.json"), str(raw), "-o", str(dce)], check=True,
                        capture_output=True)
-        subprocess.run([str(TOOLS / "bin/wasm-opt"), "-Oz", str(dce), "-o", str(out)], check=True)
+        level = re.search(r"wasm-opt (-O\w+)", (tree / "Makefile").read_text())
+        subprocess.run([str(TOOLS / "bin/wasm-opt"), level.group(1) if level else "-Oz", str(dce), "-o", str(out)],
+                       check=True)
         return out
 
 
