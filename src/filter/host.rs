@@ -3,8 +3,13 @@
 //! another request than the one whose callback runs make it the effective
 //! context first and give the callback's own context back after (the
 //! filter's reads of the request, through `plan::RequestView`, go to the
-//! effective context). Stat increments are gathered per VM entry and added
-//! to Envoy's metrics when it ends ([`Sums`]).
+//! effective context). In the worker's own callbacks (a stream's message or
+//! close, a wake-up, the tick), which read no request, the callback's
+//! context comes back only before a call that acts on it (the store
+//! stream, the tick) and when the entry ends: the requests one reply
+//! admits switch from one to the next, one host call each instead of two.
+//! Stat increments are gathered per VM entry and added to Envoy's metrics
+//! when it ends ([`Sums`]).
 
 use super::hostcalls;
 use super::metrics::{self, Metrics};
@@ -12,6 +17,7 @@ use crate::response::{LocalReply, DELAY_HEADER, SHADOW_HEADER};
 use crate::worker::stats::Sums;
 use crate::worker::{DecisionRecord, Gauge, Host, Level, Stat, DECISION_PROPERTY};
 use proxy_wasm::types::MapType;
+use std::cell::Cell;
 use std::time::Duration;
 
 /// The gRPC service and method of the store stream: the tunnel's route
@@ -30,11 +36,19 @@ pub struct EnvoyHost<'a> {
     decision: Option<(u32, String)>,
     /// The stat increments of this VM entry.
     pending: Sums,
+    /// The effective context as last set (`current` at the entry's start).
+    effective: Cell<u32>,
+    /// Whether `current` comes back only when needed (the worker's own
+    /// callbacks) rather than after each request's effects.
+    lazy: bool,
 }
 
 impl<'a> EnvoyHost<'a> {
-    pub fn new(current: u32, metrics: &'a Metrics, wake_queue: Option<u32>) -> EnvoyHost<'a> {
-        EnvoyHost { current, metrics, wake_queue, decision: None, pending: Sums::default() }
+    /// The host of a request's callback (`lazy` false) or of the worker's
+    /// own (`lazy` true: see the module's text).
+    pub fn new(current: u32, metrics: &'a Metrics, wake_queue: Option<u32>, lazy: bool) -> EnvoyHost<'a> {
+        let effective = Cell::new(current);
+        EnvoyHost { current, metrics, wake_queue, decision: None, pending: Sums::default(), effective, lazy }
     }
 
     /// Sets the decision still pending, if any (its verdict was deferred).
@@ -55,35 +69,50 @@ impl<'a> EnvoyHost<'a> {
     /// Runs `f` with request `id` as the effective context; false if it is
     /// gone.
     fn on(&self, id: u32, f: impl FnOnce()) -> bool {
-        if id != self.current && hostcalls::set_effective_context(id).is_err() {
-            return false;
+        if id != self.effective.get() {
+            if hostcalls::set_effective_context(id).is_err() {
+                return false;
+            }
+            self.effective.set(id);
         }
         f();
-        if id != self.current {
-            let _ = hostcalls::set_effective_context(self.current);
+        if !self.lazy {
+            self.back();
         }
         true
+    }
+
+    /// Makes the callback's own context the effective one again.
+    fn back(&self) {
+        if self.effective.get() != self.current {
+            let _ = hostcalls::set_effective_context(self.current);
+            self.effective.set(self.current);
+        }
     }
 
     /// The VM entry ends: a decision still pending is set, and the stats
     /// gathered in the entry go to Envoy.
     pub fn finish(&mut self) {
         self.flush_decision();
+        self.back();
         metrics::flush(&mut self.pending);
     }
 }
 
 impl Host for EnvoyHost<'_> {
     fn open_stream(&mut self, cluster: &str, metadata: &[(&str, &str)]) -> Result<u32, String> {
+        self.back();
         let metadata: Vec<(&str, &[u8])> = metadata.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
         hostcalls::open_grpc_stream(cluster, STREAM_SERVICE, STREAM_METHOD, metadata).map_err(|s| format!("{s:?}"))
     }
 
     fn send(&mut self, stream: u32, bytes: &[u8]) -> Result<(), String> {
+        self.back();
         hostcalls::send_grpc_stream_message(stream, Some(bytes), false).map_err(|s| format!("{s:?}"))
     }
 
     fn cancel(&mut self, stream: u32) {
+        self.back();
         let _ = hostcalls::cancel_grpc_stream(stream);
     }
 
@@ -155,6 +184,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn remove_request_header(&mut self, name: &str) {
+        self.back();
         let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
     }
 
@@ -175,6 +205,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn set_tick(&mut self, period: Duration) {
+        self.back();
         let _ = hostcalls::set_tick_period(period);
     }
 

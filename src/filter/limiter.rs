@@ -44,14 +44,25 @@ impl Limiter {
         self.worker.try_borrow().map_or(true, |w| plan::any_rule_matches(w.config(), request))
     }
 
-    /// Runs `f` on the worker with the host as seen from context `current`;
-    /// None if the worker is busy (a re-entrant callback: never expected).
+    /// Runs `f` on the worker with the host as seen from request context
+    /// `current`; None if the worker is busy (a re-entrant callback: never
+    /// expected).
     pub fn with<T>(&self, current: u32, f: impl FnOnce(&mut Worker, &mut EnvoyHost<'_>) -> T) -> Option<T> {
+        self.run(current, false, f)
+    }
+
+    /// [`Limiter::with`] in one of the worker's own callbacks (root context
+    /// `current`), which read no request.
+    pub fn with_own<T>(&self, current: u32, f: impl FnOnce(&mut Worker, &mut EnvoyHost<'_>) -> T) -> Option<T> {
+        self.run(current, true, f)
+    }
+
+    fn run<T>(&self, current: u32, own: bool, f: impl FnOnce(&mut Worker, &mut EnvoyHost<'_>) -> T) -> Option<T> {
         let Ok(mut worker) = self.worker.try_borrow_mut() else {
             log::warn!("tollgate: re-entrant callback ignored");
             return None;
         };
-        let mut host = EnvoyHost::new(current, &self.metrics, self.wake_queue);
+        let mut host = EnvoyHost::new(current, &self.metrics, self.wake_queue, own);
         let out = f(&mut worker, &mut host);
         host.finish();
         Some(out)

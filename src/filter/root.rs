@@ -44,14 +44,14 @@ impl Context for Root {
             let Some(l) = self.limiter() else { return };
             let bytes =
                 hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, size).ok().flatten().unwrap_or_default();
-            l.with(self.id, |w, host| w.on_stream_message(host, token, &bytes, now_ms()));
+            l.with_own(self.id, |w, host| w.on_stream_message(host, token, &bytes, now_ms()));
         })
     }
 
     fn on_grpc_stream_close(&mut self, token: u32, status: u32) {
         tally::callback(|| {
             let Some(l) = self.limiter() else { return };
-            l.with(self.id, |w, host| w.on_stream_close(host, token, status, now_ms()));
+            l.with_own(self.id, |w, host| w.on_stream_close(host, token, status, now_ms()));
         })
     }
 
@@ -102,14 +102,14 @@ impl RootContext for Root {
         tally::callback(|| {
             let Some(l) = self.limiter() else { return };
             while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue_id) {}
-            l.with(self.id, |w, host| w.on_wake(host, now_ms()));
+            l.with_own(self.id, |w, host| w.on_wake(host, now_ms()));
         })
     }
 
     fn on_tick(&mut self) {
         tally::callback(|| {
             let Some(l) = self.limiter() else { return };
-            l.with(self.id, |w, host| w.on_tick(host, now_ms()));
+            l.with_own(self.id, |w, host| w.on_tick(host, now_ms()));
         })
     }
 

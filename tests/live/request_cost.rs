@@ -73,7 +73,10 @@ fn settled(envoy: &Envoy) -> Counters {
 /// The counters once the worker's tick has stopped: it stays on after the
 /// last held request until its own callback (at most two 5 ms ticks), and
 /// that callback is no request's cost. Polls until no callback came for
-/// 15 ms.
+/// 200 ms. It was 15 ms: a busy machine can delay a 5 ms tick past that,
+/// and a tick falling among the requests measured adds its host calls to
+/// theirs (the likely cause of 22 for 20 unmatched requests, seen once in
+/// a full run).
 fn quiet(envoy: &Envoy) -> Counters {
     let mut last = settled(envoy);
     let mut since = Instant::now();
@@ -82,7 +85,7 @@ fn quiet(envoy: &Envoy) -> Counters {
         if now.callbacks != last.callbacks {
             (last, since) = (now, Instant::now());
         }
-        since.elapsed() >= Duration::from_millis(15)
+        since.elapsed() >= Duration::from_millis(200)
     });
     last
 }
@@ -132,10 +135,9 @@ fn host_calls_and_vm_entries_per_request_on_each_path() {
     // stream message of the store's reply (its buffer, the clock, the
     // store-time histogram, the rule's counter, the decision for the access
     // log and the resume: make the request the effective context, set the
-    // decision, resume, give the context back) and the two RateLimit
-    // headers. A tick that falls within a slow round trip adds a callback
-    // and a host call or two, hence the
-    // ranges.
+    // decision, resume, give the context back once the message is done) and
+    // the two RateLimit headers. A tick that falls within a slow round trip
+    // adds a callback and a host call or two, hence the ranges.
     let allowed = cost(&envoy, n, |i| assert_eq!(get("/limited", &format!("user-{i}")), 200));
     let per_request = |total: u64| total as f64 / n as f64;
     let (host_calls, callbacks, buffers) = (per_request(allowed.0), per_request(allowed.1), per_request(allowed.2));
