@@ -15,7 +15,8 @@ pub fn push_u64(out: &mut String, mut n: u64) {
             break;
         }
     }
-    out.push_str(digits.get(start..).and_then(|d| std::str::from_utf8(d).ok()).unwrap_or("0"));
+    // ASCII digits: each byte is its own char, no UTF-8 check needed.
+    out.extend(digits.get(start..).unwrap_or(b"0").iter().map(|&d| char::from(d)));
 }
 
 /// `n` in decimal.

@@ -121,7 +121,10 @@ impl DecisionRecord {
     /// `decider=store answer=denied rules=auth.createToken
     /// denied_by=auth.createToken/3s remaining=auth.createToken/60s:15,auth.createToken/3s:0 store_ms=1`.
     pub fn plain(&self) -> String {
-        let mut out = String::with_capacity(96);
+        // Room for the names and a u64 per number, so that it never grows.
+        let names: usize = self.rules.iter().chain(&self.denied_by).map(|n| n.len() + 1).sum();
+        let remaining: usize = self.remaining.iter().map(|(policy, _)| policy.len() + 22).sum();
+        let mut out = String::with_capacity(96 + names + remaining);
         out.push_str("decider=");
         out.push_str(self.decider.name());
         out.push_str(" answer=");
