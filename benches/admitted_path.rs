@@ -148,18 +148,33 @@ impl Path {
     /// the response's headers with the decision's, the context gone.
     fn admit(&mut self, request: &FakeRequest, response: &FakeResponse) -> usize {
         self.next_id += 1;
-        let id = self.next_id;
-        let headers = ResponseHeaders::default();
-        self.worker.on_request(&mut self.host, id, request, NOW_MS, headers.clone());
-        self.host.sent.clear();
-        self.worker.on_stream_message(&mut self.host, 1, &self.reply, NOW_MS);
-        if self.worker.owes(id) {
-            self.worker.on_response(&mut self.host, id, response, NOW_MS);
-        }
-        let added = std::mem::take(&mut *headers.borrow_mut()).len();
-        self.worker.on_gone(id);
-        added
+        let reply = Some(self.reply.as_slice());
+        one_request(&mut self.worker, &mut self.host, (self.next_id, request, response), NOW_MS, reply)
     }
+}
+
+/// Request `id` from its headers to its response's headers (with the
+/// store's `reply` to it replayed, if it goes to the store), the context
+/// gone: the number of headers the decision added.
+fn one_request(
+    worker: &mut Worker,
+    host: &mut Quiet,
+    (id, request, response): (u32, &FakeRequest, &FakeResponse),
+    now: u64,
+    reply: Option<&[u8]>,
+) -> usize {
+    let headers = ResponseHeaders::default();
+    worker.on_request(host, id, request, now, headers.clone());
+    if let Some(reply) = reply {
+        host.sent.clear();
+        worker.on_stream_message(host, 1, reply, now);
+    }
+    if worker.owes(id) {
+        worker.on_response(host, id, response, now);
+    }
+    let added = std::mem::take(&mut *headers.borrow_mut()).len();
+    worker.on_gone(id);
+    added
 }
 
 /// [`CONFIG`]'s rule, synced every 100 ms.
@@ -218,16 +233,7 @@ impl SyncedPath {
     /// One request decided on the worker, its response, the context gone.
     fn admit(&mut self, request: &FakeRequest, response: &FakeResponse) -> usize {
         self.next_id += 1;
-        let id = self.next_id;
-        let now = NOW_MS + 1_000;
-        let headers = ResponseHeaders::default();
-        self.worker.on_request(&mut self.host, id, request, now, headers.clone());
-        if self.worker.owes(id) {
-            self.worker.on_response(&mut self.host, id, response, now);
-        }
-        let added = std::mem::take(&mut *headers.borrow_mut()).len();
-        self.worker.on_gone(id);
-        added
+        one_request(&mut self.worker, &mut self.host, (self.next_id, request, response), NOW_MS + 1_000, None)
     }
 }
 
