@@ -17,7 +17,6 @@ use crate::response::{LocalReply, DELAY_HEADER, SHADOW_HEADER};
 use crate::worker::stats::Sums;
 use crate::worker::{DecisionRecord, Gauge, Host, Level, Stat, DECISION_PROPERTY};
 use proxy_wasm::types::MapType;
-use std::cell::Cell;
 use std::time::Duration;
 
 /// The gRPC service and method of the store stream: the tunnel's route
@@ -37,7 +36,7 @@ pub struct EnvoyHost<'a> {
     /// The stat increments of this VM entry.
     pending: Sums,
     /// The effective context as last set (`current` at the entry's start).
-    effective: Cell<u32>,
+    effective: u32,
     /// Whether `current` comes back only when needed (the worker's own
     /// callbacks) rather than after each request's effects.
     lazy: bool,
@@ -47,8 +46,7 @@ impl<'a> EnvoyHost<'a> {
     /// The host of a request's callback (`lazy` false) or of the worker's
     /// own (`lazy` true: see the module's text).
     pub fn new(current: u32, metrics: &'a Metrics, wake_queue: Option<u32>, lazy: bool) -> EnvoyHost<'a> {
-        let effective = Cell::new(current);
-        EnvoyHost { current, metrics, wake_queue, decision: None, pending: Sums::default(), effective, lazy }
+        EnvoyHost { current, metrics, wake_queue, decision: None, pending: Sums::default(), effective: current, lazy }
     }
 
     /// Sets the decision still pending, if any (its verdict was deferred).
@@ -68,12 +66,12 @@ impl<'a> EnvoyHost<'a> {
 
     /// Runs `f` with request `id` as the effective context; false if it is
     /// gone.
-    fn on(&self, id: u32, f: impl FnOnce()) -> bool {
-        if id != self.effective.get() {
+    fn on(&mut self, id: u32, f: impl FnOnce()) -> bool {
+        if id != self.effective {
             if hostcalls::set_effective_context(id).is_err() {
                 return false;
             }
-            self.effective.set(id);
+            self.effective = id;
         }
         f();
         if !self.lazy {
@@ -83,10 +81,10 @@ impl<'a> EnvoyHost<'a> {
     }
 
     /// Makes the callback's own context the effective one again.
-    fn back(&self) {
-        if self.effective.get() != self.current {
+    fn back(&mut self) {
+        if self.effective != self.current {
             let _ = hostcalls::set_effective_context(self.current);
-            self.effective.set(self.current);
+            self.effective = self.current;
         }
     }
 
@@ -168,11 +166,7 @@ impl Host for EnvoyHost<'_> {
     fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {
         let current = self.current;
         self.on(id, || {
-            for (name, value) in headers {
-                if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
-                    log::warn!("tollgate: could not add response header {name}: {status:?}");
-                }
-            }
+            add_response_headers(headers);
             // A response released in its own callback goes on by returning
             // Continue.
             if id != current {
@@ -217,6 +211,15 @@ impl Host for EnvoyHost<'_> {
         match level {
             Level::Info => log::info!("{message}"),
             Level::Warn => log::warn!("{message}"),
+        }
+    }
+}
+
+/// Adds `headers` to the effective context's response.
+pub fn add_response_headers(headers: &[(String, String)]) {
+    for (name, value) in headers {
+        if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
+            log::warn!("tollgate: could not add response header {name}: {status:?}");
         }
     }
 }

@@ -13,6 +13,7 @@
 //! right after tollgate keeps the request from the router until then
 //! (docs/configuration.md).
 
+use super::host::add_response_headers;
 use super::hostcalls;
 use super::limiter::{now_ms, Limiter};
 use super::tally;
@@ -215,11 +216,7 @@ impl HttpContext for Http {
                 Some(ResponseFlow::Continue) | None => {}
             }
             if let Some(headers) = &self.headers {
-                for (name, value) in std::mem::take(&mut *headers.borrow_mut()) {
-                    if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, &name, &value) {
-                        log::warn!("tollgate: could not add response header {name}: {status:?}");
-                    }
-                }
+                add_response_headers(&std::mem::take(&mut *headers.borrow_mut()));
             }
             if self.reading_response_body && end_of_stream {
                 self.response_body(&[], true);
