@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 
-.PHONY: all tools redis7 prometheus image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens demo-shaping test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-host bench-script fuzz soak clean
+.PHONY: all tools redis7 prometheus image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens demo-shaping test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-host bench-floor bench-instructions bench-script fuzz soak clean
 
 all: build
 
@@ -109,8 +109,22 @@ bench: build
 # (benches/admitted_path.rs, divan), then its instructions per decision by
 # stage (callgrind; BASELINE=<git ref> counts that version's too, and the ratio).
 bench-host:
+	@scripts/install-valgrind.sh
 	cargo bench --bench admitted_path
 	python3 scripts/admitted_cost.py $(if $(BASELINE),--baseline $(BASELINE))
+
+# Not part of `make test`: each path of tollgate beside the floor module
+# (benches/floor: the same host calls, no compute), Envoy CPU µs per request
+# in one run; and Envoy's instructions per request under callgrind, by case,
+# the floor's included (BASELINE=<git ref> counts that version's too).
+bench-floor: build
+	@scripts/install-wrk.sh
+	python3 scripts/bench_floor.py
+
+bench-instructions: build
+	@scripts/install-wrk.sh
+	@scripts/install-valgrind.sh
+	python3 scripts/bench_instructions.py --floor --cases "unmatched,synced,synced lean,admitted,floor pass,floor local,floor store" $(if $(BASELINE),--baseline $(BASELINE))
 
 # Not part of `make test`: Valkey µs per decision per algorithm and case, and
 # decisions per second of one Valkey core, FCALL and EVALSHA, straight to a

@@ -55,6 +55,24 @@ CASES = {
 # without the decision's filter state too (docs/configuration.md).
 CASES["synced quiet"] = dict(CASES["synced"], plugin_extra={"response": {"on_allowed": False}})
 CASES["synced lean"] = dict(CASES["synced"], plugin_extra={"response": {"on_allowed": False, "filter_state": False}})
+# The floor (benches/floor, scripts/bench_floor.py): a module making only the
+# host calls of tollgate's path of the same name, in the filter's place
+# (tollgate stays the store tunnel's framing shim).
+FLOOR_WASM = ROOT / "benches/floor/target/floor.wasm"
+for path in ("pass", "local", "hold", "store"):
+    CASES[f"floor {path}"] = dict(CASES["admitted"], floor=path)
+
+
+def floor_config(text, path):
+    """`text` (a rendered tollgate case) with the floor module as the filter,
+    configured with `path`."""
+    lines = text.split("\n")
+    start = next(i for i, l in enumerate(lines) if l.strip() == "- name: tollgate")
+    at = next(i for i in range(start, len(lines)) if lines[i].strip() == "value: |")
+    pad = " " * (len(lines[at]) - len(lines[at].lstrip()) + 2)
+    end = next(i for i in range(at + 1, len(lines)) if not lines[i].startswith(pad))
+    lines[at + 1:end] = [pad + path]
+    return "\n".join(lines).replace(f"filename: {WASM}", f"filename: {FLOOR_WASM}", 1)
 
 
 def build_baseline(ref, workdir):
@@ -83,7 +101,8 @@ class Variant:
         self.ports = [free_port(), free_port(), free_port()]
         base = {"valkey": {"cluster": "tollgate_valkey", "timeout": "1s", **valkey_extra}}
         spec = dict(CASES[case], plugin={**base, **CASES[case].get("plugin_extra", {})})
-        text = render(spec, self.ports, valkey_port).replace(str(WASM), str(wasm))
+        text = render(spec, self.ports, valkey_port)
+        text = floor_config(text, spec["floor"]) if "floor" in spec else text.replace(str(WASM), str(wasm))
         if count_calls:
             text = counting(text)
         config = workdir / f"{label}-{case}{'-calls' if count_calls else ''}.yaml".replace(" ", "_")
@@ -94,6 +113,9 @@ class Variant:
                               "--disable-hot-restart", "-l", "error"]
         self.envoy = subprocess.Popen(self.command, stdout=self.log, stderr=self.log)
         self.rows = []
+        # Messages on the store stream, and the decisions they carried.
+        self.counts = (("wasmcustom.floor.messages", "wasmcustom.floor.rule.allowed") if "floor" in spec else
+                       ("wasmcustom.tollgate.store.messages", "wasmcustom.tollgate.store.requests"))
 
     def restart(self):
         """A new Envoy of the same config: its module compiled afresh."""
@@ -109,14 +131,12 @@ class Variant:
                        capture_output=True, check=True)
 
     def measure(self, workdir, duration):
-        calls = admin_stat(self.ports[2], "wasmcustom.tollgate.store.messages")
-        decisions = admin_stat(self.ports[2], "wasmcustom.tollgate.store.requests")
+        calls, decisions = (admin_stat(self.ports[2], n) for n in self.counts)
         cpu = cpu_seconds(self.envoy.pid)
         cpu_of_wrk = 1 if self.pin else None
         result = wrk(self.ports[0], 64, None, workdir, duration=duration, cpu=cpu_of_wrk)
         cpu = cpu_seconds(self.envoy.pid) - cpu
-        calls = admin_stat(self.ports[2], "wasmcustom.tollgate.store.messages") - calls
-        decisions = admin_stat(self.ports[2], "wasmcustom.tollgate.store.requests") - decisions
+        calls, decisions = (admin_stat(self.ports[2], n) - before for n, before in zip(self.counts, (calls, decisions)))
         one = wrk(self.ports[0], 1, None, workdir, duration="1s", cpu=cpu_of_wrk)
         sixteen = wrk(self.ports[0], 16, None, workdir, duration="1s", cpu=cpu_of_wrk)
         self.rows.append({"us": cpu * 1e6 / max(result["requests"], 1), "rps": result["rps"],
@@ -166,9 +186,9 @@ def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admi
         wait_port(valkey_port)
         for case in cases:
             for label, wasm, extra in modules:
-                if case == "no filter" and variants and any(v.case_name == case for v in variants):
+                if (case == "no filter" or "floor" in CASES[case]) and any(v.case_name == case for v in variants):
                     continue
-                variants.append(Variant(label if case != "no filter" else "-", wasm, extra, case, valkey_port,
+                variants.append(Variant(label if case != "no filter" and "floor" not in CASES[case] else "-", wasm, extra, case, valkey_port,
                                         workdir, pin=pin, warm=warm))
         for v in variants:
             v.ready()
@@ -185,7 +205,7 @@ def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admi
         variants = []
         for (label, case), summary in results.items():
             summary["host_calls"] = 0.0
-            if case == "no filter":
+            if case == "no filter" or "floor" in CASES[case]:
                 continue
             module = next(m for m in modules if m[0] == label)
             counter = Variant(label, module[1], module[2], case, valkey_port, workdir, count_calls=True)

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Envoy's instructions per request, by case, counted by callgrind: the
+measure of a path's cost that this machine kind's noise does not move.
+
+Envoy's CPU µs per request moves by ±30 % from run to run here (docs/
+performance.md, "Measuring"), more than most changes it is meant to judge.
+This counts instead: one Envoy per case (--concurrency 1) under `valgrind
+--tool=callgrind` with instrumentation off while it starts and warms up
+(V8 compiles the module's hot code, optimised, under that load), then on
+for `wrk -c64` for a few seconds, then dumped. Instructions per request are
+the dump's total over the requests Envoy completed meanwhile (its own
+`downstream_rq_completed`). User-space instructions of every thread: the
+kernel's share (about a fifth of an unmatched request's CPU, the sockets)
+is not counted, nor cycles lost to cache misses. Two counts of one case
+agree within about 1 %.
+
+    python3 scripts/bench_instructions.py [--cases unmatched,synced,...] [--seconds N] [--baseline REF]
+
+--baseline builds REF's module (as scripts/bench_variants.py does) and
+counts its cases too (the floor's are counted once).
+
+Cases are scripts/bench_variants.py's, the floor's included (build it with
+scripts/bench_floor.py first, or pass --floor).
+"""
+
+import argparse
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import bench_floor
+import bench_variants
+from bench_common import VALKEY, WASM, admin_stat, free_port, wait_port
+
+COMPLETED = "http.demo.downstream_rq_completed"
+
+
+def totals(path):
+    m = re.search(r"^totals: (\d+)", path.read_text(), re.M)
+    return int(m.group(1)) if m else 0
+
+
+def count(case, valkey_port, workdir, seconds, wasm=WASM):
+    """Instructions per request and decisions per message of `case` (with module `wasm`)."""
+    v = bench_variants.Variant("i", wasm, {}, case, valkey_port, workdir)
+    v.stop()
+    out = workdir / f"{case.replace(' ', '_')}.cg"
+    envoy = subprocess.Popen(["valgrind", "--tool=callgrind", "--smc-check=all-non-file", "--instr-atstart=no",
+                              f"--callgrind-out-file={out}", *v.command],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{v.ports[0]}/"
+    try:
+        wait_port(v.ports[0], timeout=180)
+        subprocess.run(["wrk", "-t1", "-c64", "-d4s", "-H", "x-user-id: bench", url], capture_output=True, check=True)
+        messages, decisions = (admin_stat(v.ports[2], n) for n in v.counts)
+        done = admin_stat(v.ports[2], COMPLETED)
+        subprocess.run(["callgrind_control", "-i", "on", str(envoy.pid)], capture_output=True, check=True)
+        subprocess.run(["wrk", "-t1", "-c64", f"-d{seconds}s", "-H", "x-user-id: bench", url], capture_output=True,
+                       check=True)
+        subprocess.run(["callgrind_control", "-i", "off", str(envoy.pid)], capture_output=True, check=True)
+        subprocess.run(["callgrind_control", "-d", str(envoy.pid)], capture_output=True, check=True)
+        done = admin_stat(v.ports[2], COMPLETED) - done
+        messages, decisions = (admin_stat(v.ports[2], n) - b for n, b in zip(v.counts, (messages, decisions)))
+        dumps = sorted(workdir.glob(out.name + ".*"))
+        end = time.time() + 30
+        while not dumps or not totals(dumps[-1]):
+            if time.time() > end:
+                raise RuntimeError(f"no callgrind dump for {case}")
+            time.sleep(0.2)
+            dumps = sorted(workdir.glob(out.name + ".*"))
+        return {"instructions": sum(totals(d) for d in dumps) / max(done, 1), "requests": done,
+                "per_message": decisions / messages if messages else 0.0}
+    finally:
+        envoy.terminate()
+        envoy.wait()
+
+
+def run(cases, seconds=3, repeat=1, baseline=None):
+    """{(label, case): [counts]}: this tree's module, and `baseline`'s (a git ref) if given."""
+    workdir = Path(tempfile.mkdtemp(prefix="tollgate-instructions-"))
+    modules = [("this tree", WASM)]
+    if baseline:
+        modules.insert(0, (f"baseline {baseline}", bench_variants.build_baseline(baseline, workdir)))
+    valkey_port = free_port()
+    valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    try:
+        wait_port(valkey_port)
+        return {(label, case): [count(case, valkey_port, workdir, seconds, wasm) for _ in range(repeat)]
+                for label, wasm in modules for case in cases
+                if "floor" not in bench_variants.CASES[case] or label == "this tree"}
+    finally:
+        valkey.terminate()
+        valkey.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", default="unmatched,synced,admitted,floor pass,floor local,floor store")
+    parser.add_argument("--seconds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--floor", action="store_true", help="build the floor module first")
+    parser.add_argument("--baseline", default=None, help="a git ref whose module is counted too")
+    args = parser.parse_args()
+    if args.floor:
+        bench_floor.build()
+    results = run(args.cases.split(","), args.seconds, args.repeat, args.baseline)
+    for (label, case), rows in results.items():
+        base = results.get((label, "unmatched"), [{}])[0].get("instructions")
+        for r in rows:
+            ratio = f", {r['instructions'] / base:.2f} × its unmatched" if base else ""
+            print(f"{label}, {case}: {r['instructions']:,.0f} instructions per request{ratio} ({r['requests']} "
+                  f"requests, {r['per_message']:.1f} decisions per message)")
+
+
+if __name__ == "__main__":
+    main()
