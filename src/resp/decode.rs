@@ -60,6 +60,14 @@ struct Frame {
 
 /// Decodes one reply starting at `start`; returns it and the offset after it.
 fn decode_at(buf: &[u8], start: usize, limits: &Limits) -> Result<(Value, usize), DecodeError> {
+    match flat_integers(buf, start, limits) {
+        Some(found) => Ok(found),
+        None => decode_tree(buf, start, limits),
+    }
+}
+
+/// [`decode_at`] for any reply: aggregates on an explicit stack.
+pub(super) fn decode_tree(buf: &[u8], start: usize, limits: &Limits) -> Result<(Value, usize), DecodeError> {
     let too_many = DecodeError::TooLarge { what: "total values" };
     if limits.max_total_values == 0 {
         return Err(too_many);
@@ -101,6 +109,30 @@ fn decode_at(buf: &[u8], start: usize, limits: &Limits) -> Result<(Value, usize)
             stack.pop();
         }
     }
+}
+
+/// The reply every decision gets (`*5 :1 :now :remaining :reset :retry`):
+/// a non-empty array of integers only, decoded without the aggregate stack.
+/// `None` for anything else, or anything the general path would refuse,
+/// which then decodes it (or names the error) itself.
+fn flat_integers(buf: &[u8], start: usize, limits: &Limits) -> Option<(Value, usize)> {
+    if buf.get(start) != Some(&b'*') || limits.max_depth == 0 {
+        return None;
+    }
+    let (n, mut pos) = match read_length(buf, start.saturating_add(1), limits.max_elements, "array length") {
+        Ok((Some(n), next)) if n > 0 && n < limits.max_total_values => (n, next),
+        _ => return None,
+    };
+    let mut items = Vec::with_capacity(n.min(buf.len().saturating_sub(pos) / MIN_VALUE_LEN));
+    for _ in 0..n {
+        if buf.get(pos) != Some(&b':') {
+            return None;
+        }
+        let (value, next) = read_integer(buf, pos.saturating_add(1)).ok()?;
+        items.push(Value::Integer(value));
+        pos = next;
+    }
+    Some((Value::Array(items), pos))
 }
 
 /// Reads one type byte and its header (and, for strings, its payload).
@@ -236,6 +268,45 @@ fn read_data(buf: &[u8], start: usize, len: usize) -> Result<(&[u8], usize), Dec
 /// Reads an integer line: an optional `-` then decimal digits, no leading
 /// zeros, no `-0`, within `i64`.
 fn read_integer(buf: &[u8], start: usize) -> Result<(i64, usize), DecodeError> {
+    match canonical_integer(buf, start) {
+        Some(found) => Ok(found),
+        None => read_integer_line(buf, start),
+    }
+}
+
+/// [`read_integer`] in one pass, for a well-formed line only: `None` for
+/// anything else, which [`read_integer_line`] then reads or names the
+/// error of.
+pub(super) fn canonical_integer(buf: &[u8], start: usize) -> Option<(i64, usize)> {
+    let line = buf.get(start..)?;
+    let (negative, digits_at) = if line.first() == Some(&b'-') { (true, 1) } else { (false, 0) };
+    let mut magnitude: u64 = 0;
+    let mut end = digits_at;
+    while let Some(&b) = line.get(end) {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        magnitude = magnitude.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        end += 1;
+    }
+    let digits = end - digits_at;
+    let leading_zero = digits > 1 && line.get(digits_at) == Some(&b'0');
+    if digits == 0 || leading_zero || end > MAX_NUMBER_LEN || line.get(end..end + 2) != Some(b"\r\n") {
+        return None;
+    }
+    let value = if negative {
+        match magnitude {
+            0 => return None,
+            m => 0i64.checked_sub_unsigned(m)?,
+        }
+    } else {
+        i64::try_from(magnitude).ok()?
+    };
+    Some((value, start + end + 2))
+}
+
+/// [`read_integer`] by its line, with the error of any line refused.
+pub(super) fn read_integer_line(buf: &[u8], start: usize) -> Result<(i64, usize), DecodeError> {
     let too_long = invalid(start, "integer too long");
     let (line, next) = read_line(buf, start, MAX_NUMBER_LEN, too_long)?;
     let value = match line.strip_prefix(b"-") {

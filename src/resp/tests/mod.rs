@@ -2,4 +2,5 @@
 
 mod decode;
 mod encode;
+mod flat;
 mod limits;
