@@ -3,20 +3,35 @@
 //! or a serializer: decimal integers, and JSON strings escaped exactly as
 //! serde_json escapes them (the tests compare the two).
 
-/// Appends `n` in decimal.
+/// "00" to "99", two digits per entry.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Appends `n` in decimal, two digits per step, in one `push_str`.
 pub fn push_u64(out: &mut String, mut n: u64) {
     let mut digits = [b'0'; 20];
     let mut start = digits.len();
-    for d in digits.iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        start -= 1;
-        n /= 10;
-        if n == 0 {
-            break;
+    while n >= 10 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        start -= 2;
+        if let (Some(dst), Some(src)) = (digits.get_mut(start..start + 2), PAIRS.get(pair..pair + 2)) {
+            dst.copy_from_slice(src);
         }
     }
-    // ASCII digits: each byte is its own char, no UTF-8 check needed.
-    out.extend(digits.get(start..).unwrap_or(b"0").iter().map(|&d| char::from(d)));
+    // The pairs end on one of 10 to 99, so they have no leading zero; a
+    // last digit is written alone (0 too, when nothing else was).
+    if n > 0 || start == digits.len() {
+        start -= 1;
+        if let Some(d) = digits.get_mut(start) {
+            *d = b'0' + n as u8;
+        }
+    }
+    out.push_str(std::str::from_utf8(digits.get(start..).unwrap_or(b"0")).unwrap_or("0"));
 }
 
 /// `n` in decimal.
@@ -73,6 +88,9 @@ mod tests {
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn decimals() {
         for n in [0, 1, 9, 10, 99, 100, 1_234, 999_999_999_999_999, u64::MAX - 1, u64::MAX] {
+            assert_eq!(u64_string(n), n.to_string());
+        }
+        for n in (0..20_000).chain((1..20).flat_map(|p| [10u64.pow(p) - 1, 10u64.pow(p), 10u64.pow(p) + 1])) {
             assert_eq!(u64_string(n), n.to_string());
         }
     }
