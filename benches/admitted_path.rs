@@ -29,7 +29,7 @@ use tollgate::model::host::{FakeRequest, FakeResponse};
 use tollgate::model::store::ModelStore;
 use tollgate::plan::plan;
 use tollgate::resp::{decode, Limits, Value};
-use tollgate::response::{allowed_headers, policy_names, LocalReply};
+use tollgate::response::{allowed_headers_of, policy_names, LocalReply};
 use tollgate::store::{interpret_reply, Outcome};
 use tollgate::worker::{Answer, Decider, DecisionRecord, Flow, Gauge, Host, Level, ResponseHeaders, Stat, Worker};
 
@@ -259,7 +259,7 @@ fn decode_stage(f: &Fixture) -> bool {
 fn respond_stage(f: &Fixture) -> usize {
     let Outcome::Decided(decision) = interpret_reply(&f.decided, &f.checks) else { return 0 };
     let names = policy_names(&f.config, &f.checks, &decision);
-    let headers = allowed_headers(&f.config, &names, &decision);
+    let headers = allowed_headers_of(&f.config, &f.checks, &names, &decision);
     let record = DecisionRecord::decided(&f.config, &f.checks, &decision, Decider::Store, Answer::Allowed);
     black_box(record);
     headers.len()
