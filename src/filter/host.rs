@@ -15,7 +15,7 @@ use super::hostcalls;
 use super::metrics::{self, Metrics};
 use crate::response::{LocalReply, DELAY_HEADER, SHADOW_HEADER};
 use crate::worker::stats::Sums;
-use crate::worker::{DecisionRecord, Gauge, Host, Level, Stat, DECISION_PROPERTY};
+use crate::worker::{Gauge, Host, Level, Record, Stat, DECISION_PROPERTY};
 use proxy_wasm::types::MapType;
 use std::time::Duration;
 
@@ -154,7 +154,7 @@ impl Host for EnvoyHost<'_> {
         });
     }
 
-    fn decided(&mut self, id: u32, record: &DecisionRecord) {
+    fn decided(&mut self, id: u32, record: &Record<'_>) {
         self.flush_decision();
         if id == self.current {
             set_decision(&record.plain());

@@ -8,7 +8,7 @@
 
 use crate::plan::RequestView;
 use crate::response::LocalReply;
-use crate::worker::{DecisionRecord, Gauge, Host, Level, ResponseView, Stat};
+use crate::worker::{DecisionRecord, Gauge, Host, Level, Record, ResponseView, Stat};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -136,8 +136,8 @@ impl Host for RecordingHost {
         self.replies.push((id, reply.clone()));
     }
 
-    fn decided(&mut self, id: u32, record: &DecisionRecord) {
-        self.decisions.push((id, record.clone()));
+    fn decided(&mut self, id: u32, record: &Record<'_>) {
+        self.decisions.push((id, record.to_record()));
     }
 
     fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {

@@ -10,7 +10,7 @@
 
 use crate::response::LocalReply;
 use crate::store::FailureKind;
-use crate::worker::request::record::DecisionRecord;
+use crate::worker::request::record::Record;
 use crate::worker::request::ruling::RuleOutcome;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -278,7 +278,7 @@ pub trait Host {
     fn reply(&mut self, id: u32, reply: &LocalReply);
     /// Records what was decided about request `id` (for the access log),
     /// before its verdict is carried out. A request that is gone is ignored.
-    fn decided(&mut self, id: u32, record: &DecisionRecord);
+    fn decided(&mut self, id: u32, record: &Record<'_>);
     /// Lets the held response of request `id` go on, with `headers` added.
     /// A request that is gone is ignored.
     fn resume_response(&mut self, id: u32, headers: &[(String, String)]);

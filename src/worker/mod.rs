@@ -67,7 +67,7 @@ use host::Throttle;
 pub use host::{
     CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, ShapeStat, Stat,
 };
-pub use request::record::{Answer, Decider, DecisionRecord, DECISION_PROPERTY};
+pub use request::record::{Answer, Decider, DecisionRecord, Record, DECISION_PROPERTY};
 pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
 
 use crate::cache::DenialCache;

@@ -9,6 +9,7 @@ use crate::worker::calls::{Arrival, Call, CallId, Pending, PARKED};
 use crate::worker::discovery::routing::Route;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
 use crate::worker::request::fail::Failing;
+use crate::worker::request::record::Record;
 use crate::worker::request::rule::{self, answer_now};
 use crate::worker::request::ruling::deny_from_cache;
 use crate::worker::Worker;
@@ -50,7 +51,7 @@ impl Worker {
             deny_from_cache(&self.config, &planned.checks, &mut self.cache, arrival.request_ms)
         {
             host.count(Stat::CacheHit, 1);
-            rule::record(&self.config, host, id, || record);
+            rule::record(&self.config, host, id, || Record::Made(record));
             return self.rule_now(host, id, ruling, &headers);
         }
         if self.synced.any_rule() {

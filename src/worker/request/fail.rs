@@ -9,7 +9,7 @@ use crate::store::{Failure, FailureKind, Outcome};
 use crate::worker::calls::{Call, CallId, Pending};
 use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, ResponseHeaders, ShapeStat, Stat};
-use crate::worker::request::record::{Answer, Decider, DecisionRecord};
+use crate::worker::request::record::{Answer, Decider, DecisionRecord, Record};
 use crate::worker::request::rule::{self, answer_now};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::{Flow, Worker};
@@ -63,7 +63,9 @@ impl Worker {
         if failure.may_have_run() {
             host.count(Stat::UnknownOutcome, 1);
         }
-        let undecided = |answer| DecisionRecord::undecided(&self.config, request.checks, Decider::FailureMode, answer);
+        let undecided = |answer| {
+            Record::Made(DecisionRecord::undecided(&self.config, request.checks, Decider::FailureMode, answer))
+        };
         match self.config.failure_mode {
             FailureMode::Allow => {
                 host.count(Stat::FailureMode { allowed: true }, 1);
@@ -167,7 +169,7 @@ impl Worker {
     /// cannot take (counted, recorded).
     pub(in crate::worker) fn overloaded(&mut self, host: &mut dyn Host, id: u32, checks: &[Check]) -> Verdict {
         host.count(Stat::Overloaded, 1);
-        let record = |answer| DecisionRecord::undecided(&self.config, checks, Decider::Overload, answer);
+        let record = |answer| Record::Made(DecisionRecord::undecided(&self.config, checks, Decider::Overload, answer));
         match self.config.overload {
             Overload::Reject => {
                 rule::record(&self.config, host, id, || record(Answer::Refused));

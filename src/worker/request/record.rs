@@ -121,48 +121,110 @@ impl DecisionRecord {
     /// `decider=store answer=denied rules=auth.createToken
     /// denied_by=auth.createToken/3s remaining=auth.createToken/60s:15,auth.createToken/3s:0 store_ms=1`.
     pub fn plain(&self) -> String {
-        // Room for the names and a u64 per number, so that it never grows.
-        let names: usize = self.rules.iter().chain(&self.denied_by).map(|n| n.len() + 1).sum();
-        let remaining: usize = self.remaining.iter().map(|(policy, _)| policy.len() + 22).sum();
-        let mut out = String::with_capacity(96 + names + remaining);
-        out.push_str("decider=");
-        out.push_str(self.decider.name());
-        out.push_str(" answer=");
-        out.push_str(self.answer.name());
-        out.push_str(" rules=");
-        push_list(&mut out, self.rules.iter().map(String::as_str));
-        out.push_str(" denied_by=");
-        push_list(&mut out, self.denied_by.iter().map(String::as_str));
-        out.push_str(" remaining=");
-        if self.remaining.is_empty() {
-            out.push('-');
-        }
-        for (i, (policy, left)) in self.remaining.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str(policy);
-            out.push(':');
-            push_u64(&mut out, *left);
-        }
-        out.push_str(" store_ms=");
-        match self.store_ms {
-            Some(ms) => push_u64(&mut out, ms),
-            None => out.push('-'),
-        }
-        out
+        let pairs = self.remaining.iter().map(|(policy, left)| (policy.as_str(), *left));
+        let (rules, denied_by) = (self.rules.iter().map(String::as_str), self.denied_by.iter().map(String::as_str));
+        plain(self.decider, self.answer, rules, denied_by, pairs, self.store_ms)
     }
+}
+
+/// A request's record as the worker hands it to its host: the filter makes
+/// it into text ([`Record::plain`]) straight from the decision, with no
+/// record in between; the model host keeps it whole ([`Record::to_record`]).
+pub enum Record<'a> {
+    /// Decided over `checks`, `names` being the decision's policy names.
+    Decided {
+        config: &'a Config,
+        checks: &'a [Check],
+        decision: &'a Decision,
+        names: &'a [&'a str],
+        decider: Decider,
+        answer: Answer,
+        store_ms: Option<u64>,
+    },
+    /// Made already.
+    Made(DecisionRecord),
+}
+
+impl Record<'_> {
+    /// [`DecisionRecord::plain`] of [`Record::to_record`].
+    pub fn plain(&self) -> String {
+        match self {
+            Record::Made(record) => record.plain(),
+            Record::Decided { config, checks, decision, names, decider, answer, store_ms } => {
+                let windows = decision.windows.iter().zip(names.iter());
+                let denied_by = windows.clone().filter(|(w, _)| w.denied()).map(|(_, n)| *n);
+                let pairs = windows.map(|(w, n)| (*n, w.remaining));
+                plain(*decider, *answer, unique_rules(config, checks), denied_by, pairs, *store_ms)
+            }
+        }
+    }
+
+    pub fn to_record(&self) -> DecisionRecord {
+        match self {
+            Record::Made(record) => record.clone(),
+            Record::Decided { config, checks, decision, names, decider, answer, store_ms } => {
+                let record = DecisionRecord::named(config, checks, decision, names, *decider, *answer);
+                DecisionRecord { store_ms: *store_ms, ..record }
+            }
+        }
+    }
+}
+
+/// The one formatter of [`DecisionRecord::plain`] and [`Record::plain`].
+fn plain<'s>(
+    decider: Decider,
+    answer: Answer,
+    rules: impl Iterator<Item = &'s str> + Clone,
+    denied_by: impl Iterator<Item = &'s str> + Clone,
+    remaining: impl Iterator<Item = (&'s str, u64)> + Clone,
+    store_ms: Option<u64>,
+) -> String {
+    // Room for the names and a u64 per number, so that it never grows.
+    let names: usize = rules.clone().chain(denied_by.clone()).map(|n| n.len() + 1).sum();
+    let numbers: usize = remaining.clone().map(|(policy, _)| policy.len() + 22).sum();
+    let mut out = String::with_capacity(96 + names + numbers);
+    out.push_str("decider=");
+    out.push_str(decider.name());
+    out.push_str(" answer=");
+    out.push_str(answer.name());
+    out.push_str(" rules=");
+    push_list(&mut out, rules);
+    out.push_str(" denied_by=");
+    push_list(&mut out, denied_by);
+    out.push_str(" remaining=");
+    let mut none = true;
+    for (i, (policy, left)) in remaining.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(policy);
+        out.push(':');
+        push_u64(&mut out, left);
+        none = false;
+    }
+    if none {
+        out.push('-');
+    }
+    out.push_str(" store_ms=");
+    match store_ms {
+        Some(ms) => push_u64(&mut out, ms),
+        None => out.push('-'),
+    }
+    out
+}
+
+/// The names of the rules of `checks`, each once, in check order, borrowed.
+fn unique_rules<'a>(config: &'a Config, checks: &'a [Check]) -> impl Iterator<Item = &'a str> + Clone {
+    let name = move |c: &Check| config.rules.get(c.rule).map(|r| r.name.as_str());
+    checks.iter().enumerate().filter_map(move |(i, c)| {
+        let earlier = checks.get(..i).unwrap_or_default();
+        name(c).filter(|n| !earlier.iter().any(|e| name(e) == Some(n)))
+    })
 }
 
 /// The names of the rules of `checks`, each once, in check order.
 fn rule_names(config: &Config, checks: &[Check]) -> Vec<String> {
-    let mut names: Vec<String> = Vec::with_capacity(checks.len());
-    for rule in checks.iter().filter_map(|c| config.rules.get(c.rule)) {
-        if !names.contains(&rule.name) {
-            names.push(rule.name.clone());
-        }
-    }
-    names
+    unique_rules(config, checks).map(str::to_owned).collect()
 }
 
 fn push_list<'a>(out: &mut String, items: impl Iterator<Item = &'a str>) {

@@ -5,7 +5,7 @@ use crate::config::Config;
 use crate::limiter::{Check, Decision};
 use crate::response::policy_names;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
-use crate::worker::request::record::{Answer, Decider, DecisionRecord};
+use crate::worker::request::record::{Answer, Decider, Record};
 use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond_named, Action, Ruling};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;
@@ -67,8 +67,15 @@ impl Worker {
         let mut ruling = respond_named(&self.config, checks, decision, &names, at_ms);
         ruling.denials.clear();
         let answer = answer_of(&ruling.action);
-        record(&self.config, host, id, || {
-            DecisionRecord::named(&self.config, checks, decision, &names, decider, answer)
+        let config = &self.config;
+        record(config, host, id, || Record::Decided {
+            config,
+            checks,
+            decision,
+            names: &names,
+            decider,
+            answer,
+            store_ms: None,
         });
         self.rule(host, ruling, at_ms, headers)
     }
@@ -97,9 +104,16 @@ impl Worker {
             ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
         }
         let answer = answer_of(&ruling.action);
-        record(&self.config, host, id, || {
-            let record = DecisionRecord::named(&self.config, checks, decision, &names, Decider::Store, answer);
-            DecisionRecord { store_ms, ..record }
+        let config = &self.config;
+        let decider = Decider::Store;
+        record(config, host, id, || Record::Decided {
+            config,
+            checks,
+            decision,
+            names: &names,
+            decider,
+            answer,
+            store_ms,
         });
         self.rule(host, ruling, arrival_ms, headers)
     }
@@ -107,7 +121,7 @@ impl Worker {
 
 /// Sets request `id`'s decision, made by `make`, as its filter state,
 /// unless `response.filter_state` is off: then it is never made.
-pub(in crate::worker) fn record(config: &Config, host: &mut dyn Host, id: u32, make: impl FnOnce() -> DecisionRecord) {
+pub(in crate::worker) fn record<'a>(config: &Config, host: &mut dyn Host, id: u32, make: impl FnOnce() -> Record<'a>) {
     if config.response.filter_state {
         host.decided(id, &make());
     }
