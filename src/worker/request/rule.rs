@@ -67,16 +67,7 @@ impl Worker {
         let mut ruling = respond_named(&self.config, checks, decision, &names, at_ms);
         ruling.denials.clear();
         let answer = answer_of(&ruling.action);
-        let config = &self.config;
-        record(config, host, id, || Record::Decided {
-            config,
-            checks,
-            decision,
-            names: &names,
-            decider,
-            answer,
-            store_ms: None,
-        });
+        record_decision(&self.config, host, id, (checks, decision, &names), (decider, answer, None));
         self.rule(host, ruling, at_ms, headers)
     }
 
@@ -104,17 +95,8 @@ impl Worker {
             ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
         }
         let answer = answer_of(&ruling.action);
-        let config = &self.config;
-        let decider = Decider::Store;
-        record(config, host, id, || Record::Decided {
-            config,
-            checks,
-            decision,
-            names: &names,
-            decider,
-            answer,
-            store_ms,
-        });
+        let how = (Decider::Store, answer, store_ms);
+        record_decision(&self.config, host, id, (checks, decision, &names), how);
         self.rule(host, ruling, arrival_ms, headers)
     }
 }
@@ -125,6 +107,20 @@ pub(in crate::worker) fn record<'a>(config: &Config, host: &mut dyn Host, id: u3
     if config.response.filter_state {
         host.decided(id, &make());
     }
+}
+
+/// [`record`] of a decision over `checks` with its policy `names`: who
+/// decided, what the request got, and the store's round trip if one call
+/// decided it.
+fn record_decision(
+    config: &Config,
+    host: &mut dyn Host,
+    id: u32,
+    decided: (&[Check], &Decision, &[&str]),
+    how: (Decider, Answer, Option<u64>),
+) {
+    let ((checks, decision, names), (decider, answer, store_ms)) = (decided, how);
+    record(config, host, id, || Record::Decided { config, checks, decision, names, decider, answer, store_ms });
 }
 
 /// What a ruling's action gives the request.
