@@ -58,8 +58,7 @@ struct Shared {
 /// What tollgate answers for the bench's rule (one window of 10⁹ per hour).
 const POLICY: &str = "\"bench/1h\";q=1000000000;w=3600";
 const RATELIMIT: &str = "\"bench/1h\";r=999999999;t=1792";
-const RECORD: &[u8] =
-    b"decider=local answer=allowed rules=bench denied_by=- remaining=bench/1h:999999999 store_ms=-";
+const RECORD: &[u8] = b"decider=local answer=allowed rules=bench denied_by=- remaining=bench/1h:999999999 store_ms=-";
 
 /// A `PING` (Envoy's gRPC client adds the message prefix the shim strips).
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
