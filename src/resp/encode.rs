@@ -2,6 +2,7 @@
 //! servers, replies.
 
 use super::Value;
+use crate::text::decimal_digits;
 
 /// Appends one command to `out` as a RESP array of bulk strings:
 /// `*N\r\n` then `$len\r\narg\r\n` for every argument.
@@ -111,18 +112,4 @@ fn push_header(out: &mut Vec<u8>, kind: u8, len: usize) {
 fn push_decimal(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];
     out.extend_from_slice(decimal_digits(&mut digits, n));
-}
-
-/// `n` in decimal, written at the end of `buf` (20 digits hold any u64).
-fn decimal_digits(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
-    let mut start = buf.len();
-    for d in buf.iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        start -= 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    buf.get(start..).unwrap_or_default()
 }
