@@ -44,12 +44,12 @@ def totals(path):
 
 def count(case, valkey_port, workdir, seconds, wasm=WASM):
     """Instructions per request and decisions per message of `case` (with module `wasm`)."""
-    v = bench_variants.Variant("i", wasm, {}, case, valkey_port, workdir)
-    v.stop()
-    out = workdir / f"{case.replace(' ', '_')}.cg"
-    envoy = subprocess.Popen(["valgrind", "--tool=callgrind", "--smc-check=all-non-file", "--instr-atstart=no",
-                              f"--callgrind-out-file={out}", *v.command],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # A file of its own per count: a repeat must not read an earlier dump.
+    out = workdir / f"{case.replace(' ', '_')}-{time.time_ns()}.cg"
+    callgrind = ["valgrind", "--tool=callgrind", "--smc-check=all-non-file", "--instr-atstart=no",
+                 f"--callgrind-out-file={out}"]
+    v = bench_variants.Variant("i", wasm, {}, case, valkey_port, workdir, under=callgrind)
+    envoy = v.envoy
     url = f"http://127.0.0.1:{v.ports[0]}/"
     try:
         wait_port(v.ports[0], timeout=180)
@@ -73,8 +73,7 @@ def count(case, valkey_port, workdir, seconds, wasm=WASM):
         return {"instructions": sum(totals(d) for d in dumps) / max(done, 1), "requests": done,
                 "per_message": decisions / messages if messages else 0.0}
     finally:
-        envoy.terminate()
-        envoy.wait()
+        v.stop()
 
 
 def run(cases, seconds=3, repeat=1, baseline=None):

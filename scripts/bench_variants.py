@@ -96,7 +96,8 @@ def build_baseline(ref, workdir):
 
 class Variant:
     def __init__(self, label, wasm, valkey_extra, case, valkey_port, workdir, count_calls=False, pin=False,
-                 warm="1s"):
+                 warm="1s", under=()):
+        """`under`: a command Envoy runs under (scripts/bench_instructions.py: callgrind)."""
         self.label, self.case_name, self.pin, self.warm = label, case, pin, warm
         self.ports = [free_port(), free_port(), free_port()]
         base = {"valkey": {"cluster": "tollgate_valkey", "timeout": "1s", **valkey_extra}}
@@ -109,7 +110,7 @@ class Variant:
         config.write_text(text)
         self.log = open(config.with_suffix(".log"), "w")
         # Pinned: Envoy alone on CPU 0, wrk alone on CPU 1.
-        self.command = (["taskset", "-c", "0"] if pin else []) + [ENVOY, "-c", str(config), "--concurrency", "1", "--use-dynamic-base-id",
+        self.command = (["taskset", "-c", "0"] if pin else []) + list(under) + [ENVOY, "-c", str(config), "--concurrency", "1", "--use-dynamic-base-id",
                               "--disable-hot-restart", "-l", "error"]
         self.envoy = subprocess.Popen(self.command, stdout=self.log, stderr=self.log)
         self.rows = []
