@@ -1,7 +1,6 @@
 //! A request of synced rules decided on the worker: all or nothing, every
 //! window of every rule within this worker's share.
 
-use super::table::Seen;
 use crate::limiter::{Check, Decision};
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
 use crate::worker::request::record::Decider;
@@ -23,28 +22,38 @@ impl Worker {
         if !self.synced.all_synced(checks) {
             return None;
         }
-        let mut windows = Vec::new();
-        let mut known = true;
+        let mut windows = Vec::with_capacity(checks.iter().map(|c| c.windows.len()).sum());
+        // Buckets are taken from while every one so far fits; `taken`:
+        // how many were.
+        let (mut known, mut allowed, mut taken) = (true, true, 0);
         for (i, check) in checks.iter().enumerate() {
             // Every bucket is seen (a new one is added to be read), even
             // after one is found unknown.
-            match self.synced.table(check.rule).map(|t| t.see(check, now_ms)) {
-                Some(Seen::Windows(seen)) => windows.extend(seen.into_iter().map(|(w, fits)| (i, w, fits))),
-                Some(Seen::Unknown) | None => known = false,
+            let from = windows.len();
+            let take = known && allowed;
+            match self.synced.table(check.rule).and_then(|t| t.see(check, now_ms, take, &mut windows)) {
+                Some(fits) => allowed &= fits,
+                None => known = false,
+            }
+            if take && known && allowed {
+                taken += 1;
+            }
+            for w in windows.get_mut(from..).unwrap_or_default() {
+                w.check = i;
+            }
+        }
+        if !(known && allowed) {
+            // What the buckets before the first that did not fit gave, for
+            // a request not admitted here: given back.
+            for check in checks.iter().take(taken) {
+                if let Some(t) = self.synced.table(check.rule) {
+                    t.give_back(&check.key, check.cost.get());
+                }
             }
         }
         if !known {
             return None;
         }
-        let allowed = windows.iter().all(|(_, _, fits)| *fits);
-        if allowed {
-            for check in checks {
-                if let Some(t) = self.synced.table(check.rule) {
-                    t.admit(&check.key, check.cost.get());
-                }
-            }
-        }
-        let windows = windows.into_iter().map(|(i, w, _)| crate::limiter::WindowOutcome { check: i, ..w }).collect();
         let decision = Decision { allowed, now_ms, windows, delay_ms: 0 };
         host.count(Stat::Synced { allowed }, 1);
         let verdict = self.rule_by_worker(host, id, (checks, &decision, Decider::Sync), now_ms, headers);

@@ -40,13 +40,14 @@ struct Bucket {
     last_used_ms: u64,
 }
 
-/// What the worker's view says of a check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Seen {
-    /// Its windows, each with whether `cost` fits this worker's share.
-    Windows(Vec<(WindowOutcome, bool)>),
-    /// No view yet (or no room for one): the store decides.
-    Unknown,
+impl Bucket {
+    /// `units` admitted here, in every window.
+    fn take(&mut self, units: u64) {
+        self.pending = self.pending.saturating_add(units);
+        for v in &mut self.views {
+            v.used = v.used.saturating_add(units);
+        }
+    }
 }
 
 /// One synced rule's buckets on one worker.
@@ -77,9 +78,13 @@ impl Table {
         now_ms >= self.due_ms && !self.buckets.is_empty()
     }
 
-    /// What the view says of `check` at `now_ms` (the bucket is added, to
-    /// be read at the next flush, when it is new and there is room).
-    pub fn see(&mut self, check: &Check, now_ms: u64) -> Seen {
+    /// What the view says of `check` at `now_ms`: its windows pushed on
+    /// `out` (`check` 0), and whether the cost fits every one; if it does
+    /// and `take`, the cost is taken in the same lookup
+    /// ([`Table::give_back`] undoes it). `None`: no view yet (the bucket
+    /// is added, to be read at the next flush, when it is new and there is
+    /// room); the store decides.
+    pub fn see(&mut self, check: &Check, now_ms: u64, take: bool, out: &mut Vec<WindowOutcome>) -> Option<bool> {
         let Some(bucket) = self.buckets.get_mut(&check.key) else {
             if self.buckets.len() < self.policy.max_keys {
                 let mut c = check.clone();
@@ -99,58 +104,66 @@ impl Table {
                 // last flush, not a whole one.
                 self.due_ms = self.due_ms.min(self.cut_ms.saturating_add(self.policy.interval_ms / 4));
             }
-            return Seen::Unknown;
+            return None;
         };
         bucket.touched = true;
         bucket.last_used_ms = now_ms;
         if bucket.views.len() != check.windows.len() {
-            return Seen::Unknown;
+            return None;
         }
         let cost = check.cost.get();
         let until_sync = self.due_ms.saturating_sub(now_ms).max(1);
         let (syncers, rank) = (bucket.syncers, bucket.rank);
-        let windows = bucket
-            .views
-            .iter_mut()
-            .zip(&check.windows)
-            .enumerate()
-            .map(|(j, (v, spec))| {
-                if v.reset_at_ms != 0 && now_ms >= v.reset_at_ms {
-                    // Empty by the store's account: the whole limit, shared
-                    // as the last sync shared it.
-                    v.allowance = share(spec.limit.get(), syncers, rank);
-                    v.remaining = spec.limit.get();
-                    v.reset_at_ms = 0;
-                }
-                let fits = v.used.saturating_add(cost) <= v.allowance;
-                let left = v.remaining.saturating_sub(v.used);
-                let retry_ms = match (fits, left >= cost) {
-                    (true, _) => 0,
-                    // Room left elsewhere: this worker's next share.
-                    (false, true) => until_sync,
-                    (false, false) => v.reset_at_ms.saturating_sub(now_ms).max(until_sync),
-                };
-                let outcome = WindowOutcome {
-                    check: 0,
-                    window: j,
-                    limit: spec.limit.get(),
-                    period_ms: spec.period_ms.get(),
-                    remaining: left.saturating_sub(if fits { cost } else { 0 }),
-                    reset_ms: v.reset_at_ms.saturating_sub(now_ms),
-                    retry_ms,
-                };
-                (outcome, fits)
-            })
-            .collect();
-        Seen::Windows(windows)
+        let mut all_fit = true;
+        for (j, (v, spec)) in bucket.views.iter_mut().zip(check.windows.iter()).enumerate() {
+            if v.reset_at_ms != 0 && now_ms >= v.reset_at_ms {
+                // Empty by the store's account: the whole limit, shared
+                // as the last sync shared it.
+                v.allowance = share(spec.limit.get(), syncers, rank);
+                v.remaining = spec.limit.get();
+                v.reset_at_ms = 0;
+            }
+            let fits = v.used.saturating_add(cost) <= v.allowance;
+            let left = v.remaining.saturating_sub(v.used);
+            let retry_ms = match (fits, left >= cost) {
+                (true, _) => 0,
+                // Room left elsewhere: this worker's next share.
+                (false, true) => until_sync,
+                (false, false) => v.reset_at_ms.saturating_sub(now_ms).max(until_sync),
+            };
+            let outcome = WindowOutcome {
+                check: 0,
+                window: j,
+                limit: spec.limit.get(),
+                period_ms: spec.period_ms.get(),
+                remaining: left.saturating_sub(if fits { cost } else { 0 }),
+                reset_ms: v.reset_at_ms.saturating_sub(now_ms),
+                retry_ms,
+            };
+            all_fit &= fits;
+            out.push(outcome);
+        }
+        if all_fit && take {
+            bucket.take(cost);
+        }
+        Some(all_fit)
     }
 
     /// Records `units` admitted in `key`'s bucket, in every window.
+    #[cfg(test)]
     pub fn admit(&mut self, key: &str, units: u64) {
         if let Some(b) = self.buckets.get_mut(key) {
-            b.pending = b.pending.saturating_add(units);
+            b.take(units);
+        }
+    }
+
+    /// Gives back `units` taken from `key`'s bucket by [`Table::see`]
+    /// for a request another bucket denied.
+    pub fn give_back(&mut self, key: &str, units: u64) {
+        if let Some(b) = self.buckets.get_mut(key) {
+            b.pending = b.pending.saturating_sub(units);
             for v in &mut b.views {
-                v.used = v.used.saturating_add(units);
+                v.used = v.used.saturating_sub(units);
             }
         }
     }

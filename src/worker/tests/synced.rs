@@ -118,3 +118,22 @@ fn what_the_local_limiter_admitted_reaches_the_store_when_it_is_back() {
     assert_eq!(rig.store.model.entries(KEY), 6, "the 5 admitted locally were flushed");
     assert_eq!(rig.host.count(Stat::SyncFlush), 1);
 }
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_request_another_synced_rule_denies_takes_nothing_from_the_rules_that_fit() {
+    let sync = r#""sync": { "interval": "100ms" }"#;
+    let mut rig = Rig::new(
+        plugin()
+            .with(rule("api").header("x-user-id").limit(100, "1h").field(sync))
+            .with(rule("all").limit(3, "1h").field(sync)),
+    );
+    assert_eq!(status(&mut rig), Some(200), "new buckets: the store decides");
+    sync_for(&mut rig, 30);
+    let local: Vec<Option<u32>> = (0..5).map(|_| status(&mut rig)).collect();
+    assert_eq!(local, [Some(200), Some(200), Some(429), Some(429), Some(429)]);
+    sync_for(&mut rig, 100);
+    // `api` fits every time and is seen first: the three denials took
+    // from it and gave back.
+    assert_eq!(rig.store.model.entries(KEY), 3, "api: the 3 admitted only");
+    assert_eq!(rig.store.model.entries("tollgate:{all}:log"), 3);
+}

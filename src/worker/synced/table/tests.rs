@@ -6,11 +6,17 @@ fn table(max_keys: usize) -> Table {
     Table::new(SyncPolicy { interval_ms: 100, max_keys })
 }
 
-fn fits(seen: &Seen) -> Option<Vec<bool>> {
-    match seen {
-        Seen::Windows(w) => Some(w.iter().map(|(_, f)| *f).collect()),
-        Seen::Unknown => None,
-    }
+/// What the view says of `c` at `now`, nothing taken: each window, with
+/// whether the cost fits it (a window that fits has no retry).
+fn seen(t: &mut Table, c: &Check, now: u64) -> Option<Vec<(WindowOutcome, bool)>> {
+    let mut out = Vec::new();
+    let all_fit = t.see(c, now, false, &mut out)?;
+    assert_eq!(all_fit, out.iter().all(|w| w.retry_ms == 0));
+    Some(out.into_iter().map(|w| (w, w.retry_ms == 0)).collect())
+}
+
+fn fits(seen: Option<Vec<(WindowOutcome, bool)>>) -> Option<Vec<bool>> {
+    seen.map(|w| w.iter().map(|(_, f)| *f).collect())
 }
 
 #[test]
@@ -27,16 +33,16 @@ fn shares_add_up_to_what_remains() {
 fn a_new_bucket_is_read_first_then_decided_within_its_share() {
     let mut t = table(10);
     let c = check(Algorithm::SlidingLog, 0, "k", &[(20, 1_000)], 1);
-    assert_eq!(t.see(&c, 1_000), Seen::Unknown, "no view yet: the store decides");
+    assert_eq!(seen(&mut t, &c, 1_000), None, "no view yet: the store decides");
     assert!(t.due(1_000), "a new bucket is read at once");
     assert_eq!(t.cut(1_000), vec![(c.clone(), 0)], "read, nothing to send");
     assert!(!t.due(1_050));
     t.synced("k", &[(10, 800)], 2, 0, 1_010);
     for _ in 0..5 {
-        assert_eq!(fits(&t.see(&c, 1_020)), Some(vec![true]));
+        assert_eq!(fits(seen(&mut t, &c, 1_020)), Some(vec![true]));
         t.admit("k", 1);
     }
-    let Seen::Windows(w) = t.see(&c, 1_020) else { panic!("a view") };
+    let Some(w) = seen(&mut t, &c, 1_020) else { panic!("a view") };
     assert!(!w[0].1, "beyond its share of 10 among 2");
     assert_eq!((w[0].0.remaining, w[0].0.retry_ms), (5, 80), "5 left elsewhere: wait for the next sync at 1,100");
     assert_eq!(t.cut(1_100), vec![(c, 5)], "the 5 admitted go in the next flush");
@@ -46,7 +52,7 @@ fn a_new_bucket_is_read_first_then_decided_within_its_share() {
 fn units_admitted_while_a_flush_is_on_the_way_count_against_the_next_share() {
     let mut t = table(10);
     let c = check(Algorithm::FixedWindow, 0, "k", &[(100, 10_000)], 1);
-    t.see(&c, 0);
+    seen(&mut t, &c, 0);
     t.cut(0);
     t.synced("k", &[(100, 0)], 1, 0, 1);
     t.admit("k", 3);
@@ -54,7 +60,7 @@ fn units_admitted_while_a_flush_is_on_the_way_count_against_the_next_share() {
     t.admit("k", 2);
     assert_eq!(t.cut(200), vec![], "its flush is still on the way");
     t.synced("k", &[(97, 9_000)], 1, 0, 210);
-    let Seen::Windows(w) = t.see(&c, 210) else { panic!("a view") };
+    let Some(w) = seen(&mut t, &c, 210) else { panic!("a view") };
     assert_eq!(w[0].0.remaining, 97 - 2 - 1, "the 2 admitted since the cut are not in the store's 97 yet");
     assert_eq!(t.cut(300), vec![(c, 2)]);
 }
@@ -63,16 +69,16 @@ fn units_admitted_while_a_flush_is_on_the_way_count_against_the_next_share() {
 fn a_window_the_store_said_empties_gives_the_whole_limit_shared() {
     let mut t = table(10);
     let c = check(Algorithm::FixedWindow, 0, "k", &[(9, 1_000)], 1);
-    t.see(&c, 0);
+    seen(&mut t, &c, 0);
     t.cut(0);
     t.synced("k", &[(0, 500)], 3, 2, 0);
-    assert_eq!(fits(&t.see(&c, 499)), Some(vec![false]), "full until 500");
-    let Seen::Windows(w) = t.see(&c, 500) else { panic!("a view") };
+    assert_eq!(fits(seen(&mut t, &c, 499)), Some(vec![false]), "full until 500");
+    let Some(w) = seen(&mut t, &c, 500) else { panic!("a view") };
     assert!(w[0].1, "the window emptied: a third of 9");
     for _ in 0..3 {
         t.admit("k", 1);
     }
-    assert_eq!(fits(&t.see(&c, 501)), Some(vec![false]), "3 of 9 among 3 syncers");
+    assert_eq!(fits(seen(&mut t, &c, 501)), Some(vec![false]), "3 of 9 among 3 syncers");
 }
 
 #[test]
@@ -81,13 +87,13 @@ fn idle_buckets_leave_and_the_table_stays_bounded() {
     let a = check(Algorithm::SlidingLog, 0, "a", &[(5, 1_000)], 1);
     let b = check(Algorithm::SlidingLog, 0, "b", &[(5, 1_000)], 1);
     let c = check(Algorithm::SlidingLog, 0, "c", &[(5, 1_000)], 1);
-    t.see(&a, 0);
-    t.see(&b, 0);
-    t.see(&c, 0);
+    seen(&mut t, &a, 0);
+    seen(&mut t, &b, 0);
+    seen(&mut t, &c, 0);
     assert_eq!(t.len(), 2, "no room for a third: the store decides it");
     t.cut(0);
     t.synced("a", &[(5, 0)], 1, 0, 0);
-    t.see(&a, 500);
+    seen(&mut t, &a, 500);
     t.admit("a", 1);
     t.cut(1_100);
     assert_eq!(t.len(), 1, "b idle for its longest period left; a has a flush on the way");
