@@ -72,7 +72,7 @@ impl Host for Quiet {
     fn decided(&mut self, _id: u32, record: &Record<'_>) {
         black_box(record.plain());
     }
-    fn resume_response(&mut self, _id: u32, _headers: &[(String, String)]) {}
+    fn resume_response(&mut self, _id: u32, _headers: &[tollgate::response::Header]) {}
     fn remove_request_header(&mut self, _name: &str) {}
     fn count(&mut self, _stat: Stat, _by: u64) {}
     fn gauge(&mut self, _gauge: Gauge, _delta: i64) {}

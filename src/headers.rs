@@ -75,10 +75,22 @@ pub fn policy_item(name: &str, limit: u64, period_ms: u64) -> String {
 /// joined by `", "`; the reset is in whole seconds, rounded up (0 stays 0).
 /// Empty for no items (then omit the header).
 pub fn ratelimit(items: &[PolicyStat<'_>]) -> String {
-    sf_list(items, |out, o| {
-        push_param(out, ";r=", o.remaining);
-        push_param(out, ";t=", ceil_secs(o.reset_ms));
-    })
+    sf_list(items, push_state_params)
+}
+
+/// Appends one `RateLimit` item's parameters, `;r=<remaining>;t=<reset s>`
+/// (after its quoted name: [`sf_string`]).
+pub fn push_state_params(out: &mut String, o: &WindowOutcome) {
+    push_param(out, ";r=", o.remaining);
+    push_param(out, ";t=", ceil_secs(o.reset_ms));
+}
+
+/// `s` as an sf-string, quoted and escaped as in both headers: made once
+/// per window at configuration time ([`crate::config::Rule::quoted_names`]).
+pub fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len().saturating_add(2));
+    push_sf_string(&mut out, s);
+    out
 }
 
 /// Seconds for a `Retry-After` header: `ms` rounded up, so 0 gives 0 and any

@@ -2,8 +2,11 @@
 //! for denied ones, built from a [`Decision`]. Pure; the filter only copies
 //! the result into Envoy.
 
-use crate::config::{Body, Config};
-use crate::headers::{ratelimit, ratelimit_policy, retry_after_secs, x_ratelimit, PolicyStat};
+use crate::config::{Body, Config, Rule};
+use crate::headers::{
+    push_state_params, ratelimit, ratelimit_policy, retry_after_secs, x_ratelimit, PolicyStat, RATELIMIT_HEADER,
+    RATELIMIT_POLICY_HEADER,
+};
 use crate::limiter::{Check, Decision, WindowOutcome};
 use crate::problem::{quota_exceeded, reduced_capacity, PROBLEM_CONTENT_TYPE};
 use crate::text::u64_string;
@@ -27,7 +30,7 @@ pub struct LocalReply {
     /// and the reason, one of the `DETAILS_*` constants.
     pub details: &'static str,
     /// Names are the filter's own (static: no copy per reply).
-    pub headers: Vec<(Cow<'static, str>, String)>,
+    pub headers: Vec<Header>,
     pub body: Vec<u8>,
 }
 
@@ -50,77 +53,113 @@ fn stats<'a>(names: &[&'a str], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
     names.iter().zip(&decision.windows).map(|(name, outcome)| PolicyStat { name, outcome }).collect()
 }
 
+/// A header the filter adds: its name is the filter's own (static: no copy
+/// per request), its value made for the request.
+pub type Header = (Cow<'static, str>, String);
+
 /// The rate-limit headers of the configured families (`response.headers`):
 /// draft-10 `RateLimit-Policy`/`RateLimit` for every window, and/or
 /// `X-RateLimit-*` for the most constrained window. `names` are the
 /// decision's [`policy_names`].
-pub fn ratelimit_headers(config: &Config, names: &[&str], decision: &Decision) -> Vec<(String, String)> {
-    headers_of(config, &stats(names, decision)).into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
+pub fn ratelimit_headers(config: &Config, names: &[&str], decision: &Decision) -> Vec<Header> {
+    headers_of(config, &stats(names, decision))
 }
 
-/// The decision's `RateLimit-Policy` value joined from its rules' items,
-/// or `None` when a window is not exactly its rule's configured one (then
-/// the value is formatted from the windows, as [`ratelimit_policy`] does).
-fn configured_policy(config: &Config, checks: &[Check], decision: &Decision) -> Option<String> {
+/// A decision's `RateLimit-Policy` or `RateLimit` value joined from items
+/// made at configuration time, each finished by `item` (`None` when a
+/// window is not its rule's configured one: then the value is formatted
+/// from the policy names, as [`ratelimit_policy`] and [`ratelimit`] do).
+fn configured(
+    config: &Config,
+    checks: &[Check],
+    decision: &Decision,
+    item: impl Fn(&mut String, &Rule, &WindowOutcome) -> Option<()>,
+) -> Option<String> {
     let mut out = String::with_capacity(decision.windows.len() * 48);
     for (i, w) in decision.windows.iter().enumerate() {
         let rule = checks.get(w.check).and_then(|c| config.rules.get(c.rule))?;
-        let limit = rule.limits.get(w.window)?;
-        if limit.limit.get() != w.limit || limit.period.ms().get() != w.period_ms {
-            return None;
-        }
         if i > 0 {
             out.push_str(", ");
         }
-        out.push_str(rule.policy_items.get(w.window)?);
+        item(&mut out, rule, w)?;
     }
     Some(out)
 }
 
-/// [`allowed_headers`] for a decision over `checks`: the same headers, with
-/// `RateLimit-Policy` joined from the items built at configuration time.
-pub fn allowed_headers_of(
-    config: &Config,
-    checks: &[Check],
-    names: &[&str],
-    decision: &Decision,
-) -> Vec<(String, String)> {
-    if !config.response.on_allowed {
+/// The `RateLimit-Policy` value from the rules' items
+/// ([`Rule::policy_items`]), when every window is its rule's configured one.
+fn configured_policy(config: &Config, checks: &[Check], decision: &Decision) -> Option<String> {
+    configured(config, checks, decision, |out, rule, w| {
+        let limit = rule.limits.get(w.window)?;
+        if limit.limit.get() != w.limit || limit.period.ms().get() != w.period_ms {
+            return None;
+        }
+        out.push_str(rule.policy_items.get(w.window)?);
+        Some(())
+    })
+}
+
+/// The `RateLimit` value from the rules' quoted policy names
+/// ([`Rule::quoted_names`]) and each window's state.
+fn configured_state(config: &Config, checks: &[Check], decision: &Decision) -> Option<String> {
+    configured(config, checks, decision, |out, rule, w| {
+        out.push_str(rule.quoted_names.get(w.window)?);
+        push_state_params(out, w);
+        Some(())
+    })
+}
+
+/// [`allowed_headers`] for a decision over `checks`: the same headers, the
+/// `RateLimit` ones joined from items made at configuration time.
+pub fn allowed_headers_of(config: &Config, checks: &[Check], names: &[&str], decision: &Decision) -> Vec<Header> {
+    let families = &config.response;
+    if !families.on_allowed || decision.windows.is_empty() {
         return Vec::new();
     }
-    let policy = if config.response.ratelimit_headers { configured_policy(config, checks, decision) } else { None };
-    headers_with(config, &stats(names, decision), policy).into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
+    let mut out = Vec::with_capacity(5);
+    if families.ratelimit_headers {
+        let policy =
+            configured_policy(config, checks, decision).unwrap_or_else(|| ratelimit_policy(&stats(names, decision)));
+        let state = configured_state(config, checks, decision).unwrap_or_else(|| ratelimit(&stats(names, decision)));
+        out.push((Cow::Borrowed(RATELIMIT_POLICY_HEADER), policy));
+        out.push((Cow::Borrowed(RATELIMIT_HEADER), state));
+    }
+    if families.x_ratelimit_headers {
+        push_x_ratelimit(&mut out, &stats(names, decision));
+    }
+    out
 }
 
-fn headers_of(config: &Config, all: &[PolicyStat<'_>]) -> Vec<(Cow<'static, str>, String)> {
-    headers_with(config, all, None)
-}
-
-/// [`headers_of`], with the `RateLimit-Policy` value given when known.
-fn headers_with(config: &Config, all: &[PolicyStat<'_>], policy: Option<String>) -> Vec<(Cow<'static, str>, String)> {
+/// The headers of the configured families for the windows `all`.
+fn headers_of(config: &Config, all: &[PolicyStat<'_>]) -> Vec<Header> {
     // Room for every header a denial adds too (Retry-After, Content-Type).
     let mut out = Vec::with_capacity(7);
     if all.is_empty() {
         return out;
     }
     if config.response.ratelimit_headers {
-        out.push((Cow::Borrowed("ratelimit-policy"), policy.unwrap_or_else(|| ratelimit_policy(all))));
-        out.push((Cow::Borrowed("ratelimit"), ratelimit(all)));
+        out.push((Cow::Borrowed(RATELIMIT_POLICY_HEADER), ratelimit_policy(all)));
+        out.push((Cow::Borrowed(RATELIMIT_HEADER), ratelimit(all)));
     }
     if config.response.x_ratelimit_headers {
-        let tightest = all.iter().min_by(|a, b| {
-            a.outcome.remaining.cmp(&b.outcome.remaining).then(b.outcome.reset_ms.cmp(&a.outcome.reset_ms))
-        });
-        if let Some(item) = tightest {
-            out.extend(x_ratelimit(item).map(|(k, v)| (Cow::Borrowed(k), v)));
-        }
+        push_x_ratelimit(&mut out, all);
     }
     out
 }
 
+/// The `X-RateLimit-*` headers of the most constrained of `all`.
+fn push_x_ratelimit(out: &mut Vec<Header>, all: &[PolicyStat<'_>]) {
+    let tightest = all
+        .iter()
+        .min_by(|a, b| a.outcome.remaining.cmp(&b.outcome.remaining).then(b.outcome.reset_ms.cmp(&a.outcome.reset_ms)));
+    if let Some(item) = tightest {
+        out.extend(x_ratelimit(item).map(|(k, v)| (Cow::Borrowed(k), v)));
+    }
+}
+
 /// Headers for the upstream's response to an admitted request (none when
 /// `response.on_allowed` is false).
-pub fn allowed_headers(config: &Config, names: &[&str], decision: &Decision) -> Vec<(String, String)> {
+pub fn allowed_headers(config: &Config, names: &[&str], decision: &Decision) -> Vec<Header> {
     if config.response.on_allowed {
         ratelimit_headers(config, names, decision)
     } else {
@@ -215,13 +254,23 @@ mod tests {
         let formatted = allowed_headers(&config, &names, &d);
         assert_eq!(allowed_headers_of(&config, &checks, &names, &d), formatted);
         assert_eq!(formatted[0].1, r#""auth.createToken/60s";q=20;w=60, "auth.createToken/3s";q=5;w=3"#);
+        assert_eq!(formatted[1].1, r#""auth.createToken/60s";r=15;t=60, "auth.createToken/3s";r=0;t=3"#);
         // A window that is not its rule's configured one: formatted from it.
         d.windows[1].limit = 7;
         let formatted = allowed_headers(&config, &names, &d);
         assert_eq!(allowed_headers_of(&config, &checks, &names, &d), formatted);
         assert!(formatted[0].1.ends_with(";q=7;w=3"));
-        // Only X-RateLimit-* headers, or none.
-        for response in [r#""headers":["x-ratelimit"]"#, r#""on_allowed":false"#] {
+        // A check of a rule the configuration does not have: formatted
+        // from the policy names ("unknown").
+        let stray = [Check { rule: 9, ..checks[0].clone() }];
+        let names = policy_names(&config, &stray, &d);
+        assert_eq!(names, ["unknown", "unknown"]);
+        assert_eq!(allowed_headers_of(&config, &stray, &names, &d), allowed_headers(&config, &names, &d));
+        let names = policy_names(&config, &checks, &d);
+        // Both families, only X-RateLimit-* headers, or none.
+        for response in
+            [r#""headers":["ratelimit","x-ratelimit"]"#, r#""headers":["x-ratelimit"]"#, r#""on_allowed":false"#]
+        {
             let config = Config::from_json(
                 format!(
                     r#"{{"valkey":{{"cluster":"c"}},"response":{{{response}}},"rules":[{{"name":"auth.createToken",
@@ -339,7 +388,7 @@ mod tests {
         let (config, checks) = setup();
         let d = decision(0);
         let headers = ratelimit_headers(&config, &policy_names(&config, &checks, &d), &d);
-        let names: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
+        let names: Vec<&str> = headers.iter().map(|(k, _)| k.as_ref()).collect();
         assert_eq!(names, vec!["ratelimit-policy", "ratelimit"]);
     }
 }

@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::model::host::RecordingHost;
 use crate::model::store::ModelStore;
 use crate::plan::plan;
+use crate::response::Header;
 use crate::worker::{Flow, ResponseHeaders, Worker};
 
 /// What the client got for one request.
@@ -68,7 +69,12 @@ impl Simulator {
 
     fn decided(&mut self, id: u32, flow: Flow, now: u64, headers: &ResponseHeaders) -> Response {
         if flow == Flow::Continue {
-            return Response { status: 200, headers: headers.take(), body: Vec::new(), shadow_denied: Vec::new() };
+            return Response {
+                status: 200,
+                headers: owned(headers.take()),
+                body: Vec::new(),
+                shadow_denied: Vec::new(),
+            };
         }
         // The store answers at once, as far as the simulation's clock goes.
         for _ in 0..16 {
@@ -96,7 +102,7 @@ impl Simulator {
         if let Some(i) = self.host.admitted.iter().position(|(a, _)| *a == id) {
             let (_, shadow) = self.host.admitted.swap_remove(i);
             let shadow_denied = shadow.map(|s| s.split(", ").map(str::to_owned).collect()).unwrap_or_default();
-            return Some(Response { status: 200, headers: headers.take(), body: Vec::new(), shadow_denied });
+            return Some(Response { status: 200, headers: owned(headers.take()), body: Vec::new(), shadow_denied });
         }
         let i = self.host.replies.iter().position(|(r, _)| *r == id)?;
         let (_, reply) = self.host.replies.swap_remove(i);
@@ -109,7 +115,7 @@ impl Simulator {
     }
 }
 
-fn owned(headers: Vec<(std::borrow::Cow<'static, str>, String)>) -> Vec<(String, String)> {
+fn owned(headers: Vec<Header>) -> Vec<(String, String)> {
     headers.into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
 }
 

@@ -99,6 +99,7 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 pub use crate::limiter::Algorithm;
+use crate::limiter::Window;
 pub use access::{
     Auth, ClusterModeConfig, Secret, SentinelConfig, DEFAULT_CLUSTER_REFRESH_MS, DEFAULT_SENTINEL_REFRESH_MS,
     MAX_CLUSTER_REFRESH_MS, MAX_SENTINEL_REFRESH_MS,
@@ -113,6 +114,7 @@ pub use limits::*;
 pub use matching::{HeaderCondition, HeaderMatch, Match, Pattern, MAX_HEADER_MATCHES};
 pub use response::{Body, ResponseConfig, DEFAULT_TEXT_BODY, MAX_TEXT_BYTES};
 pub use shaping::{Shaping, DEFAULT_MAX_WAITING, MAX_SHAPE_DELAY_MS, MAX_WAITING_BOUNDS};
+use std::rc::Rc;
 pub use sync_policy::{
     SyncPolicy, DEFAULT_SYNC_MAX_KEYS, MAX_SYNC_INTERVAL_MS, MIN_SYNC_INTERVAL_MS, SYNC_MAX_KEYS_BOUNDS,
 };
@@ -308,6 +310,12 @@ pub struct Rule {
     /// The `RateLimit-Policy` item of each window (`"<policy name>";q=<limit>;w=<s>`),
     /// built once here: a decision's header joins those of its windows.
     pub policy_items: Vec<String>,
+    /// The limits as the checks carry them, shared by every request's
+    /// check instead of copied into each.
+    pub windows: Rc<[Window]>,
+    /// Each policy name as an sf-string (`"<policy name>"`), built once
+    /// here: a decision's `RateLimit` header starts each item with it.
+    pub quoted_names: Vec<String>,
 }
 
 /// One window of a rule: at most `limit` requests per `period`.

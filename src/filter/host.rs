@@ -13,7 +13,7 @@
 
 use super::hostcalls;
 use super::metrics::{self, Metrics};
-use crate::response::{LocalReply, DELAY_HEADER, SHADOW_HEADER};
+use crate::response::{Header, LocalReply, DELAY_HEADER, SHADOW_HEADER};
 use crate::worker::stats::Sums;
 use crate::worker::{Gauge, Host, Level, Record, Stat, DECISION_PROPERTY};
 use proxy_wasm::types::MapType;
@@ -163,7 +163,7 @@ impl Host for EnvoyHost<'_> {
         }
     }
 
-    fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {
+    fn resume_response(&mut self, id: u32, headers: &[Header]) {
         let current = self.current;
         self.on(id, || {
             add_response_headers(headers);
@@ -216,7 +216,7 @@ impl Host for EnvoyHost<'_> {
 }
 
 /// Adds `headers` to the effective context's response.
-pub fn add_response_headers(headers: &[(String, String)]) {
+pub fn add_response_headers(headers: &[Header]) {
     for (name, value) in headers {
         if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
             log::warn!("tollgate: could not add response header {name}: {status:?}");

@@ -15,6 +15,7 @@ pub mod reply;
 pub mod script;
 
 use std::num::NonZeroU64;
+use std::rc::Rc;
 
 /// How a rule's bucket counts (configuration field `algorithm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -87,8 +88,8 @@ pub struct Check {
     pub rule: usize,
     /// The Valkey key of the rule's bucket (see [`crate::key`]).
     pub key: String,
-    /// The rule's windows, in configuration order.
-    pub windows: Vec<Window>,
+    /// The rule's windows, in configuration order (the rule's own, shared).
+    pub windows: Rc<[Window]>,
     /// Units the request consumes in every window (1 unless configured).
     pub cost: NonZeroU64,
     /// How the bucket counts.

@@ -223,7 +223,7 @@ fn encode_decide(
         w.bulk(check.algorithm.id().as_bytes());
         w.decimal(if check.check_only { b"?" } else { b"" }, check.cost.get());
         w.decimal(b"", check.windows.len() as u64);
-        for window in &check.windows {
+        for window in check.windows.iter() {
             w.decimal(b"", window.limit.get());
             w.decimal(b"", window.period_ms.get());
         }
@@ -262,7 +262,7 @@ pub fn encode_adjust(
         owned.push(a.from.min(ADJUST_MAX).to_string());
         owned.push(a.to.min(ADJUST_MAX).to_string());
         owned.push(a.check.windows.len().to_string());
-        for w in &a.check.windows {
+        for w in a.check.windows.iter() {
             owned.push(w.limit.to_string());
             owned.push(w.period_ms.to_string());
         }
@@ -298,7 +298,7 @@ pub fn encode_flush(out: &mut Vec<u8>, script: &Script, how: Invocation, flush: 
         owned.push(e.check.algorithm.id().to_string());
         owned.push(e.units.min(ADJUST_MAX).to_string());
         owned.push(e.check.windows.len().to_string());
-        for w in &e.check.windows {
+        for w in e.check.windows.iter() {
             owned.push(w.limit.to_string());
             owned.push(w.period_ms.to_string());
         }

@@ -7,7 +7,7 @@
 //! fuzz target checks that every request was answered.
 
 use crate::plan::RequestView;
-use crate::response::LocalReply;
+use crate::response::{Header, LocalReply};
 use crate::worker::{DecisionRecord, Gauge, Host, Level, Record, ResponseView, Stat};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -140,9 +140,9 @@ impl Host for RecordingHost {
         self.decisions.push((id, record.to_record()));
     }
 
-    fn resume_response(&mut self, id: u32, headers: &[(String, String)]) {
+    fn resume_response(&mut self, id: u32, headers: &[Header]) {
         self.settled_this_entry += 1;
-        self.resumed.push((id, headers.to_vec()));
+        self.resumed.push((id, headers.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()));
     }
 
     fn remove_request_header(&mut self, name: &str) {

@@ -182,7 +182,7 @@ impl ModelStore {
                 Some(units) => (nz(Some(units.to_string()))?, true),
                 None => (nz(Some(cost))?, false),
             };
-            checks.push(Check { rule, key, windows: windows(&mut args)?, cost, algorithm, check_only });
+            checks.push(Check { rule, key, windows: windows(&mut args)?.into(), cost, algorithm, check_only });
         }
         let Some(max_delay) = max_delay else { return Some(reply(&self.model.decide(&checks, now))) };
         let decision = self.model.decide_floored(&checks, max_delay, floor, now);
@@ -202,7 +202,8 @@ impl ModelStore {
             let from: u64 = args.next()?.parse().ok()?;
             let to: u64 = args.next()?.parse().ok()?;
             let windows = windows(&mut args)?;
-            let check = Check { rule, key, windows, cost: NonZeroU64::MIN, algorithm, check_only: false };
+            let check =
+                Check { rule, key, windows: windows.into(), cost: NonZeroU64::MIN, algorithm, check_only: false };
             adjustments.push(Adjustment { check, from, to });
             self.adjusted.push((at, from, to));
         }
@@ -223,7 +224,8 @@ impl ModelStore {
             let algorithm = algorithm(args.next())?;
             let units: u64 = args.next()?.parse().ok()?;
             let windows = windows(&mut args)?;
-            let check = Check { rule, key, windows, cost: NonZeroU64::MIN, algorithm, check_only: false };
+            let check =
+                Check { rule, key, windows: windows.into(), cost: NonZeroU64::MIN, algorithm, check_only: false };
             entries.push(FlushEntry { check, units });
         }
         let flush = Flush { entries, token, syncer, horizon_ms, token_key };

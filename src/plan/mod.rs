@@ -11,8 +11,9 @@ pub use matching::matches;
 
 use crate::config::{Config, KeySource, Match, OnMissing, Rule, MAX_KEY_PARTS};
 use crate::key::tagged_bucket_key;
-use crate::limiter::{Check, Window};
+use crate::limiter::Check;
 use std::borrow::Cow;
+use std::rc::Rc;
 
 /// The request attributes rules can match and key on.
 pub trait RequestView {
@@ -175,7 +176,7 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
         // The suffix names the algorithm, so switching a rule's algorithm
         // never reads another algorithm's data.
         key: tagged_bucket_key(&config.valkey.key_prefix, &rule.name, parts, rule.hash_tag, rule.algorithm.id()),
-        windows: rule.limits.iter().map(|l| Window { limit: l.limit, period_ms: l.period.ms() }).collect(),
+        windows: Rc::clone(&rule.windows),
         cost: rule.cost,
         algorithm: rule.algorithm,
         check_only: false,

@@ -8,7 +8,7 @@
 //! at once), a send can fail (and the requests in it go back to the queue),
 //! and a request the worker resumes may already be gone.
 
-use crate::response::LocalReply;
+use crate::response::{Header, LocalReply};
 use crate::store::FailureKind;
 use crate::worker::request::record::Record;
 use crate::worker::request::ruling::RuleOutcome;
@@ -32,7 +32,7 @@ pub enum Flow {
 /// Headers the upstream's response gets when the request is admitted. The
 /// request's context holds one and hands it to the worker with the request,
 /// so the headers travel with the request instead of waiting in a map.
-pub type ResponseHeaders = Rc<RefCell<Vec<(String, String)>>>;
+pub type ResponseHeaders = Rc<RefCell<Vec<Header>>>;
 
 /// Why the worker gave up a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -281,7 +281,7 @@ pub trait Host {
     fn decided(&mut self, id: u32, record: &Record<'_>);
     /// Lets the held response of request `id` go on, with `headers` added.
     /// A request that is gone is ignored.
-    fn resume_response(&mut self, id: u32, headers: &[(String, String)]);
+    fn resume_response(&mut self, id: u32, headers: &[Header]);
     /// Removes a header from the request being started (`on_request`).
     fn remove_request_header(&mut self, name: &str);
     fn count(&mut self, stat: Stat, by: u64);

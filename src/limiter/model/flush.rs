@@ -62,7 +62,7 @@ impl Model {
             .collect();
         let state = self.adjust(&adjustments, now_ms, now_ms);
         if !seen {
-            let windows = flush.entries.iter().flat_map(|e| &e.check.windows);
+            let windows = flush.entries.iter().flat_map(|e| e.check.windows.iter());
             let longest = windows.map(|w| w.period_ms.get()).max().unwrap_or(0);
             self.flushes.tokens.insert(flush.token_key.clone(), (flush.token.clone(), now_ms.saturating_add(longest)));
         }

@@ -258,7 +258,7 @@ impl Model {
 
         let mut retries: Vec<u64> = Vec::new();
         for check in checks {
-            for w in &check.windows {
+            for w in check.windows.iter() {
                 retries.push(self.bucket(check).map_or(0, |b| b.retry(w, check.cost.get(), now_ms)));
             }
         }

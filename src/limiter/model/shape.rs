@@ -50,7 +50,7 @@ impl Model {
         }
         let mut earliest: Vec<u64> = Vec::new();
         for check in checks {
-            for w in &check.windows {
+            for w in check.windows.iter() {
                 earliest.push(self.bucket(check).map_or(t0, |b: &dyn Bucket| b.earliest(w, check.cost.get(), t0)));
             }
         }

@@ -131,7 +131,8 @@ fn encodes_keys_then_argv_in_contract_order() {
             windows: vec![
                 Window { limit: nz(20), period_ms: nz(60_000) },
                 Window { limit: nz(5), period_ms: nz(3_000) },
-            ],
+            ]
+            .into(),
             cost: nz(1),
             algorithm: Algorithm::SlidingLog,
             check_only: false,
@@ -139,7 +140,7 @@ fn encodes_keys_then_argv_in_contract_order() {
         Check {
             rule: 1,
             key: "p:{b}:gcra".into(),
-            windows: vec![Window { limit: nz(7), period_ms: nz(250) }],
+            windows: vec![Window { limit: nz(7), period_ms: nz(250) }].into(),
             cost: nz(2),
             algorithm: Algorithm::Gcra,
             check_only: true,
@@ -180,7 +181,7 @@ fn eval_carries_the_body_and_empty_now_means_server_time() {
     let checks = vec![Check {
         rule: 0,
         key: "k".into(),
-        windows: vec![Window { limit: nz(1), period_ms: nz(1) }],
+        windows: vec![Window { limit: nz(1), period_ms: nz(1) }].into(),
         cost: nz(1),
         algorithm: Algorithm::FixedWindow,
         check_only: false,
@@ -261,7 +262,7 @@ fn spelled(how: Invocation, checks: &[Check], delay: Option<u64>, now: Option<u6
         args.push(c.algorithm.id().to_string());
         args.push(if c.check_only { format!("?{}", c.cost) } else { c.cost.to_string() });
         args.push(c.windows.len().to_string());
-        for w in &c.windows {
+        for w in c.windows.iter() {
             args.extend([w.limit.to_string(), w.period_ms.to_string()]);
         }
     }

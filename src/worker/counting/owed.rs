@@ -6,7 +6,7 @@
 
 use crate::config::Config;
 use crate::limiter::{Check, Decision};
-use crate::response::{allowed_headers, policy_names, SERVER_TIMING};
+use crate::response::{allowed_headers, policy_names, Header, SERVER_TIMING};
 use crate::worker::calls::{Arrival, CallId, Pending};
 use crate::worker::counting::body::BodyReader;
 use crate::worker::host::ResponseHeaders;
@@ -103,11 +103,7 @@ pub(in crate::worker) fn counts(config: &Config, check: &Check) -> bool {
 /// request's own change (`from` → `to`; a window empty until a charge now
 /// resets within its period): what the response says when the store's
 /// reply is not there.
-pub(in crate::worker) fn corrected(
-    config: &Config,
-    owed: &Owed,
-    changes: &[Option<(u64, u64)>],
-) -> Vec<(String, String)> {
+pub(in crate::worker) fn corrected(config: &Config, owed: &Owed, changes: &[Option<(u64, u64)>]) -> Vec<Header> {
     let (Decided::Store(decision) | Decided::Local(decision)) = &owed.decided else { return Vec::new() };
     let mut now = decision.clone();
     for w in &mut now.windows {
@@ -125,7 +121,7 @@ pub(in crate::worker) fn corrected(
 /// `headers` for `owed`'s response, with the report of its delay
 /// (`Server-Timing`, shaping) if it was held: the settlement replaces the
 /// rate-limit headers only.
-pub(in crate::worker) fn with_delay(mut headers: Vec<(String, String)>, owed: &Owed) -> Vec<(String, String)> {
+pub(in crate::worker) fn with_delay(mut headers: Vec<Header>, owed: &Owed) -> Vec<Header> {
     if let Ok(admitted) = owed.headers.try_borrow() {
         headers.extend(admitted.iter().filter(|(k, _)| k == SERVER_TIMING).cloned());
     }

@@ -124,7 +124,7 @@ impl Worker {
         host.count(Stat::Shape(ShapeStat::Delayed), 1);
         host.record_shape_delay(delay_ms);
         if let Ok(mut headers) = c.headers.try_borrow_mut() {
-            headers.push((SERVER_TIMING.to_string(), format!("tollgate-delay;dur={delay_ms}")));
+            headers.push((std::borrow::Cow::Borrowed(SERVER_TIMING), format!("tollgate-delay;dur={delay_ms}")));
         }
         let records = c
             .slices

@@ -92,7 +92,7 @@ impl LocalLimiter {
         for check in checks {
             let mut state = self.take(&check.key).unwrap_or_default();
             state.resize(check.windows.len(), Window { allowance: 0, used: 0, until_ms: 0 });
-            for (w, spec) in state.iter_mut().zip(&check.windows) {
+            for (w, spec) in state.iter_mut().zip(check.windows.iter()) {
                 if now_ms >= w.until_ms {
                     *w = Window {
                         allowance: self.share(spec.limit.get()),
@@ -107,7 +107,7 @@ impl LocalLimiter {
             states.push(state);
         }
         for ((i, check), mut state) in checks.iter().enumerate().zip(states) {
-            for (j, (w, spec)) in state.iter_mut().zip(&check.windows).enumerate() {
+            for (j, (w, spec)) in state.iter_mut().zip(check.windows.iter()).enumerate() {
                 let fits = w.used.saturating_add(check.cost.get()) <= w.allowance;
                 if allowed && !check.check_only {
                     w.used = w.used.saturating_add(check.cost.get());
@@ -137,7 +137,7 @@ impl LocalLimiter {
         }
         let mut state = self.take(&check.key).unwrap_or_default();
         state.resize(check.windows.len(), Window { allowance: 0, used: 0, until_ms: 0 });
-        for (w, spec) in state.iter_mut().zip(&check.windows) {
+        for (w, spec) in state.iter_mut().zip(check.windows.iter()) {
             if now_ms >= w.until_ms {
                 let until_ms = now_ms.saturating_add(spec.period_ms.get());
                 *w = Window { allowance: self.share(spec.limit.get()), used: 0, until_ms };

@@ -12,7 +12,7 @@
 use crate::cache::DenialCache;
 use crate::config::{Config, Reserve};
 use crate::limiter::{Check, Decision, WindowOutcome};
-use crate::response::{allowed_headers_of, denied, policy_names, LocalReply};
+use crate::response::{allowed_headers_of, denied, policy_names, Header, LocalReply};
 use crate::worker::request::record::{Answer, Decider, DecisionRecord};
 
 /// How one matching rule saw the request.
@@ -33,7 +33,7 @@ pub enum Action {
     /// Forward it. `shadow_denied` names the policies (`rule/period`, comma
     /// separated) that would have denied it, when shadow mode saved it;
     /// `headers` go on the upstream's response.
-    Admit { shadow_denied: Option<String>, headers: Vec<(String, String)> },
+    Admit { shadow_denied: Option<String>, headers: Vec<Header> },
     /// Answer it with this reply.
     Deny(LocalReply),
 }

@@ -6,7 +6,7 @@
 //! (Envoy would turn the current request's `Continue` into a pause that
 //! never ends).
 
-use crate::response::LocalReply;
+use crate::response::{Header, LocalReply};
 use crate::worker::host::Host;
 use std::collections::VecDeque;
 
@@ -22,7 +22,7 @@ pub enum Verdict {
     AdmitDelayed(Option<String>, u64),
     Reply(LocalReply),
     /// A held response goes on, with these headers.
-    Resume(Vec<(String, String)>),
+    Resume(Vec<Header>),
 }
 
 /// The verdicts of one worker that wait for a later VM entry, and the

@@ -26,7 +26,7 @@ pub fn of(call: &FlushCall, checks: &[Check]) -> Flush {
 
 /// The longest period among `checks`' windows.
 fn longest(checks: &[Check]) -> u64 {
-    checks.iter().flat_map(|c| &c.windows).map(|w| w.period_ms.get()).max().unwrap_or(0)
+    checks.iter().flat_map(|c| c.windows.iter()).map(|w| w.period_ms.get()).max().unwrap_or(0)
 }
 
 impl Worker {

@@ -181,6 +181,9 @@ impl Rig {
     }
 
     pub fn response_headers(&self, id: u32) -> Vec<(String, String)> {
-        self.headers.get(&id).map(|h| h.borrow().clone()).unwrap_or_default()
+        self.headers
+            .get(&id)
+            .map(|h| h.borrow().iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
+            .unwrap_or_default()
     }
 }

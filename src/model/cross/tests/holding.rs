@@ -39,7 +39,7 @@ fn releases_keep_windows(run: &Run<Model>, c: &Check) {
         .filter(|q| q.fate() == Some(Fate::Admit) && q.checks.iter().any(|x| x.key == c.key))
         .filter_map(|q| q.released)
         .collect();
-    for w in &c.windows {
+    for w in c.windows.iter() {
         let (limit, period) = (w.limit.get(), w.period_ms.get());
         for &t in &times {
             let n = match c.algorithm {
