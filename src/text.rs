@@ -3,42 +3,11 @@
 //! or a serializer: decimal integers, and JSON strings escaped exactly as
 //! serde_json escapes them (the tests compare the two).
 
-/// "00" to "99", two digits per entry.
-const PAIRS: &[u8; 200] = b"\
-0001020304050607080910111213141516171819\
-2021222324252627282930313233343536373839\
-4041424344454647484950515253545556575859\
-6061626364656667686970717273747576777879\
-8081828384858687888990919293949596979899";
-
-/// `n` in decimal, written at the end of `buf` (20 digits hold any u64),
-/// two digits a step: the one digit writer of the crate's text and of the
-/// RESP encoder.
-pub fn decimal_digits(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
-    let mut start = buf.len();
-    while n >= 10 {
-        let pair = (n % 100) as usize * 2;
-        n /= 100;
-        start -= 2;
-        if let (Some(dst), Some(src)) = (buf.get_mut(start..start + 2), PAIRS.get(pair..pair + 2)) {
-            dst.copy_from_slice(src);
-        }
-    }
-    // The pairs end on one of 10 to 99, so they have no leading zero; a
-    // last digit is written alone (0 too, when nothing else was).
-    if n > 0 || start == buf.len() {
-        start -= 1;
-        if let Some(d) = buf.get_mut(start) {
-            *d = b'0' + n as u8;
-        }
-    }
-    buf.get(start..).unwrap_or_default()
-}
-
-/// Appends `n` in decimal, in one `push_str`.
+/// Appends `n` in decimal: the one digit writer of the crate's text and
+/// of the RESP encoder is `itoa` (serde_json's), two digits a step and no
+/// UTF-8 check of its own ASCII.
 pub fn push_u64(out: &mut String, n: u64) {
-    let mut digits = [b'0'; 20];
-    out.push_str(std::str::from_utf8(decimal_digits(&mut digits, n)).unwrap_or("0"));
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 /// `n` in decimal.

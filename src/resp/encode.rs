@@ -2,7 +2,6 @@
 //! servers, replies.
 
 use super::Value;
-use crate::text::decimal_digits;
 
 /// Appends one command to `out` as a RESP array of bulk strings:
 /// `*N\r\n` then `$len\r\narg\r\n` for every argument.
@@ -38,8 +37,8 @@ impl<'a> CommandWriter<'a> {
 
     /// `prefix` then `n` in decimal, as one argument.
     pub fn decimal(&mut self, prefix: &[u8], n: u64) {
-        let mut digits = [0u8; 20];
-        let digits = decimal_digits(&mut digits, n);
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(n).as_bytes();
         push_header(self.out, b'$', prefix.len() + digits.len());
         self.out.extend_from_slice(prefix);
         self.out.extend_from_slice(digits);
@@ -110,6 +109,5 @@ fn push_header(out: &mut Vec<u8>, kind: u8, len: usize) {
 
 /// Appends `n` in decimal without allocating.
 fn push_decimal(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    out.extend_from_slice(decimal_digits(&mut digits, n));
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
