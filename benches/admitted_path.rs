@@ -29,7 +29,7 @@ use tollgate::model::host::{FakeRequest, FakeResponse};
 use tollgate::model::store::ModelStore;
 use tollgate::plan::plan;
 use tollgate::resp::{decode, Limits, Value};
-use tollgate::response::{allowed_headers_of, policy_names, LocalReply};
+use tollgate::response::{allowed_headers_of, LocalReply};
 use tollgate::store::{interpret_reply, Outcome};
 use tollgate::worker::{Answer, Decider, Flow, Gauge, Host, Level, Record, ResponseHeaders, Stat, Worker};
 
@@ -258,12 +258,11 @@ fn decode_stage(f: &Fixture) -> bool {
 
 fn respond_stage(f: &Fixture) -> usize {
     let Outcome::Decided(decision) = interpret_reply(&f.decided, &f.checks) else { return 0 };
-    let names = policy_names(&f.config, &f.checks, &decision);
-    let headers = allowed_headers_of(&f.config, &f.checks, &names, &decision);
-    let (config, checks, names) = (&f.config, &f.checks[..], &names[..]);
+    let headers = allowed_headers_of(&f.config, &f.checks, &decision);
+    let (config, checks) = (&f.config, &f.checks[..]);
     let (decider, answer, decision) = (Decider::Store, Answer::Allowed, &decision);
     // As the filter's host makes it.
-    black_box(Record::Decided { config, checks, decision, names, decider, answer, store_ms: Some(1) }.plain());
+    black_box(Record::Decided { config, checks, decision, decider, answer, store_ms: Some(1) }.plain());
     headers.len()
 }
 

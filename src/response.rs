@@ -39,14 +39,14 @@ pub struct LocalReply {
 /// ([`crate::config::Rule::policy_names`]). Computed once per request and
 /// passed to the builders below.
 pub fn policy_names<'a>(config: &'a Config, checks: &[Check], decision: &Decision) -> Vec<&'a str> {
-    decision
-        .windows
-        .iter()
-        .map(|w| {
-            let rule = checks.get(w.check).and_then(|c| config.rules.get(c.rule));
-            rule.and_then(|r| r.policy_names.get(w.window)).map_or("unknown", String::as_str)
-        })
-        .collect()
+    decision.windows.iter().map(|w| policy_name(config, checks, w)).collect()
+}
+
+/// The policy name of window `w` of a decision over `checks` (`unknown`
+/// for a window of no configured rule).
+pub fn policy_name<'a>(config: &'a Config, checks: &[Check], w: &WindowOutcome) -> &'a str {
+    let rule = checks.get(w.check).and_then(|c| config.rules.get(c.rule));
+    rule.and_then(|r| r.policy_names.get(w.window)).map_or("unknown", String::as_str)
 }
 
 fn stats<'a>(names: &[&'a str], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
@@ -110,22 +110,24 @@ fn configured_state(config: &Config, checks: &[Check], decision: &Decision) -> O
 }
 
 /// [`allowed_headers`] for a decision over `checks`: the same headers, the
-/// `RateLimit` ones joined from items made at configuration time.
-pub fn allowed_headers_of(config: &Config, checks: &[Check], names: &[&str], decision: &Decision) -> Vec<Header> {
+/// `RateLimit` ones joined from items made at configuration time (the
+/// policy names are made only where those do not serve).
+pub fn allowed_headers_of(config: &Config, checks: &[Check], decision: &Decision) -> Vec<Header> {
     let families = &config.response;
     if !families.on_allowed || decision.windows.is_empty() {
         return Vec::new();
     }
+    let names = || policy_names(config, checks, decision);
     let mut out = Vec::with_capacity(5);
     if families.ratelimit_headers {
         let policy =
-            configured_policy(config, checks, decision).unwrap_or_else(|| ratelimit_policy(&stats(names, decision)));
-        let state = configured_state(config, checks, decision).unwrap_or_else(|| ratelimit(&stats(names, decision)));
+            configured_policy(config, checks, decision).unwrap_or_else(|| ratelimit_policy(&stats(&names(), decision)));
+        let state = configured_state(config, checks, decision).unwrap_or_else(|| ratelimit(&stats(&names(), decision)));
         out.push((Cow::Borrowed(RATELIMIT_POLICY_HEADER), policy));
         out.push((Cow::Borrowed(RATELIMIT_HEADER), state));
     }
     if families.x_ratelimit_headers {
-        push_x_ratelimit(&mut out, &stats(names, decision));
+        push_x_ratelimit(&mut out, &stats(&names(), decision));
     }
     out
 }
@@ -252,20 +254,20 @@ mod tests {
         let mut d = decision(0);
         let names = policy_names(&config, &checks, &d);
         let formatted = allowed_headers(&config, &names, &d);
-        assert_eq!(allowed_headers_of(&config, &checks, &names, &d), formatted);
+        assert_eq!(allowed_headers_of(&config, &checks, &d), formatted);
         assert_eq!(formatted[0].1, r#""auth.createToken/60s";q=20;w=60, "auth.createToken/3s";q=5;w=3"#);
         assert_eq!(formatted[1].1, r#""auth.createToken/60s";r=15;t=60, "auth.createToken/3s";r=0;t=3"#);
         // A window that is not its rule's configured one: formatted from it.
         d.windows[1].limit = 7;
         let formatted = allowed_headers(&config, &names, &d);
-        assert_eq!(allowed_headers_of(&config, &checks, &names, &d), formatted);
+        assert_eq!(allowed_headers_of(&config, &checks, &d), formatted);
         assert!(formatted[0].1.ends_with(";q=7;w=3"));
         // A check of a rule the configuration does not have: formatted
         // from the policy names ("unknown").
         let stray = [Check { rule: 9, ..checks[0].clone() }];
         let names = policy_names(&config, &stray, &d);
         assert_eq!(names, ["unknown", "unknown"]);
-        assert_eq!(allowed_headers_of(&config, &stray, &names, &d), allowed_headers(&config, &names, &d));
+        assert_eq!(allowed_headers_of(&config, &stray, &d), allowed_headers(&config, &names, &d));
         let names = policy_names(&config, &checks, &d);
         // Both families, only X-RateLimit-* headers, or none.
         for response in
@@ -279,7 +281,7 @@ mod tests {
                 .as_bytes(),
             )
             .unwrap();
-            assert_eq!(allowed_headers_of(&config, &checks, &names, &d), allowed_headers(&config, &names, &d));
+            assert_eq!(allowed_headers_of(&config, &checks, &d), allowed_headers(&config, &names, &d));
         }
     }
 

@@ -6,7 +6,7 @@
 
 use crate::config::Config;
 use crate::limiter::{Check, Decision};
-use crate::response::policy_names;
+use crate::response::{policy_name, policy_names};
 use crate::text::push_u64;
 
 /// The filter state key the filter sets (Envoy prefixes it with `wasm.`).
@@ -88,18 +88,8 @@ impl DecisionRecord {
     /// A request decided over `checks` (by the store, the cache or the
     /// local limiter) that got `answer`.
     pub fn decided(config: &Config, checks: &[Check], decision: &Decision, decider: Decider, answer: Answer) -> Self {
-        DecisionRecord::named(config, checks, decision, &policy_names(config, checks, decision), decider, answer)
-    }
-
-    /// [`DecisionRecord::decided`], with the decision's policy names already made.
-    pub fn named(
-        config: &Config,
-        checks: &[Check],
-        decision: &Decision,
-        names: &[&str],
-        decider: Decider,
-        answer: Answer,
-    ) -> Self {
+        let names = policy_names(config, checks, decision);
+        let names = names.as_slice();
         let denied_by = decision.windows.iter().zip(names).filter(|(w, _)| w.denied());
         DecisionRecord {
             decider,
@@ -131,12 +121,11 @@ impl DecisionRecord {
 /// it into text ([`Record::plain`]) straight from the decision, with no
 /// record in between; the model host keeps it whole ([`Record::to_record`]).
 pub enum Record<'a> {
-    /// Decided over `checks`, `names` being the decision's policy names.
+    /// Decided over `checks`.
     Decided {
         config: &'a Config,
         checks: &'a [Check],
         decision: &'a Decision,
-        names: &'a [&'a str],
         decider: Decider,
         answer: Answer,
         store_ms: Option<u64>,
@@ -150,10 +139,10 @@ impl Record<'_> {
     pub fn plain(&self) -> String {
         match self {
             Record::Made(record) => record.plain(),
-            Record::Decided { config, checks, decision, names, decider, answer, store_ms } => {
-                let windows = decision.windows.iter().zip(names.iter());
-                let denied_by = windows.clone().filter(|(w, _)| w.denied()).map(|(_, n)| *n);
-                let pairs = windows.map(|(w, n)| (*n, w.remaining));
+            Record::Decided { config, checks, decision, decider, answer, store_ms } => {
+                let name = |w| policy_name(config, checks, w);
+                let denied_by = decision.windows.iter().filter(|w| w.denied()).map(name);
+                let pairs = decision.windows.iter().map(|w| (name(w), w.remaining));
                 plain(*decider, *answer, unique_rules(config, checks), denied_by, pairs, *store_ms)
             }
         }
@@ -162,8 +151,8 @@ impl Record<'_> {
     pub fn to_record(&self) -> DecisionRecord {
         match self {
             Record::Made(record) => record.clone(),
-            Record::Decided { config, checks, decision, names, decider, answer, store_ms } => {
-                let record = DecisionRecord::named(config, checks, decision, names, *decider, *answer);
+            Record::Decided { config, checks, decision, decider, answer, store_ms } => {
+                let record = DecisionRecord::decided(config, checks, decision, *decider, *answer);
                 DecisionRecord { store_ms: *store_ms, ..record }
             }
         }

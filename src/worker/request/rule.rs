@@ -3,10 +3,9 @@
 
 use crate::config::Config;
 use crate::limiter::{Check, Decision};
-use crate::response::policy_names;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
 use crate::worker::request::record::{Answer, Decider, Record};
-use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond_named, Action, Ruling};
+use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond, Action, Ruling};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;
 
@@ -63,11 +62,10 @@ impl Worker {
         headers: &ResponseHeaders,
     ) -> Verdict {
         let (checks, decision, decider) = decided;
-        let names = policy_names(&self.config, checks, decision);
-        let mut ruling = respond_named(&self.config, checks, decision, &names, at_ms);
+        let mut ruling = respond(&self.config, checks, decision, at_ms);
         ruling.denials.clear();
         let answer = answer_of(&ruling.action);
-        record_decision(&self.config, host, id, (checks, decision, &names), (decider, answer, None));
+        record_decision(&self.config, host, id, (checks, decision), (decider, answer, None));
         self.rule(host, ruling, at_ms, headers)
     }
 
@@ -89,14 +87,13 @@ impl Worker {
         if self.settlements.active() {
             self.admitted(host, id, Some(decision), false);
         }
-        let names = policy_names(&self.config, checks, decision);
-        let mut ruling = respond_named(&self.config, checks, decision, &names, arrival_ms);
+        let mut ruling = respond(&self.config, checks, decision, arrival_ms);
         if self.settlements.active() {
             ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
         }
         let answer = answer_of(&ruling.action);
         let how = (Decider::Store, answer, store_ms);
-        record_decision(&self.config, host, id, (checks, decision, &names), how);
+        record_decision(&self.config, host, id, (checks, decision), how);
         self.rule(host, ruling, arrival_ms, headers)
     }
 }
@@ -109,18 +106,17 @@ pub(in crate::worker) fn record<'a>(config: &Config, host: &mut dyn Host, id: u3
     }
 }
 
-/// [`record`] of a decision over `checks` with its policy `names`: who
-/// decided, what the request got, and the store's round trip if one call
-/// decided it.
+/// [`record`] of a decision over `checks`: who decided, what the request
+/// got, and the store's round trip if one call decided it.
 fn record_decision(
     config: &Config,
     host: &mut dyn Host,
     id: u32,
-    decided: (&[Check], &Decision, &[&str]),
+    decided: (&[Check], &Decision),
     how: (Decider, Answer, Option<u64>),
 ) {
-    let ((checks, decision, names), (decider, answer, store_ms)) = (decided, how);
-    record(config, host, id, || Record::Decided { config, checks, decision, names, decider, answer, store_ms });
+    let ((checks, decision), (decider, answer, store_ms)) = (decided, how);
+    record(config, host, id, || Record::Decided { config, checks, decision, decider, answer, store_ms });
 }
 
 /// What a ruling's action gives the request.

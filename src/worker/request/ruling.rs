@@ -12,7 +12,7 @@
 use crate::cache::DenialCache;
 use crate::config::{Config, Reserve};
 use crate::limiter::{Check, Decision, WindowOutcome};
-use crate::response::{allowed_headers_of, denied, policy_names, Header, LocalReply};
+use crate::response::{allowed_headers_of, denied, policy_name, policy_names, Header, LocalReply};
 use crate::worker::request::record::{Answer, Decider, DecisionRecord};
 
 /// How one matching rule saw the request.
@@ -65,21 +65,10 @@ pub fn is_shadow(config: &Config, check: &Check) -> bool {
 }
 
 /// The ruling for a request that arrived at `arrival_ms` (request clock) and
-/// that the store decided (the tests' shorthand for [`respond_named`]).
-#[cfg(test)]
+/// that the store decided. The decision's [`policy_names`] are made only
+/// for a denial or a shadow denial: an admission's headers come from items
+/// made at configuration time.
 pub fn respond(config: &Config, checks: &[Check], decision: &Decision, arrival_ms: u64) -> Ruling {
-    respond_named(config, checks, decision, &policy_names(config, checks, decision), arrival_ms)
-}
-
-/// The ruling for a request that arrived at `arrival_ms` (request clock) and
-/// that the store decided, with the decision's [`policy_names`] made.
-pub fn respond_named(
-    config: &Config,
-    checks: &[Check],
-    decision: &Decision,
-    names: &[&str],
-    arrival_ms: u64,
-) -> Ruling {
     let mut rules = Vec::with_capacity(checks.len());
     let mut denials = Vec::new();
     let mut enforced_denial = false;
@@ -105,13 +94,13 @@ pub fn respond_named(
         rules.push((check.rule, outcome));
     }
     let action = if enforced_denial {
-        Action::Deny(denied(config, names, decision))
+        Action::Deny(denied(config, &policy_names(config, checks, decision), decision))
     } else {
         let shadow: Vec<&str> =
-            decision.windows.iter().zip(names).filter(|(w, _)| w.denied()).map(|(_, n)| *n).collect();
+            decision.windows.iter().filter(|w| w.denied()).map(|w| policy_name(config, checks, w)).collect();
         Action::Admit {
             shadow_denied: (!shadow.is_empty()).then(|| shadow.join(", ")),
-            headers: allowed_headers_of(config, checks, names, decision),
+            headers: allowed_headers_of(config, checks, decision),
         }
     };
     Ruling { rules, denials, action }

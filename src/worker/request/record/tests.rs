@@ -40,17 +40,8 @@ fn a_record_made_from_the_decision_reads_as_the_record_kept_whole() {
     checks.push(Check::for_test(0, "k2", &[(20, 60_000), (5, 3_000)], 1));
     for (at, store_ms) in [(0, None), (2_100, Some(7))] {
         let d = decision(at);
-        let names = crate::response::policy_names(&config, &checks, &d);
         for (decider, answer) in [(Decider::Store, Answer::Denied), (Decider::Sync, Answer::Allowed)] {
-            let record = Record::Decided {
-                config: &config,
-                checks: &checks,
-                decision: &d,
-                names: &names,
-                decider,
-                answer,
-                store_ms,
-            };
+            let record = Record::Decided { config: &config, checks: &checks, decision: &d, decider, answer, store_ms };
             let whole = record.to_record();
             assert_eq!(record.plain(), whole.plain());
             assert_eq!((whole.rules.len(), whole.store_ms), (1, store_ms));
