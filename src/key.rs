@@ -38,32 +38,31 @@ pub const MAX_PART_LEN: usize = 64;
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
+/// A rule's name as its keys carry it: percent-encoded like a part (a
+/// no-op for valid rule names, so that no rule name can ever forge another
+/// rule's parts or close the hash tag), once, at configuration time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyName(String);
+
+impl KeyName {
+    pub fn new(rule: &str) -> KeyName {
+        let mut name = String::with_capacity(encoded_len(rule.as_bytes()));
+        push_encoded(&mut name, rule.as_bytes());
+        KeyName(name)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Builds the key `<prefix>:{<rule>:<part>...}:<suffix>` of a bucket.
 ///
 /// `prefix`, `rule` and `suffix` are trusted (validated by the configuration);
-/// `rule` is nevertheless encoded like a part (a no-op for valid rule names),
-/// so that no rule name can ever forge another rule's parts or close the hash
-/// tag. Every part is encoded as described in the [module docs](self).
+/// `rule` is nevertheless encoded ([`KeyName`]). Every part is encoded as
+/// described in the [module docs](self).
 pub fn bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], suffix: &str) -> String {
-    let parts_len: usize = parts.iter().map(|p| part_len(p).saturating_add(1)).fold(0, usize::saturating_add);
-    let mut key = String::with_capacity(
-        prefix
-            .len()
-            .saturating_add(encoded_len(rule.as_bytes()))
-            .saturating_add(parts_len)
-            .saturating_add(suffix.len())
-            .saturating_add(4),
-    );
-    key.push_str(prefix);
-    key.push_str(":{");
-    push_encoded(&mut key, rule.as_bytes());
-    for part in parts {
-        key.push(':');
-        push_part(&mut key, part);
-    }
-    key.push_str("}:");
-    key.push_str(suffix);
-    key
+    rule_key(prefix, &KeyName::new(rule), parts, None, suffix)
 }
 
 /// Builds the key `<prefix>:{<tag>}:<rule>:<part>...:<suffix>` of a bucket
@@ -83,22 +82,38 @@ pub fn bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], suffix: &str) -> St
 /// assert_eq!(tagged_bucket_key("tollgate", "api", &[b"alice"], None, "log"), "tollgate:{api:alice}:log");
 /// ```
 pub fn tagged_bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], tag: Option<usize>, suffix: &str) -> String {
-    let Some(tagged) = tag.and_then(|i| parts.get(i)) else { return bucket_key(prefix, rule, parts, suffix) };
-    let mut key = String::with_capacity(prefix.len().saturating_add(suffix.len()).saturating_add(64));
+    rule_key(prefix, &KeyName::new(rule), parts, tag, suffix)
+}
+
+/// [`tagged_bucket_key`] (or [`bucket_key`] for no `tag`) of the rule
+/// whose encoded name is `rule`: what planning calls per request.
+pub fn rule_key(prefix: &str, rule: &KeyName, parts: &[&[u8]], tag: Option<usize>, suffix: &str) -> String {
+    // Room for every part at its longest (encoded, or hashed), so that the
+    // key never grows.
+    let parts_len = parts
+        .iter()
+        .map(|p| p.len().saturating_mul(3).min(MAX_PART_LEN).saturating_add(1))
+        .fold(0, usize::saturating_add);
+    let fixed = prefix.len().saturating_add(rule.0.len()).saturating_add(suffix.len()).saturating_add(4);
+    let tagged = tag.and_then(|i| parts.get(i));
+    let tag_len = tagged.map_or(0, |t| t.len().saturating_mul(3).clamp(1, MAX_PART_LEN));
+    let mut key = String::with_capacity(fixed.saturating_add(parts_len).saturating_add(tag_len));
     key.push_str(prefix);
     key.push_str(":{");
-    if tagged.is_empty() {
-        key.push('%');
-    } else {
-        push_part(&mut key, tagged);
+    if let Some(tagged) = tagged {
+        if tagged.is_empty() {
+            key.push('%');
+        } else {
+            push_part(&mut key, tagged);
+        }
+        key.push_str("}:");
     }
-    key.push_str("}:");
-    push_encoded(&mut key, rule.as_bytes());
+    key.push_str(rule.as_str());
     for part in parts {
         key.push(':');
         push_part(&mut key, part);
     }
-    key.push(':');
+    key.push_str(if tagged.is_some() { ":" } else { "}:" });
     key.push_str(suffix);
     key
 }
@@ -125,25 +140,20 @@ pub fn syncers_key(bucket_key: &str) -> String {
     format!("{bucket_key}:syncers")
 }
 
-/// Length of `#<sha1 hex>`.
-const HASHED_LEN: usize = 41;
-
-/// Length of the key part that [`push_part`] appends.
-fn part_len(part: &[u8]) -> usize {
-    match encoded_len(part) {
-        n if n > MAX_PART_LEN => HASHED_LEN,
-        n => n,
-    }
-}
-
-/// Appends one part: percent-encoded, or `#<sha1 hex>` when that is too long.
+/// Appends one part: percent-encoded, or `#<sha1 hex>` when that is
+/// longer than [`MAX_PART_LEN`] (a part longer than that raw is, since
+/// encoding never shortens it).
 fn push_part(key: &mut String, part: &[u8]) {
-    if encoded_len(part) > MAX_PART_LEN {
-        key.push('#');
-        key.push_str(&sha1_smol::Sha1::from(part).digest().to_string());
-    } else {
+    let start = key.len();
+    if part.len() <= MAX_PART_LEN {
         push_encoded(key, part);
+        if key.len().saturating_sub(start) <= MAX_PART_LEN {
+            return;
+        }
+        key.truncate(start);
     }
+    key.push('#');
+    key.push_str(&sha1_smol::Sha1::from(part).digest().to_string());
 }
 
 fn is_unreserved(b: u8) -> bool {

@@ -98,6 +98,7 @@ use std::fmt;
 use std::num::NonZeroU64;
 use std::time::Duration;
 
+use crate::key::KeyName;
 pub use crate::limiter::Algorithm;
 use crate::limiter::Window;
 pub use access::{
@@ -310,6 +311,8 @@ pub struct Rule {
     /// The `RateLimit-Policy` item of each window (`"<policy name>";q=<limit>;w=<s>`),
     /// built once here: a decision's header joins those of its windows.
     pub policy_items: Vec<String>,
+    /// The name as the rule's keys carry it, encoded once.
+    pub key_name: KeyName,
     /// The limits as the checks carry them, shared by every request's
     /// check instead of copied into each.
     pub windows: Rc<[Window]>,

@@ -32,6 +32,7 @@ use super::{
 use super::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_MESSAGES_IN_FLIGHT, MAX_BODY_BYTES_BOUNDS, MAX_MESSAGES_IN_FLIGHT_BOUNDS,
 };
+use crate::key::KeyName;
 use crate::limiter::Window;
 
 /// Spelling of [`MAX_TIMEOUT_MS`] in messages.
@@ -235,6 +236,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
         .zip(&policy_names)
         .map(|(l, name)| crate::headers::policy_item(name, l.limit.get(), l.period.ms().get()))
         .collect();
+    let key_name = KeyName::new(&name);
     let windows = limits.iter().map(|l| Window { limit: l.limit, period_ms: l.period.ms() }).collect();
     let quoted_names = policy_names.iter().map(|n| crate::headers::sf_string(n)).collect();
     Ok(Rule {
@@ -251,6 +253,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
         sync,
         policy_names,
         policy_items,
+        key_name,
         windows,
         quoted_names,
     })

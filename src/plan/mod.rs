@@ -10,7 +10,7 @@ mod matching;
 pub use matching::matches;
 
 use crate::config::{Config, KeySource, Match, OnMissing, Rule, MAX_KEY_PARTS};
-use crate::key::tagged_bucket_key;
+use crate::key::rule_key;
 use crate::limiter::Check;
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -175,7 +175,7 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
         rule: index,
         // The suffix names the algorithm, so switching a rule's algorithm
         // never reads another algorithm's data.
-        key: tagged_bucket_key(&config.valkey.key_prefix, &rule.name, parts, rule.hash_tag, rule.algorithm.id()),
+        key: rule_key(&config.valkey.key_prefix, &rule.key_name, parts, rule.hash_tag, rule.algorithm.id()),
         windows: Rc::clone(&rule.windows),
         cost: rule.cost,
         algorithm: rule.algorithm,

@@ -79,6 +79,7 @@ fn example_parses_to_expected_values() {
             sync: None,
             policy_names: vec!["auth.createToken/60s".into(), "auth.createToken/3s".into()],
             policy_items: vec![r#""auth.createToken/60s";q=20;w=60"#.into(), r#""auth.createToken/3s";q=5;w=3"#.into()],
+            key_name: crate::key::KeyName::new("auth.createToken"),
             windows: vec![
                 Window { limit: NonZeroU64::new(20).unwrap(), period_ms: NonZeroU64::new(60_000).unwrap() },
                 Window { limit: NonZeroU64::new(5).unwrap(), period_ms: NonZeroU64::new(3_000).unwrap() },
