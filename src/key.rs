@@ -86,36 +86,68 @@ pub fn tagged_bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], tag: Option<
 }
 
 /// [`tagged_bucket_key`] (or [`bucket_key`] for no `tag`) of the rule
-/// whose encoded name is `rule`: what planning calls per request.
+/// whose encoded name is `rule`.
 pub fn rule_key(prefix: &str, rule: &KeyName, parts: &[&[u8]], tag: Option<usize>, suffix: &str) -> String {
-    // Room for every part at its longest (encoded, or hashed), so that the
-    // key never grows.
-    let parts_len = parts
-        .iter()
-        .map(|p| p.len().saturating_mul(3).min(MAX_PART_LEN).saturating_add(1))
-        .fold(0, usize::saturating_add);
-    let fixed = prefix.len().saturating_add(rule.0.len()).saturating_add(suffix.len()).saturating_add(4);
-    let tagged = tag.and_then(|i| parts.get(i));
-    let tag_len = tagged.map_or(0, |t| t.len().saturating_mul(3).clamp(1, MAX_PART_LEN));
-    let mut key = String::with_capacity(fixed.saturating_add(parts_len).saturating_add(tag_len));
+    let Some(tagged) = tag.and_then(|i| parts.get(i)) else {
+        let mut key = KeyBuilder::new(prefix, rule, parts.len(), suffix);
+        for part in parts {
+            key.part(part);
+        }
+        return key.finish(suffix);
+    };
+    let mut key = String::with_capacity(room(prefix, rule, parts.len().saturating_add(1), suffix));
     key.push_str(prefix);
     key.push_str(":{");
-    if let Some(tagged) = tagged {
-        if tagged.is_empty() {
-            key.push('%');
-        } else {
-            push_part(&mut key, tagged);
-        }
-        key.push_str("}:");
+    if tagged.is_empty() {
+        key.push('%');
+    } else {
+        push_part(&mut key, tagged);
     }
+    key.push_str("}:");
     key.push_str(rule.as_str());
     for part in parts {
         key.push(':');
         push_part(&mut key, part);
     }
-    key.push_str(if tagged.is_some() { ":" } else { "}:" });
+    key.push(':');
     key.push_str(suffix);
     key
+}
+
+/// An untagged key, `<prefix>:{<rule>:<part>...}:<suffix>`, built as the
+/// parts come (planning pushes each value as it reads it).
+pub struct KeyBuilder {
+    key: String,
+}
+
+impl KeyBuilder {
+    /// A key of `parts` parts of the rule `rule`, ending in `suffix`.
+    pub fn new(prefix: &str, rule: &KeyName, parts: usize, suffix: &str) -> KeyBuilder {
+        let mut key = String::with_capacity(room(prefix, rule, parts, suffix));
+        key.push_str(prefix);
+        key.push_str(":{");
+        key.push_str(rule.as_str());
+        KeyBuilder { key }
+    }
+
+    /// Appends the next part, encoded as the [module docs](self) say.
+    pub fn part(&mut self, part: &[u8]) {
+        self.key.push(':');
+        push_part(&mut self.key, part);
+    }
+
+    pub fn finish(mut self, suffix: &str) -> String {
+        self.key.push_str("}:");
+        self.key.push_str(suffix);
+        self.key
+    }
+}
+
+/// Room for a key of `parts` parts, each at its longest (encoded, or
+/// hashed), so that it never grows.
+fn room(prefix: &str, rule: &KeyName, parts: usize, suffix: &str) -> usize {
+    let fixed = prefix.len().saturating_add(rule.0.len()).saturating_add(suffix.len()).saturating_add(4);
+    fixed.saturating_add(parts.saturating_mul(MAX_PART_LEN + 1))
 }
 
 /// The token key of a flush whose first bucket key is `first_key`, for the

@@ -9,8 +9,8 @@ mod matching;
 
 pub use matching::matches;
 
-use crate::config::{Config, KeySource, Match, OnMissing, Rule, MAX_KEY_PARTS};
-use crate::key::rule_key;
+use crate::config::{Config, KeyPart, KeySource, Match, OnMissing, Rule, MAX_KEY_PARTS};
+use crate::key::{rule_key, KeyBuilder};
 use crate::limiter::Check;
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -138,6 +138,43 @@ pub fn plan(config: &Config, request: &dyn RequestView) -> Plan {
 }
 
 fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestView) -> Option<Check> {
+    // The suffix names the algorithm, so switching a rule's algorithm
+    // never reads another algorithm's data.
+    let (prefix, suffix) = (&config.valkey.key_prefix, rule.algorithm.id());
+    let key = match rule.hash_tag {
+        // Each value goes into the key as it is read.
+        None => {
+            let mut key = KeyBuilder::new(prefix, &rule.key_name, rule.key.len(), suffix);
+            for part in &rule.key {
+                key.part(&key_value(part, request)?);
+            }
+            key.finish(suffix)
+        }
+        Some(tag) => tagged_key(prefix, rule, tag, suffix, request)?,
+    };
+    Some(Check {
+        rule: index,
+        key,
+        windows: Rc::clone(&rule.windows),
+        cost: rule.cost,
+        algorithm: rule.algorithm,
+        check_only: false,
+    })
+}
+
+/// The value of key part `part` in `request`: its own, its default, or
+/// `None` when the rule is skipped without it.
+fn key_value<'a>(part: &'a KeyPart, request: &dyn RequestView) -> Option<Cow<'a, [u8]>> {
+    match (part_value(&part.source, request), &part.on_missing) {
+        (Some(v), _) => Some(v),
+        (None, OnMissing::Default(d)) => Some(Cow::Borrowed(d.as_bytes())),
+        (None, OnMissing::SkipRule) => None,
+    }
+}
+
+/// The key of a rule tagged by its part `tag`, which goes first: every
+/// value is read before the key is built.
+fn tagged_key(prefix: &str, rule: &Rule, tag: usize, suffix: &str, request: &dyn RequestView) -> Option<String> {
     // The parts live on the stack (a validated rule has at most
     // MAX_KEY_PARTS), on the heap only for a rule built in code with more.
     let count = rule.key.len();
@@ -151,11 +188,7 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
         }
     };
     for (part, value) in rule.key.iter().zip(values.iter_mut()) {
-        *value = match (part_value(&part.source, request), &part.on_missing) {
-            (Some(v), _) => v,
-            (None, OnMissing::Default(d)) => Cow::Borrowed(d.as_bytes()),
-            (None, OnMissing::SkipRule) => return None,
-        };
+        *value = key_value(part, request)?;
     }
     let mut stack_parts: [&[u8]; MAX_KEY_PARTS] = [&[]; MAX_KEY_PARTS];
     let heap_parts: Vec<&[u8]>;
@@ -171,16 +204,7 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
             heap_parts.as_slice()
         }
     };
-    Some(Check {
-        rule: index,
-        // The suffix names the algorithm, so switching a rule's algorithm
-        // never reads another algorithm's data.
-        key: rule_key(&config.valkey.key_prefix, &rule.key_name, parts, rule.hash_tag, rule.algorithm.id()),
-        windows: Rc::clone(&rule.windows),
-        cost: rule.cost,
-        algorithm: rule.algorithm,
-        check_only: false,
-    })
+    Some(rule_key(prefix, &rule.key_name, parts, Some(tag), suffix))
 }
 
 /// [`source_value`], borrowing a literal instead of copying it.
