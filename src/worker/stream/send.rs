@@ -28,6 +28,11 @@ impl Worker {
     /// Sends queued requests while the streams have room. From a request's
     /// callback it cannot open a stream: it wakes the worker instead.
     pub(in crate::worker) fn pump(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
+        if self.calls.is_empty() {
+            // Nothing held, so nothing to send (a queue may keep ids that
+            // left it, which would be skipped).
+            return;
+        }
         self.route_parked(host, now_ms);
         if self.calls.queued_on(PARKED) > 0 && self.cluster.as_ref().is_some_and(|c| c.due(now_ms)) {
             // The slot map is asked for from the worker's own callback.
