@@ -24,6 +24,14 @@ use std::time::Duration;
 pub const STREAM_SERVICE: &str = "tollgate.Store";
 pub const STREAM_METHOD: &str = "Pipe";
 
+/// What a worker's VM entries reuse instead of allocating anew: the stat
+/// increments of an entry (drained when it ends) and a decision's text.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    sums: Sums,
+    text: String,
+}
+
 /// The host as seen from one callback (one VM entry) of context `current`.
 pub struct EnvoyHost<'a> {
     current: u32,
@@ -33,8 +41,9 @@ pub struct EnvoyHost<'a> {
     /// with its verdict (the worker carries it out next): one host call
     /// instead of three.
     decision: Option<(u32, String)>,
-    /// The stat increments of this VM entry.
-    pending: Sums,
+    /// The stat increments of this VM entry, and a buffer for a decision's
+    /// text: the worker's, lent for the entry.
+    scratch: &'a mut Scratch,
     /// The effective context as last set (`current` at the entry's start).
     effective: u32,
     /// Whether `current` comes back only when needed (the worker's own
@@ -45,8 +54,14 @@ pub struct EnvoyHost<'a> {
 impl<'a> EnvoyHost<'a> {
     /// The host of a request's callback (`lazy` false) or of the worker's
     /// own (`lazy` true: see the module's text).
-    pub fn new(current: u32, metrics: &'a Metrics, wake_queue: Option<u32>, lazy: bool) -> EnvoyHost<'a> {
-        EnvoyHost { current, metrics, wake_queue, decision: None, pending: Sums::default(), effective: current, lazy }
+    pub fn new(
+        current: u32,
+        shared: (&'a Metrics, &'a mut Scratch),
+        wake_queue: Option<u32>,
+        lazy: bool,
+    ) -> EnvoyHost<'a> {
+        let (metrics, scratch) = shared;
+        EnvoyHost { current, metrics, wake_queue, decision: None, scratch, effective: current, lazy }
     }
 
     /// Sets the decision still pending, if any (its verdict was deferred).
@@ -93,7 +108,7 @@ impl<'a> EnvoyHost<'a> {
     pub fn finish(&mut self) {
         self.flush_decision();
         self.back();
-        metrics::flush(&mut self.pending);
+        metrics::flush(&mut self.scratch.sums);
     }
 }
 
@@ -157,7 +172,10 @@ impl Host for EnvoyHost<'_> {
     fn decided(&mut self, id: u32, record: &Record<'_>) {
         self.flush_decision();
         if id == self.current {
-            set_decision(&record.plain());
+            let text = &mut self.scratch.text;
+            text.clear();
+            record.push_plain(text);
+            set_decision(text);
         } else {
             self.decision = Some((id, record.plain()));
         }
@@ -183,11 +201,11 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn count(&mut self, stat: Stat, by: u64) {
-        self.metrics.count(&mut self.pending, stat, by);
+        self.metrics.count(&mut self.scratch.sums, stat, by);
     }
 
     fn gauge(&mut self, gauge: Gauge, delta: i64) {
-        self.metrics.gauge(&mut self.pending, gauge, delta);
+        self.metrics.gauge(&mut self.scratch.sums, gauge, delta);
     }
 
     fn record_store_time(&mut self, ms: u64) {

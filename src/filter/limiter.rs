@@ -2,7 +2,7 @@
 //! stats, its wake-up queue and what configuration time decided about
 //! requests; and the proxy's clock.
 
-use super::host::EnvoyHost;
+use super::host::{EnvoyHost, Scratch};
 use super::hostcalls;
 use super::metrics::Metrics;
 use crate::config::Config;
@@ -24,6 +24,8 @@ pub struct Limiter {
     pub worker: RefCell<Worker>,
     pub metrics: Metrics,
     pub wake_queue: Option<u32>,
+    /// Lent to each VM entry's host.
+    scratch: RefCell<Scratch>,
     /// What every request's callbacks read ([`plan::Reads`]).
     pub reads: plan::Reads,
 }
@@ -34,6 +36,7 @@ impl Limiter {
             reads: plan::Reads::of(&config),
             metrics: Metrics::define(&config),
             wake_queue: wake_queue(),
+            scratch: RefCell::default(),
             worker: RefCell::new(Worker::new(config)),
         }
     }
@@ -62,7 +65,8 @@ impl Limiter {
             log::warn!("tollgate: re-entrant callback ignored");
             return None;
         };
-        let mut host = EnvoyHost::new(current, &self.metrics, self.wake_queue, own);
+        let Ok(mut scratch) = self.scratch.try_borrow_mut() else { return None };
+        let mut host = EnvoyHost::new(current, (&self.metrics, &mut scratch), self.wake_queue, own);
         let out = f(&mut worker, &mut host);
         host.finish();
         Some(out)

@@ -111,9 +111,16 @@ impl DecisionRecord {
     /// `decider=store answer=denied rules=auth.createToken
     /// denied_by=auth.createToken/3s remaining=auth.createToken/60s:15,auth.createToken/3s:0 store_ms=1`.
     pub fn plain(&self) -> String {
+        let mut out = String::new();
+        self.push_plain(&mut out);
+        out
+    }
+
+    /// [`DecisionRecord::plain`], appended to `out`.
+    pub fn push_plain(&self, out: &mut String) {
         let pairs = self.remaining.iter().map(|(policy, left)| (policy.as_str(), *left));
         let (rules, denied_by) = (self.rules.iter().map(String::as_str), self.denied_by.iter().map(String::as_str));
-        plain(self.decider, self.answer, rules, denied_by, pairs, self.store_ms)
+        push_plain(out, self.decider, self.answer, rules, denied_by, pairs, self.store_ms);
     }
 }
 
@@ -137,13 +144,20 @@ pub enum Record<'a> {
 impl Record<'_> {
     /// [`DecisionRecord::plain`] of [`Record::to_record`].
     pub fn plain(&self) -> String {
+        let mut out = String::new();
+        self.push_plain(&mut out);
+        out
+    }
+
+    /// [`Record::plain`], appended to `out` (the filter reuses one buffer).
+    pub fn push_plain(&self, out: &mut String) {
         match self {
-            Record::Made(record) => record.plain(),
+            Record::Made(record) => record.push_plain(out),
             Record::Decided { config, checks, decision, decider, answer, store_ms } => {
                 let name = |w| policy_name(config, checks, w);
                 let denied_by = decision.windows.iter().filter(|w| w.denied()).map(name);
                 let pairs = decision.windows.iter().map(|w| (name(w), w.remaining));
-                plain(*decider, *answer, unique_rules(config, checks), denied_by, pairs, *store_ms)
+                push_plain(out, *decider, *answer, unique_rules(config, checks), denied_by, pairs, *store_ms);
             }
         }
     }
@@ -159,27 +173,29 @@ impl Record<'_> {
     }
 }
 
-/// The one formatter of [`DecisionRecord::plain`] and [`Record::plain`].
-fn plain<'s>(
+/// The one formatter of [`DecisionRecord::plain`] and [`Record::plain`],
+/// appending to `out`.
+fn push_plain<'s>(
+    out: &mut String,
     decider: Decider,
     answer: Answer,
     rules: impl Iterator<Item = &'s str> + Clone,
     denied_by: impl Iterator<Item = &'s str> + Clone,
     remaining: impl Iterator<Item = (&'s str, u64)> + Clone,
     store_ms: Option<u64>,
-) -> String {
+) {
     // Room for the names and a u64 per number, so that it never grows.
     let names: usize = rules.clone().chain(denied_by.clone()).map(|n| n.len() + 1).sum();
     let numbers: usize = remaining.clone().map(|(policy, _)| policy.len() + 22).sum();
-    let mut out = String::with_capacity(96 + names + numbers);
+    out.reserve(96 + names + numbers);
     out.push_str("decider=");
     out.push_str(decider.name());
     out.push_str(" answer=");
     out.push_str(answer.name());
     out.push_str(" rules=");
-    push_list(&mut out, rules);
+    push_list(out, rules);
     out.push_str(" denied_by=");
-    push_list(&mut out, denied_by);
+    push_list(out, denied_by);
     out.push_str(" remaining=");
     let mut none = true;
     for (i, (policy, left)) in remaining.enumerate() {
@@ -188,7 +204,7 @@ fn plain<'s>(
         }
         out.push_str(policy);
         out.push(':');
-        push_u64(&mut out, left);
+        push_u64(out, left);
         none = false;
     }
     if none {
@@ -196,10 +212,9 @@ fn plain<'s>(
     }
     out.push_str(" store_ms=");
     match store_ms {
-        Some(ms) => push_u64(&mut out, ms),
+        Some(ms) => push_u64(out, ms),
         None => out.push('-'),
     }
-    out
 }
 
 /// The names of the rules of `checks`, each once, in check order, borrowed.
