@@ -40,6 +40,19 @@ impl<'a> CommandWriter<'a> {
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(n).as_bytes();
         push_header(self.out, b'$', prefix.len() + digits.len());
+        if prefix.is_empty() {
+            // The common argument: its digits and line end in one copy (a
+            // u64 has at most 20 digits).
+            let mut line = [b'\r'; 22];
+            for (to, digit) in line.iter_mut().zip(digits) {
+                *to = *digit;
+            }
+            if let Some(newline) = line.get_mut(digits.len() + 1) {
+                *newline = b'\n';
+            }
+            self.out.extend_from_slice(line.get(..digits.len() + 2).unwrap_or_default());
+            return;
+        }
         self.out.extend_from_slice(prefix);
         self.out.extend_from_slice(digits);
         self.out.extend_from_slice(b"\r\n");
@@ -101,10 +114,17 @@ fn push_line(out: &mut Vec<u8>, kind: u8, line: &[u8]) {
 }
 
 fn push_header(out: &mut Vec<u8>, kind: u8, len: usize) {
-    out.push(kind);
-    // usize is at most 64 bits on every target, so this widening is lossless.
-    push_decimal(out, len as u64);
-    out.extend_from_slice(b"\r\n");
+    // Most lengths have one or two digits: the header in one copy.
+    match u8::try_from(len) {
+        Ok(n @ 0..=9) => out.extend_from_slice(&[kind, b'0' + n, b'\r', b'\n']),
+        Ok(n @ 10..=99) => out.extend_from_slice(&[kind, b'0' + n / 10, b'0' + n % 10, b'\r', b'\n']),
+        _ => {
+            out.push(kind);
+            // usize is at most 64 bits on every target, so this widening is lossless.
+            push_decimal(out, len as u64);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
 }
 
 /// Appends `n` in decimal without allocating.

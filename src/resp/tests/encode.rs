@@ -122,3 +122,23 @@ fn value_round_trips() {
     }
     assert_eq!(decode_all(&buf, &Limits::default()).unwrap(), values);
 }
+
+/// The writer's decimals and headers are the text of the number, at every
+/// length they are written in one copy or not: against `format!`.
+#[wasm_bindgen_test(unsupported = test)]
+fn command_writer_decimals_are_their_text() {
+    let edges = [0, 9, 10, 99, 100, 12_345, 10_u64.pow(19), u64::MAX];
+    for n in edges {
+        for prefix in [&b""[..], b"?", b"~"] {
+            let mut out = Vec::new();
+            CommandWriter::new(&mut out, 1).decimal(prefix, n);
+            let text = format!("{}{n}", String::from_utf8_lossy(prefix));
+            assert_eq!(out, format!("*1\r\n${}\r\n{text}\r\n", text.len()).into_bytes(), "{prefix:?} {n}");
+        }
+    }
+    for len in [0, 9, 10, 99, 100, 255, 256, 1_000] {
+        let arg = vec![b'x'; len];
+        let expected = [format!("*1\r\n${len}\r\n").into_bytes(), arg.clone(), b"\r\n".to_vec()].concat();
+        assert_eq!(command(&[&arg]), expected, "{len}");
+    }
+}
