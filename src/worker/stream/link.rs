@@ -28,6 +28,9 @@ pub const MAX_BACKOFF_MS: u64 = 800;
 /// Ticks without a reply, with commands outstanding, before a stream can be
 /// declared stalled (besides `valkey.timeout` of silence).
 pub const MIN_SILENT_TICKS: u32 = 10;
+/// Room made ahead for the replies one message brings (more grow the
+/// vector as usual).
+const MAX_REPLIES_AHEAD: usize = 64;
 
 /// What a command on the stream was sent for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +188,7 @@ impl Link {
     pub fn feed(&mut self, bytes: &[u8], now_ms: u64) -> (Vec<(Awaited, u64, Value)>, Option<Failure>) {
         self.pending.extend_from_slice(bytes);
         let limits = Limits::default();
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(self.sent.len().min(MAX_REPLIES_AHEAD));
         let mut used = 0;
         let mut error = None;
         while let Some(rest) = self.pending.get(used..).filter(|r| !r.is_empty()) {

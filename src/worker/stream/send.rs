@@ -140,7 +140,7 @@ impl Worker {
         }
         let mut message = Vec::new();
         // Per request: its id, the bytes of its `ASKING` (0 if none), of its call.
-        let mut batch: Vec<(CallId, usize, usize)> = Vec::new();
+        let mut batch: Vec<(CallId, usize, usize)> = Vec::with_capacity(self.calls.queued_on(shard).min(max_batch));
         let mut commands = 0;
         // The store lacks the function library: load it ahead of the calls.
         let mut load = 0;
