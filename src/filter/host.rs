@@ -37,10 +37,10 @@ pub struct EnvoyHost<'a> {
     current: u32,
     metrics: &'a Metrics,
     wake_queue: Option<u32>,
-    /// The decision of another request than `current`, set as its property
-    /// with its verdict (the worker carries it out next): one host call
-    /// instead of three.
-    decision: Option<(u32, String)>,
+    /// The request other than `current` whose decision is set as its
+    /// property with its verdict (the worker carries it out next): one
+    /// host call instead of three. Its text waits in the scratch buffer.
+    decision: Option<u32>,
     /// The stat increments of this VM entry, and a buffer for a decision's
     /// text: the worker's, lent for the entry.
     scratch: &'a mut Scratch,
@@ -66,17 +66,28 @@ impl<'a> EnvoyHost<'a> {
 
     /// Sets the decision still pending, if any (its verdict was deferred).
     fn flush_decision(&mut self) {
-        if let Some((id, text)) = self.decision.take() {
+        if let Some(id) = self.decision.take() {
+            let text = std::mem::take(&mut self.scratch.text);
             self.on(id, || set_decision(&text));
+            self.scratch.text = text;
         }
     }
 
-    /// The pending decision of request `id`, taken.
+    /// The pending decision of request `id`, taken out of the scratch
+    /// buffer (give it back with [`EnvoyHost::give_back`]).
     fn take_decision(&mut self, id: u32) -> Option<String> {
-        if self.decision.as_ref().is_some_and(|(p, _)| *p == id) {
-            return self.decision.take().map(|(_, text)| text);
+        if self.decision == Some(id) {
+            self.decision = None;
+            return Some(std::mem::take(&mut self.scratch.text));
         }
         None
+    }
+
+    /// The buffer of a decision taken by [`EnvoyHost::take_decision`].
+    fn give_back(&mut self, text: Option<String>) {
+        if let Some(text) = text {
+            self.scratch.text = text;
+        }
     }
 
     /// Runs `f` with request `id` as the effective context; false if it is
@@ -146,6 +157,7 @@ impl Host for EnvoyHost<'_> {
                 }
             }
         });
+        self.give_back(decision);
     }
 
     fn admit_delayed(&mut self, id: u32, shadow_denied: Option<&str>, delay_ms: u64) {
@@ -167,17 +179,19 @@ impl Host for EnvoyHost<'_> {
                 log::warn!("tollgate: could not send local reply: {status:?}");
             }
         });
+        self.give_back(decision);
     }
 
     fn decided(&mut self, id: u32, record: &Record<'_>) {
         self.flush_decision();
+        let text = &mut self.scratch.text;
+        text.clear();
+        record.push_plain(text);
         if id == self.current {
-            let text = &mut self.scratch.text;
-            text.clear();
-            record.push_plain(text);
             set_decision(text);
         } else {
-            self.decision = Some((id, record.plain()));
+            // Set with its verdict, which comes next.
+            self.decision = Some(id);
         }
     }
 
