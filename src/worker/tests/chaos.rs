@@ -59,7 +59,14 @@ fn run(seed: u64, mode: &str) {
         }
         rig.run_for(5);
     }
-    assert_eq!((rig.host.held, rig.host.in_flight), (0, 0), "seed {seed}, {mode}: nothing left held");
+    assert_eq!(
+        {
+            let (f, h, _) = rig.gauges();
+            (h, f)
+        },
+        (0, 0),
+        "seed {seed}, {mode}: nothing left held"
+    );
     assert_eq!(rig.host.foreign_replies, vec![], "seed {seed}, {mode}: no reply in another request's callback");
     for (id, continued) in &started {
         let answers = rig.host.admitted.iter().filter(|(a, _)| a == id).count()

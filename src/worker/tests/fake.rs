@@ -69,6 +69,14 @@ impl Rig {
         }
     }
 
+    /// The gauges as Envoy shows them once a tick has reported them (the
+    /// worker reports gauges from its tick only): a tick now, then
+    /// (in flight, held, waiting).
+    pub fn gauges(&mut self) -> (i64, i64, i64) {
+        self.tick(0);
+        (self.host.in_flight, self.host.held, self.host.waiting)
+    }
+
     /// Advances the clock by `ms` and ticks.
     pub fn tick(&mut self, ms: u64) {
         self.now += ms;

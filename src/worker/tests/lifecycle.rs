@@ -58,12 +58,12 @@ fn requests_arriving_together_share_one_message_each_with_its_own_call() {
     rig.wake();
     assert_eq!(rig.host.messages, 1, "all ten in one message");
     assert_eq!(rig.host.count(Stat::StoreRequests), 10);
-    assert_eq!(rig.host.in_flight, 10);
+    assert_eq!(rig.gauges().0, 10);
     assert_eq!(rig.host.tick, TICK, "held requests: the deadline tick runs");
     rig.settle();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     assert_eq!(rig.store.executed, 10);
-    assert_eq!(rig.host.in_flight, 0);
+    assert_eq!(rig.gauges().0, 0);
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
@@ -88,10 +88,10 @@ fn the_stream_holds_at_most_max_in_flight_decisions() {
     let mut rig = Rig::new(seed().valkey(r#""max_in_flight": 2"#));
     let ids: Vec<u32> = (0..5).map(|i| rig.request(&format!("u{i}")).0).collect();
     rig.wake();
-    assert_eq!((rig.host.messages, rig.host.in_flight), (1, 2));
+    assert_eq!((rig.host.messages, rig.gauges().0), (1, 2));
     let token = rig.stream();
     rig.answer(token);
-    assert_eq!((rig.host.messages, rig.host.in_flight), (2, 2), "the replies made room for two more");
+    assert_eq!((rig.host.messages, rig.gauges().0), (2, 2), "the replies made room for two more");
     rig.settle();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
 }

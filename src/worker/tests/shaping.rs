@@ -38,7 +38,7 @@ fn the_burst_is_released_at_the_slots_the_windows_allow() {
         let mut rig = Rig::new(shaped(algorithm, None));
         let ids = burst(&mut rig, 10);
         assert_eq!(admitted(&rig, &ids), 5, "{algorithm}: five at once");
-        assert_eq!(rig.host.waiting, 5, "{algorithm}: five held");
+        assert_eq!(rig.gauges().2, 5, "{algorithm}: five held");
         assert_eq!(rig.host.tick, TICK, "{algorithm}: the tick runs while any is held");
         let start = rig.now;
         let mut released = Vec::new();
@@ -60,7 +60,7 @@ fn the_burst_is_released_at_the_slots_the_windows_allow() {
         assert_eq!(rig.host.count(Stat::Shape(ShapeStat::Delayed)), 5);
         assert_eq!(rig.host.shape_delays, delays);
         assert_eq!(rig.host.count(Stat::Rule(0, RuleOutcome::Allowed)), 10);
-        assert_eq!(rig.host.waiting, 0);
+        assert_eq!(rig.gauges().2, 0);
         rig.settle();
         assert_eq!(rig.host.tick, Duration::ZERO, "{algorithm}: nothing held, no tick");
     }
@@ -83,10 +83,10 @@ fn a_held_request_that_goes_away_gives_its_slot_back() {
     let start = rig.now;
     let ids = burst(&mut rig, 7);
     let (sixth, seventh) = (ids[5], ids[6]);
-    assert_eq!(rig.host.waiting, 2);
+    assert_eq!(rig.gauges().2, 2);
     rig.worker.on_gone(seventh);
     rig.tick(5);
-    assert_eq!(rig.host.waiting, 1);
+    assert_eq!(rig.gauges().2, 1);
     rig.settle();
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), 1);
     // The next request takes the slot given back (+400 ms), not +600 ms.

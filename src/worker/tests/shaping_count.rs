@@ -38,7 +38,7 @@ fn a_reservation_is_held_until_its_slot_and_settled_there() {
     let ids = burst(&mut rig, 10);
     let now: Vec<u32> = ids.iter().copied().filter(|id| rig.host.status(*id) == Some(200)).collect();
     assert_eq!(now.len(), 5, "5 reservations of 2 fill the second");
-    assert_eq!(rig.host.waiting, 5, "the other five are held");
+    assert_eq!(rig.gauges().2, 5, "the other five are held");
     for &id in &now {
         assert_eq!(rig.response(id, 200, &[("x-used", "1")]), ResponseFlow::Hold);
     }
@@ -71,7 +71,7 @@ fn a_held_reservation_whose_client_leaves_is_given_back_once_and_never_settled()
     let start = rig.now;
     let ids = burst(&mut rig, 6);
     let gone = ids[5];
-    assert_eq!(rig.host.waiting, 1);
+    assert_eq!(rig.gauges().2, 1);
     rig.worker.on_gone(gone);
     rig.tick(5);
     rig.settle();
@@ -118,7 +118,7 @@ fn a_request_across_slots_is_placed_now_or_denied_never_held() {
     // Alone, `a` holds a sixth request until +200 ms.
     let alone: Vec<u32> = (0..6).map(|_| rig.request(&user).0).collect();
     rig.settle();
-    assert_eq!(rig.host.waiting, 1);
+    assert_eq!(rig.gauges().2, 1);
     // Across slots the same key has no room now: denied, `b` undone.
     let (across, flow) = rig.request_with(&[("x-user-id", &user), ("x-b", &user)]);
     assert_eq!(flow, Flow::Pause);
