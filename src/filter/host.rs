@@ -115,10 +115,11 @@ impl<'a> EnvoyHost<'a> {
     }
 
     /// The VM entry ends: a decision still pending is set, and the stats
-    /// gathered in the entry go to Envoy.
+    /// gathered in the entry go to Envoy. The effective context is left as
+    /// it is: the host resets it when the entry returns (proxy-wasm's
+    /// `SaveRestoreContext`), and metrics belong to the VM, not a context.
     pub fn finish(&mut self) {
         self.flush_decision();
-        self.back();
         metrics::flush(&mut self.scratch.sums);
     }
 }
