@@ -173,21 +173,23 @@ impl Record<'_> {
     }
 }
 
+/// Bytes reserved for a record's text before it is written.
+const RECORD_ROOM: usize = 192;
+
 /// The one formatter of [`DecisionRecord::plain`] and [`Record::plain`],
 /// appending to `out`.
 fn push_plain<'s>(
     out: &mut String,
     decider: Decider,
     answer: Answer,
-    rules: impl Iterator<Item = &'s str> + Clone,
-    denied_by: impl Iterator<Item = &'s str> + Clone,
-    remaining: impl Iterator<Item = (&'s str, u64)> + Clone,
+    rules: impl Iterator<Item = &'s str>,
+    denied_by: impl Iterator<Item = &'s str>,
+    remaining: impl Iterator<Item = (&'s str, u64)>,
     store_ms: Option<u64>,
 ) {
-    // Room for the names and a u64 per number, so that it never grows.
-    let names: usize = rules.clone().chain(denied_by.clone()).map(|n| n.len() + 1).sum();
-    let numbers: usize = remaining.clone().map(|(policy, _)| policy.len() + 22).sum();
-    out.reserve(96 + names + numbers);
+    // Room for a usual line at once; the filter's buffer keeps what it
+    // grew to, so the names are not measured first.
+    out.reserve(RECORD_ROOM);
     out.push_str("decider=");
     out.push_str(decider.name());
     out.push_str(" answer=");
