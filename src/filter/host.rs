@@ -34,7 +34,7 @@ pub struct Scratch {
 
 /// The host as seen from one callback (one VM entry) of context `current`.
 pub struct EnvoyHost<'a> {
-    current: u32,
+    ctx: Effective,
     metrics: &'a Metrics,
     wake_queue: Option<u32>,
     /// The request other than `current` whose decision is set as its
@@ -44,52 +44,20 @@ pub struct EnvoyHost<'a> {
     /// The stat increments of this VM entry, and a buffer for a decision's
     /// text: the worker's, lent for the entry.
     scratch: &'a mut Scratch,
-    /// The effective context as last set (`current` at the entry's start).
+}
+
+/// Which context the host calls of an entry act on: the callback's own
+/// (`current`), or a request the worker answers (set as effective).
+struct Effective {
+    current: u32,
+    /// As last set (`current` at the entry's start).
     effective: u32,
     /// Whether `current` comes back only when needed (the worker's own
     /// callbacks) rather than after each request's effects.
     lazy: bool,
 }
 
-impl<'a> EnvoyHost<'a> {
-    /// The host of a request's callback (`lazy` false) or of the worker's
-    /// own (`lazy` true: see the module's text).
-    pub fn new(
-        current: u32,
-        shared: (&'a Metrics, &'a mut Scratch),
-        wake_queue: Option<u32>,
-        lazy: bool,
-    ) -> EnvoyHost<'a> {
-        let (metrics, scratch) = shared;
-        EnvoyHost { current, metrics, wake_queue, decision: None, scratch, effective: current, lazy }
-    }
-
-    /// Sets the decision still pending, if any (its verdict was deferred).
-    fn flush_decision(&mut self) {
-        if let Some(id) = self.decision.take() {
-            let text = std::mem::take(&mut self.scratch.text);
-            self.on(id, || set_decision(&text));
-            self.scratch.text = text;
-        }
-    }
-
-    /// The pending decision of request `id`, taken out of the scratch
-    /// buffer (give it back with [`EnvoyHost::give_back`]).
-    fn take_decision(&mut self, id: u32) -> Option<String> {
-        if self.decision == Some(id) {
-            self.decision = None;
-            return Some(std::mem::take(&mut self.scratch.text));
-        }
-        None
-    }
-
-    /// The buffer of a decision taken by [`EnvoyHost::take_decision`].
-    fn give_back(&mut self, text: Option<String>) {
-        if let Some(text) = text {
-            self.scratch.text = text;
-        }
-    }
-
+impl Effective {
     /// Runs `f` with request `id` as the effective context; false if it is
     /// gone.
     fn on(&mut self, id: u32, f: impl FnOnce()) -> bool {
@@ -113,6 +81,29 @@ impl<'a> EnvoyHost<'a> {
             self.effective = self.current;
         }
     }
+}
+
+impl<'a> EnvoyHost<'a> {
+    /// The host of a request's callback (`lazy` false) or of the worker's
+    /// own (`lazy` true: see the module's text).
+    pub fn new(
+        current: u32,
+        shared: (&'a Metrics, &'a mut Scratch),
+        wake_queue: Option<u32>,
+        lazy: bool,
+    ) -> EnvoyHost<'a> {
+        let (metrics, scratch) = shared;
+        let ctx = Effective { current, effective: current, lazy };
+        EnvoyHost { ctx, metrics, wake_queue, decision: None, scratch }
+    }
+
+    /// Sets the decision still pending, if any (its verdict was deferred).
+    fn flush_decision(&mut self) {
+        if let Some(id) = self.decision.take() {
+            let text = &self.scratch.text;
+            self.ctx.on(id, || set_decision(text));
+        }
+    }
 
     /// The VM entry ends: a decision still pending is set, and the stats
     /// gathered in the entry go to Envoy. The effective context is left as
@@ -126,26 +117,28 @@ impl<'a> EnvoyHost<'a> {
 
 impl Host for EnvoyHost<'_> {
     fn open_stream(&mut self, cluster: &str, metadata: &[(&str, &str)]) -> Result<u32, String> {
-        self.back();
+        self.ctx.back();
         let metadata: Vec<(&str, &[u8])> = metadata.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
         hostcalls::open_grpc_stream(cluster, STREAM_SERVICE, STREAM_METHOD, metadata).map_err(|s| format!("{s:?}"))
     }
 
     fn send(&mut self, stream: u32, bytes: &[u8]) -> Result<(), String> {
-        self.back();
+        self.ctx.back();
         hostcalls::send_grpc_stream_message(stream, Some(bytes), false).map_err(|s| format!("{s:?}"))
     }
 
     fn cancel(&mut self, stream: u32) {
-        self.back();
+        self.ctx.back();
         let _ = hostcalls::cancel_grpc_stream(stream);
     }
 
     fn admit(&mut self, id: u32, shadow_denied: Option<&str>) {
-        let current = self.current;
-        let decision = self.take_decision(id);
-        self.on(id, || {
-            if let Some(text) = &decision {
+        let current = self.ctx.current;
+        // Its decision, if pending, is set with its verdict.
+        let pending = self.decision.take_if(|d| *d == id).is_some();
+        let text = &self.scratch.text;
+        self.ctx.on(id, || {
+            if pending {
                 set_decision(text);
             }
             if let Some(value) = shadow_denied {
@@ -158,11 +151,10 @@ impl Host for EnvoyHost<'_> {
                 }
             }
         });
-        self.give_back(decision);
     }
 
     fn admit_delayed(&mut self, id: u32, shadow_denied: Option<&str>, delay_ms: u64) {
-        self.on(id, || {
+        self.ctx.on(id, || {
             let value = delay_ms.to_string();
             let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, DELAY_HEADER, Some(value.as_str()));
         });
@@ -170,9 +162,10 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn reply(&mut self, id: u32, reply: &LocalReply) {
-        let decision = self.take_decision(id);
-        self.on(id, || {
-            if let Some(text) = &decision {
+        let pending = self.decision.take_if(|d| *d == id).is_some();
+        let text = &self.scratch.text;
+        self.ctx.on(id, || {
+            if pending {
                 set_decision(text);
             }
             let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (&**k, v.as_str())).collect();
@@ -180,7 +173,6 @@ impl Host for EnvoyHost<'_> {
                 log::warn!("tollgate: could not send local reply: {status:?}");
             }
         });
-        self.give_back(decision);
     }
 
     fn decided(&mut self, id: u32, record: &Record<'_>) {
@@ -188,7 +180,7 @@ impl Host for EnvoyHost<'_> {
         let text = &mut self.scratch.text;
         text.clear();
         record.push_plain(text);
-        if id == self.current {
+        if id == self.ctx.current {
             set_decision(text);
         } else {
             // Set with its verdict, which comes next.
@@ -197,8 +189,8 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn resume_response(&mut self, id: u32, headers: &[Header]) {
-        let current = self.current;
-        self.on(id, || {
+        let current = self.ctx.current;
+        self.ctx.on(id, || {
             add_response_headers(headers);
             // A response released in its own callback goes on by returning
             // Continue.
@@ -211,7 +203,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn remove_request_header(&mut self, name: &str) {
-        self.back();
+        self.ctx.back();
         let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
     }
 
@@ -232,7 +224,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn set_tick(&mut self, period: Duration) {
-        self.back();
+        self.ctx.back();
         let _ = hostcalls::set_tick_period(period);
     }
 
