@@ -19,6 +19,22 @@ struct Counters {
     host_calls: u64,
     callbacks: u64,
     buffers: u64,
+    requests_done: u64,
+}
+
+impl Counters {
+    /// All five from one read of `/stats`.
+    fn read(envoy: &Envoy) -> Option<Counters> {
+        let all = envoy.stats(r"^wasmcustom\.tollgate\.cost\.")?;
+        let get = |name: &str| all.get(&format!("wasmcustom.tollgate.cost.{name}")).copied();
+        Some(Counters {
+            requests: get("requests")?,
+            host_calls: get("host_calls")?,
+            callbacks: get("callbacks")?,
+            buffers: get("buffers")?,
+            requests_done: get("requests_done")?,
+        })
+    }
 }
 
 /// `envoy/envoy.yaml` rendered, with the limiter's VM counting its cost.
@@ -52,37 +68,40 @@ fn start(valkey: &Valkey, plugin_config: String, edit: &dyn Fn(String) -> String
 
 /// The counters once every request context so far is deleted (a deletion
 /// reports `requests_done` after the rest, so they then hold every
-/// request's whole cost).
+/// request's whole cost), read the same twice in a row.
+///
+/// A callback reports its counts as five increments while `/stats` is read
+/// from another thread, so one read can hold some of them and not the
+/// others. Before, the counters were read one at a time and a settled state
+/// was judged by `callbacks` alone: a tick reporting between the reads of
+/// `host_calls` and `callbacks` left the first two host calls short for
+/// good, and the next requests were charged 22 host calls for 20 (seen in
+/// two CI runs, callbacks exact).
 fn settled(envoy: &Envoy) -> Counters {
-    let stat = |name: &str| envoy.stat(&format!("wasmcustom.tollgate.cost.{name}")).unwrap();
-    let mut counters = None;
+    let mut last = None;
+    let mut settled = None;
     wait_until("every request context deleted", Duration::from_secs(10), || {
-        let done = stat("requests_done");
-        let c = Counters {
-            requests: stat("requests"),
-            host_calls: stat("host_calls"),
-            callbacks: stat("callbacks"),
-            buffers: stat("buffers"),
-        };
-        counters = Some(c);
-        done == c.requests
+        let now = Counters::read(envoy);
+        if now.is_some_and(|c| c.requests_done == c.requests) && now == last {
+            settled = now;
+        }
+        last = now;
+        settled.is_some()
     });
-    counters.unwrap()
+    settled.unwrap()
 }
 
 /// The counters once the worker's tick has stopped: it stays on after the
 /// last held request until its own callback (at most two 5 ms ticks), and
-/// that callback is no request's cost. Polls until no callback came for
-/// 200 ms. It was 15 ms: a busy machine can delay a 5 ms tick past that,
-/// and a tick falling among the requests measured adds its host calls to
-/// theirs (the likely cause of 22 for 20 unmatched requests, seen once in
-/// a full run).
+/// that callback is no request's cost. Polls until nothing changed for
+/// 200 ms: a busy machine can delay a 5 ms tick well past 15 ms, and a tick
+/// falling among the requests measured adds its host calls to theirs.
 fn quiet(envoy: &Envoy) -> Counters {
     let mut last = settled(envoy);
     let mut since = Instant::now();
     wait_until("the worker's tick to stop", Duration::from_secs(2), || {
         let now = settled(envoy);
-        if now.callbacks != last.callbacks {
+        if now != last {
             (last, since) = (now, Instant::now());
         }
         since.elapsed() >= Duration::from_millis(200)

@@ -380,6 +380,20 @@ impl Envoy {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// Every counter and gauge whose name matches `filter` (a regex), from
+    /// one read of `/stats`.
+    pub fn stats(&self, filter: &str) -> Option<std::collections::BTreeMap<String, u64>> {
+        let path = format!("/stats?filter={filter}");
+        let admin = self.admin_port;
+        let body = self.net(|| admin_get(admin, &path))?.body;
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let value = |line: &str| {
+            let (name, value) = line.split_once(": ")?;
+            Some((name.to_owned(), value.trim().parse().ok()?))
+        };
+        Some(text.lines().filter_map(value).collect())
+    }
+
     /// The value of one counter or gauge from `/stats`.
     pub fn stat(&self, name: &str) -> Option<u64> {
         let path = format!("/stats?filter=^{name}$");
