@@ -205,13 +205,9 @@ impl HttpContext for Http {
             let flow =
                 if owed { l.with(id, |w, host| w.on_response(host, id, &EnvoyResponse, now_ms())) } else { None };
             match flow {
-                Some(ResponseFlow::Hold) => {
-                    // Held (its body waits with it) unless released already
-                    // (its settlement failed at once: the worker added its
-                    // headers).
-                    let held = l.worker.try_borrow().is_ok_and(|w| w.holding(id));
-                    return if held { Action::Pause } else { Action::Continue };
-                }
+                // Its body waits with it.
+                Some(ResponseFlow::Hold) => return Action::Pause,
+                Some(ResponseFlow::Released) => return Action::Continue,
                 Some(ResponseFlow::ReadBody) => self.reading_response_body = true,
                 Some(ResponseFlow::Continue) | None => {}
             }

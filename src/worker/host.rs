@@ -316,6 +316,9 @@ pub enum ResponseFlow {
     /// Hold the response (and buffer its body): the worker resumes it with
     /// its headers ([`Host::resume_response`]).
     Hold,
+    /// Go on: the worker added the headers already, in this callback (a
+    /// hold released within it).
+    Released,
     /// Add the request's headers, go on, and hand every body chunk to
     /// [`crate::worker::Worker::on_response_body`].
     ReadBody,

@@ -71,6 +71,12 @@ impl Worker {
             self.settle_owed(host, id, owed, costs, true, now_ms)
         };
         self.finish(host, Entry::Request, now_ms);
+        // A hold released within this entry added the headers already.
+        // Failures reach a held response at the next entry, so this is a
+        // guard: a `Hold` with no resume to come would pause it for good.
+        if flow == ResponseFlow::Hold && !self.holding(id) {
+            return ResponseFlow::Released;
+        }
         flow
     }
 

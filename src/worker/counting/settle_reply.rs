@@ -88,7 +88,7 @@ impl Worker {
 
     /// Whether request `id`'s response is held (or its resumption waits
     /// for the next VM entry).
-    pub fn holding(&self, id: u32) -> bool {
+    pub(in crate::worker) fn holding(&self, id: u32) -> bool {
         matches!(self.settlements.owed.get(&id), Some(Owed { stage: Stage::Holding { .. }, .. }))
             || self.deliveries.resume_waits(id)
     }

@@ -223,6 +223,28 @@ fn a_store_that_fails_at_response_time_never_fails_the_response() {
     assert_eq!(rig.host.count(Stat::Count(0, CountStat::Failed)), 2);
 }
 
+/// A settlement the stream refuses holds the response until the worker
+/// has failed it: `Hold` promises a resume (a response paused with no
+/// resume to come would hang).
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_hold_whose_settlement_the_stream_refuses_is_resumed_when_it_fails() {
+    let mut rig = Rig::new(logins());
+    let id = admitted(&mut rig, &[("x-user-id", "alice")]);
+    rig.host.refuse_send = true;
+    assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Hold);
+    assert!(rig.resumed(id).is_none(), "held");
+    // The stream is lost and opened again; the send is refused again.
+    for _ in 0..20 {
+        rig.wake();
+        rig.tick(5);
+    }
+    let resumed = rig.resumed(id).expect("resumed").to_vec();
+    assert_eq!(rig.host.count(Stat::HoldExpired), 0, "by the failure, not the hold's end");
+    assert!(header(&resumed, "ratelimit").unwrap().ends_with("r=4;t=3"), "{resumed:?}");
+    assert_eq!(rig.host.resumed.len(), 1, "once");
+    assert_eq!(rig.host.count(Stat::Count(0, CountStat::Failed)), 1);
+}
+
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn a_reservation_whose_response_never_comes_stands() {
     let mut rig = Rig::new(tokens("sliding_log", r#"{ "reserve": { "units": 3 } }"#));
