@@ -296,8 +296,9 @@ impl Worker {
 
     /// Every VM entry ends here: send what can be sent, look up the master
     /// or the slot map when due (from the worker's own callbacks), report
-    /// the gauges (from the worker's own callbacks: a request's callback
-    /// leaves them to the next one, at most a tick later), and set the tick.
+    /// the gauges (from the tick only: while they are not 0 the tick runs,
+    /// so they are at most a tick late, and the tick that stops reports
+    /// them last), and set the tick.
     /// The tick is sped up at once but slowed or stopped only by its own
     /// callback: between requests that arrive close together it stays on,
     /// instead of being turned on and off for each.
@@ -313,7 +314,7 @@ impl Worker {
             self.sync_step(host, now_ms);
         }
         self.pump(host, own, now_ms);
-        if own {
+        if entry == Entry::Tick {
             let now = [self.shards.in_flight(), self.calls.len() + self.deliveries.len(), self.holding.len()];
             for ((gauge, value), reported) in Gauge::ALL.into_iter().zip(now).zip(&mut self.reported) {
                 let value = i64::try_from(value).unwrap_or(i64::MAX);

@@ -76,8 +76,7 @@ fn concurrent_requests_share_one_stream_and_one_connection_per_worker() {
     assert_eq!(clients(&valkey), 2, "one connection per worker");
     assert_eq!(envoy.stat("wasmcustom.tollgate.stream.opens"), Some(2));
     assert_eq!(valkey.int(&["DBSIZE"]), 193, "each request was decided in its own bucket");
-    // Gauges are reported from the worker's own callbacks, at most a tick
-    // after a request's callback changed them.
+    // Gauges are reported from the worker's tick, at most 5 ms late.
     wait_until("nothing left awaiting a reply", Duration::from_secs(2), || {
         envoy.stat("wasmcustom.tollgate.stream.in_flight") == Some(0)
     });

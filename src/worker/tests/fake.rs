@@ -69,9 +69,9 @@ impl Rig {
         }
     }
 
-    /// The gauges as Envoy shows them once the worker's own callback has
-    /// reported them (a request's callback leaves them to it): a tick now,
-    /// then (in flight, held, waiting).
+    /// The gauges as Envoy shows them once a tick has reported them (the
+    /// worker reports gauges from its tick only): a tick now, then
+    /// (in flight, held, waiting).
     pub fn gauges(&mut self) -> (i64, i64, i64) {
         self.tick(0);
         (self.host.in_flight, self.host.held, self.host.waiting)
