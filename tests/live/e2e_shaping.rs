@@ -108,8 +108,9 @@ fn the_counters_release_at_their_window_slots() {
     let upstream = Upstream::start();
     let envoy = start(&valkey, 1, &upstream);
     for (algorithm, grid) in [("fw", 1_000.0), ("sw", 200.0)] {
-        let mut afters = Vec::new();
+        let mut rounds = Vec::new();
         for round in 0..3 {
+            let mut afters = Vec::new();
             let user = format!("c{round}");
             let shots = burst(envoy.port, &format!("/{algorithm}/x"), &[("x-user-id", &user)], 10, Duration::ZERO);
             assert!(shots.iter().all(|s| s.status == 200), "{algorithm}: within 2 s: {shots:?}");
@@ -120,14 +121,17 @@ fn the_counters_release_at_their_window_slots() {
                 assert!(after < 150.0, "{algorithm}: released {after:.1} ms after its slot's grid: {shots:?}");
                 afters.push(after);
             }
+            assert!(!afters.is_empty(), "{algorithm}: round {round} held none: {shots:?}");
+            rounds.push(afters);
             std::thread::sleep(Duration::from_millis(2_100));
         }
-        assert!(afters.len() >= 5, "{algorithm}: {} held", afters.len());
-        // A tick is 5 ms; a client answered on a machine the rest of the
-        // suite loads can be late now and then (once 40 ms and more), so
-        // the tight bound holds for most, not all.
-        let close = afters.iter().filter(|a| **a < 40.0).count();
-        assert!(close * 5 >= afters.len() * 4, "{algorithm}: released within 40 ms of the grid: {afters:.1?}");
+        // A tick is 5 ms, but on a machine the rest of the suite loads a
+        // whole round can be late together (once all five by 48 ms): so
+        // the tight bound is on each round's median, for two rounds of
+        // three. Released at random, a round of five would pass it with a
+        // chance of 6 % (sw) or under 0.1 % (fw).
+        let on_grid = rounds.iter_mut().map(|afters| quantile(afters, 0.5)).filter(|median| *median < 40.0).count();
+        assert!(on_grid >= 2, "{algorithm}: rounds released within 40 ms of the grid: {rounds:.1?}");
     }
 }
 
