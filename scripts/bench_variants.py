@@ -5,7 +5,8 @@ one Envoy per variant (--concurrency 1), all up at once against one Valkey,
 wrk -t1 at 64 connections run on each in turn, in rounds, so that whatever
 else loads the machine falls on every variant alike. Per variant and case:
 Envoy CPU µs per request, decisions per message, requests per second, and
-p50 at 1 connection and p99 at 16 connections (measured once per round).
+p50 at 1 connection and p99 at 16 connections (measured once per round, for
+--latency each: 1 s unless told; the medians over rounds are reported).
 
 `make bench BASELINE=<ref>` builds its baseline module with
 `build_baseline` below; alone, against the working tree:
@@ -131,15 +132,15 @@ class Variant:
         subprocess.run(["wrk", "-t1", "-c4", "-d" + self.warm, "-H", "x-user-id: bench", f"http://127.0.0.1:{self.ports[0]}/"],
                        capture_output=True, check=True)
 
-    def measure(self, workdir, duration):
+    def measure(self, workdir, duration, latency="1s"):
         calls, decisions = (admin_stat(self.ports[2], n) for n in self.counts)
         cpu = cpu_seconds(self.envoy.pid)
         cpu_of_wrk = 1 if self.pin else None
         result = wrk(self.ports[0], 64, None, workdir, duration=duration, cpu=cpu_of_wrk)
         cpu = cpu_seconds(self.envoy.pid) - cpu
         calls, decisions = (admin_stat(self.ports[2], n) - before for n, before in zip(self.counts, (calls, decisions)))
-        one = wrk(self.ports[0], 1, None, workdir, duration="1s", cpu=cpu_of_wrk)
-        sixteen = wrk(self.ports[0], 16, None, workdir, duration="1s", cpu=cpu_of_wrk)
+        one = wrk(self.ports[0], 1, None, workdir, duration=latency, cpu=cpu_of_wrk)
+        sixteen = wrk(self.ports[0], 16, None, workdir, duration=latency, cpu=cpu_of_wrk)
         self.rows.append({"us": cpu * 1e6 / max(result["requests"], 1), "rps": result["rps"],
                           "per_message": decisions / calls if calls else 0.0,
                           "p50_1": one["p50"], "p99_16": sixteen["p99"]})
@@ -173,11 +174,11 @@ class Variant:
 
 
 def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admitted"), fresh=False, pin=False,
-        warm="1s"):
+        warm="1s", latency="1s"):
     """`modules`: (label, wasm path, extra valkey fields). Returns {(label, case): summary}. `fresh`: a new
     Envoy per variant and round (an Envoy's own speed varies by up to ±15 % from one start to the next here);
     `pin`: Envoy alone on CPU 0 and wrk alone on CPU 1 (Valkey and the rest float); `warm`: how long each
-    Envoy is loaded before it is measured."""
+    Envoy is loaded before it is measured; `latency`: how long each latency run lasts."""
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-variants-"))
     valkey_port = free_port()
     valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
@@ -201,9 +202,11 @@ def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admi
                 if fresh and r > 0:
                     v.restart()
                     v.ready()
-                v.measure(workdir, duration)
+                v.measure(workdir, duration, latency)
             print(f"  round {r + 1} of {rounds} done", flush=True)
-        results = {(v.label, v.case_name): v.summary() for v in variants}
+        # Each round's µs kept too: a ratio of two cases is also taken
+        # within each round (both measured minutes apart at most).
+        results = {(v.label, v.case_name): dict(v.summary(), us_rounds=[r["us"] for r in v.rows]) for v in variants}
         for v in variants:
             v.stop()
         variants = []
@@ -224,6 +227,14 @@ def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admi
         valkey.wait()
 
 
+def paired(a, u):
+    """The ratio of `a`'s µs to `u`'s within each round: median (range)."""
+    ratios = sorted(x / y for x, y in zip(a.get("us_rounds", []), u.get("us_rounds", [])) if y)
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f})"
+
+
 def table(results):
     """Markdown rows: per variant and case, and the admitted/unmatched CPU ratio per variant."""
     lines = ["| variant | case | Envoy CPU µs/request | decisions/message | host calls/request | requests/s (64 conn) "
@@ -232,12 +243,14 @@ def table(results):
         lines.append(f"| {label} | {case} | {s['us']:.1f} | {s['per_message']:.1f} | {s['host_calls']:.1f} "
                      f"| {s['rps']:.0f} | {s['p50_1']:.2f} | {s['p99_16']:.2f} |")
     lines.append("")
-    lines.append("| variant | case | ÷ unmatched: Envoy CPU per request | ÷ unmatched: requests/s |")
-    lines.append("|---|---|---|---|")
+    lines.append("| variant | case | ÷ unmatched: Envoy CPU per request | the same per round: median (range) "
+                 "| ÷ unmatched: requests/s |")
+    lines.append("|---|---|---|---|---|")
     for (label, case), a in results.items():
         u = results.get((label, "unmatched"))
         if case not in ("unmatched", "no filter") and u and u["us"] and u["rps"]:
-            lines.append(f"| {label} | {case} | {a['us'] / u['us']:.2f} | {a['rps'] / u['rps']:.2f} |")
+            lines.append(f"| {label} | {case} | {a['us'] / u['us']:.2f} | {paired(a, u)} "
+                         f"| {a['rps'] / u['rps']:.2f} |")
     return "\n".join(lines)
 
 
@@ -250,6 +263,7 @@ def main():
     parser.add_argument("--fresh", action="store_true", help="a new Envoy per variant and round")
     parser.add_argument("--pin", action="store_true", help="Envoy on CPU 0, wrk on CPU 1")
     parser.add_argument("--warm", default="1s", help="load before each Envoy is measured")
+    parser.add_argument("--latency", default="1s", help="length of each p50 (1 conn) and p99 (16 conn) run")
     parser.add_argument("--module", action="append", default=[], help="LABEL=PATH: another module to compare")
     parser.add_argument("--cases", default="no filter,unmatched,admitted", help="comma-separated: " + ", ".join(CASES))
     args = parser.parse_args()
@@ -265,7 +279,8 @@ def main():
     if args.baseline:
         workdir = Path(tempfile.mkdtemp(prefix="tollgate-baseline-"))
         modules.insert(0, (f"baseline {args.baseline}", build_baseline(args.baseline, workdir), {}))
-    print(table(run(modules, args.rounds, args.duration, tuple(args.cases.split(",")), args.fresh, args.pin, args.warm)))
+    print(table(run(modules, args.rounds, args.duration, tuple(args.cases.split(",")), args.fresh, args.pin, args.warm,
+                    args.latency)))
 
 
 if __name__ == "__main__":
