@@ -149,14 +149,6 @@ impl Table {
         Some(all_fit)
     }
 
-    /// Records `units` admitted in `key`'s bucket, in every window.
-    #[cfg(test)]
-    pub fn admit(&mut self, key: &str, units: u64) {
-        if let Some(b) = self.buckets.get_mut(key) {
-            b.take(units);
-        }
-    }
-
     /// Gives back `units` taken from `key`'s bucket by [`Table::see`]
     /// for a request another bucket denied.
     pub fn give_back(&mut self, key: &str, units: u64) {

@@ -15,6 +15,15 @@ fn seen(t: &mut Table, c: &Check, now: u64) -> Option<Vec<(WindowOutcome, bool)>
     Some(out.into_iter().map(|w| (w, w.retry_ms == 0)).collect())
 }
 
+/// Admits `c` `n` times at `now` the way a request is admitted (seen and
+/// taken at once); each must fit.
+fn admit(t: &mut Table, c: &Check, now: u64, n: usize) {
+    for i in 0..n {
+        let mut out = Vec::new();
+        assert_eq!(t.see(c, now, true, &mut out), Some(true), "admission {i} of {n}: {out:?}");
+    }
+}
+
 fn fits(seen: Option<Vec<(WindowOutcome, bool)>>) -> Option<Vec<bool>> {
     seen.map(|w| w.iter().map(|(_, f)| *f).collect())
 }
@@ -40,7 +49,7 @@ fn a_new_bucket_is_read_first_then_decided_within_its_share() {
     t.synced("k", &[(10, 800)], 2, 0, 1_010);
     for _ in 0..5 {
         assert_eq!(fits(seen(&mut t, &c, 1_020)), Some(vec![true]));
-        t.admit("k", 1);
+        admit(&mut t, &c, 1_020, 1);
     }
     let Some(w) = seen(&mut t, &c, 1_020) else { panic!("a view") };
     assert!(!w[0].1, "beyond its share of 10 among 2");
@@ -55,9 +64,9 @@ fn units_admitted_while_a_flush_is_on_the_way_count_against_the_next_share() {
     seen(&mut t, &c, 0);
     t.cut(0);
     t.synced("k", &[(100, 0)], 1, 0, 1);
-    t.admit("k", 3);
+    admit(&mut t, &c, 1, 3);
     assert_eq!(t.cut(100), vec![(c.clone(), 3)]);
-    t.admit("k", 2);
+    admit(&mut t, &c, 101, 2);
     assert_eq!(t.cut(200), vec![], "its flush is still on the way");
     t.synced("k", &[(97, 9_000)], 1, 0, 210);
     let Some(w) = seen(&mut t, &c, 210) else { panic!("a view") };
@@ -75,9 +84,7 @@ fn a_window_the_store_said_empties_gives_the_whole_limit_shared() {
     assert_eq!(fits(seen(&mut t, &c, 499)), Some(vec![false]), "full until 500");
     let Some(w) = seen(&mut t, &c, 500) else { panic!("a view") };
     assert!(w[0].1, "the window emptied: a third of 9");
-    for _ in 0..3 {
-        t.admit("k", 1);
-    }
+    admit(&mut t, &c, 500, 3);
     assert_eq!(fits(seen(&mut t, &c, 501)), Some(vec![false]), "3 of 9 among 3 syncers");
 }
 
@@ -93,8 +100,7 @@ fn idle_buckets_leave_and_the_table_stays_bounded() {
     assert_eq!(t.len(), 2, "no room for a third: the store decides it");
     t.cut(0);
     t.synced("a", &[(5, 0)], 1, 0, 0);
-    seen(&mut t, &a, 500);
-    t.admit("a", 1);
+    admit(&mut t, &a, 500, 1);
     t.cut(1_100);
     assert_eq!(t.len(), 1, "b idle for its longest period left; a has a flush on the way");
     t.synced("a", &[(4, 900)], 1, 0, 1_110);
