@@ -56,11 +56,8 @@ impl Simulator {
         let id = self.next_id;
         let now = request.time_ms;
         let headers = ResponseHeaders::default();
-        let mut flow = self.worker.on_request(&mut self.host, id, request, now, headers.clone());
-        if flow == Flow::ReadBody {
-            // Traces carry no bodies: a body reservation takes its default.
-            flow = self.worker.on_request_body(&mut self.host, id, &[], true, now);
-        }
+        // Traces carry no bodies: a body reservation takes its default.
+        let flow = self.worker.on_request_headers(&mut self.host, id, request, (headers.clone(), true), now);
         let response = self.decided(id, flow, now, &headers);
         // Responses are not simulated: what a request reserved stands.
         self.worker.on_gone(id);

@@ -219,11 +219,11 @@ impl FakeResponse {
 }
 
 impl ResponseView for FakeResponse {
-    fn status(&self) -> Option<u16> {
-        Some(self.status)
-    }
-
+    /// `:status` too, as Envoy's response headers have it.
     fn header(&self, name: &str) -> Option<Vec<u8>> {
+        if name == ":status" {
+            return Some(self.status.to_string().into_bytes());
+        }
         self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_bytes().to_vec())
     }
 }

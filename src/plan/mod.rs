@@ -5,6 +5,7 @@
 //! attributes.
 
 pub mod extract;
+pub mod kept;
 mod matching;
 
 pub use matching::matches;

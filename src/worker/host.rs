@@ -23,10 +23,23 @@ pub enum Flow {
     Continue,
     /// Hold the request: it waits for the store, or was answered locally.
     Pause,
-    /// Hold the request and hand its body to `Worker::on_request_body` (a
-    /// reservation is read from it) when it is complete or as large as
-    /// `max_body_bytes`.
+    /// Let its headers go on (Envoy buffers the body meanwhile: the body
+    /// comes only to headers that go on) and ask
+    /// `Worker::request_body_step` of each body chunk: a reservation is
+    /// read from it.
     ReadBody,
+}
+
+/// What the request's own callback does with a chunk of its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyStep {
+    /// Let it go on: the worker does not read it, nor holds the request.
+    Pass,
+    /// Hold it (Envoy buffers it): the body is still short, or the request
+    /// waits for its decision.
+    Wait,
+    /// Hand the first this many bytes to `Worker::on_request_body`.
+    Read(usize),
 }
 
 /// Headers the upstream's response gets when the request is admitted. The
@@ -302,10 +315,12 @@ pub trait Host {
 
 /// The response of a request, as the worker reads it.
 pub trait ResponseView {
-    /// `:status`.
-    fn status(&self) -> Option<u16>;
     /// A response header by lowercase name.
     fn header(&self, name: &str) -> Option<Vec<u8>>;
+    /// `:status`.
+    fn status(&self) -> Option<u16> {
+        std::str::from_utf8(&self.header(":status")?).ok()?.parse().ok()
+    }
 }
 
 /// What the response's own callback does next.

@@ -65,7 +65,7 @@ mod tests;
 
 use host::Throttle;
 pub use host::{
-    CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, ShapeStat, Stat,
+    BodyStep, CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, ShapeStat, Stat,
 };
 pub use request::record::{Answer, Decider, DecisionRecord, Record, DECISION_PROPERTY};
 pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
@@ -214,6 +214,24 @@ impl Worker {
         self.begin(host, true);
         let flow = self.start(host, id, request, now_ms, headers);
         self.finish(host, Entry::Request, now_ms);
+        flow
+    }
+
+    /// A request's headers (its own callback); `end_of_stream`: no body
+    /// follows. A request whose reservation is in its body and that has
+    /// none is decided at once, on the empty body.
+    pub fn on_request_headers(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        request: &dyn RequestView,
+        (headers, end_of_stream): (ResponseHeaders, bool),
+        now_ms: u64,
+    ) -> Flow {
+        let flow = self.on_request(host, id, request, now_ms, headers);
+        if flow == Flow::ReadBody && end_of_stream {
+            return self.on_request_body(host, id, &[], true, now_ms);
+        }
         flow
     }
 

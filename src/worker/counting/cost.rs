@@ -8,12 +8,11 @@
 use crate::config::CostSource;
 use crate::limiter::Check;
 use crate::worker::counting::body::{integer, BodyReader};
-use crate::worker::counting::owed::{Decided, Stage};
+use crate::worker::counting::owed::{Decided, Owed, Stage};
 use crate::worker::host::{CountStat, Host, ResponseFlow, ResponseView, Stat};
 use crate::worker::{Entry, Worker};
 
 impl Worker {
-    /// The response headers of request `id` arrived (its own callback).
     /// Whether request `id`'s response is for the worker to read (a rule
     /// counts on it): the filter asks before [`Worker::on_response`], which
     /// costs a clock read.
@@ -21,6 +20,32 @@ impl Worker {
         self.settlements.active && self.settlements.owed.contains_key(&id)
     }
 
+    /// [`Worker::on_response`], with `end_of_stream`: no body follows, so
+    /// a response whose cost is in its body is settled at once on the
+    /// empty one.
+    pub fn on_response_headers(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        (response, end_of_stream): (&dyn ResponseView, bool),
+        now_ms: u64,
+    ) -> ResponseFlow {
+        let flow = self.on_response(host, id, response, now_ms);
+        if flow == ResponseFlow::ReadBody && end_of_stream {
+            self.on_response_body(host, id, &[], true, now_ms);
+            return ResponseFlow::Continue;
+        }
+        flow
+    }
+
+    /// Whether request `id`'s response body goes to the worker
+    /// ([`Worker::on_response_body`]), chunk by chunk.
+    pub fn reads_response_body(&self, id: u32) -> bool {
+        self.settlements.active
+            && matches!(self.settlements.owed.get(&id), Some(Owed { stage: Stage::Body { .. }, .. }))
+    }
+
+    /// The response headers of request `id` arrived (its own callback).
     pub fn on_response(
         &mut self,
         host: &mut dyn Host,

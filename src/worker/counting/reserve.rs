@@ -12,7 +12,7 @@ use crate::limiter::Check;
 use crate::plan::RequestView;
 use crate::worker::calls::Pending;
 use crate::worker::counting::body::{integer, json_field};
-use crate::worker::host::{Flow, Host, Stat};
+use crate::worker::host::{BodyStep, Flow, Host, Stat};
 use crate::worker::{Entry, Worker};
 use std::num::NonZeroU64;
 
@@ -65,13 +65,30 @@ impl Worker {
         Some(p)
     }
 
+    /// What request `id`'s callback does with its body, once Envoy has
+    /// buffered `buffered` bytes of it (None: unknown, as at the trailers)
+    /// and `end_of_stream` says whether more follow: read it when the
+    /// reservation waits for it ([`Worker::request_body_take`]); hold it
+    /// while the request waits for its decision (decided on its first
+    /// `max_body_bytes`, the rest waits with it); else let it go.
+    pub fn request_body_step(&self, id: u32, buffered: Option<usize>, end_of_stream: bool) -> BodyStep {
+        if self.settlements.awaits_body(id) {
+            return self.request_body_take(buffered, end_of_stream).map_or(BodyStep::Wait, BodyStep::Read);
+        }
+        if self.waiting(id) {
+            BodyStep::Wait
+        } else {
+            BodyStep::Pass
+        }
+    }
+
     /// How much of a request body the worker reads, once Envoy has
     /// buffered `buffered` bytes of it (None: unknown, as at the trailers)
     /// and `end_of_stream` says whether more follow: `None` while it is
     /// incomplete and shorter than `max_body_bytes` (Envoy buffers on),
     /// else the bytes to take, one past `max_body_bytes` so that a longer
     /// body is seen to be longer.
-    pub fn request_body_take(&self, buffered: Option<usize>, end_of_stream: bool) -> Option<usize> {
+    fn request_body_take(&self, buffered: Option<usize>, end_of_stream: bool) -> Option<usize> {
         let max = self.config.max_body_bytes;
         if !end_of_stream && buffered.is_some_and(|size| size < max) {
             return None;

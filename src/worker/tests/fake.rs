@@ -48,6 +48,11 @@ impl Rig {
     }
 
     pub fn request_with(&mut self, headers: &[(&str, &str)]) -> (u32, Flow) {
+        self.request_ending(headers, false)
+    }
+
+    /// A request with `headers`; `end_of_stream`: it has no body.
+    pub fn request_ending(&mut self, headers: &[(&str, &str)], end_of_stream: bool) -> (u32, Flow) {
         self.next_id += 1;
         let id = self.next_id;
         let slot = ResponseHeaders::default();
@@ -55,7 +60,7 @@ impl Rig {
         let req = FakeRequest::new(headers);
         self.host.settled_this_entry = 0;
         self.host.request_entry = Some(id);
-        let flow = self.worker.on_request(&mut self.host, id, &req, self.now, slot);
+        let flow = self.worker.on_request_headers(&mut self.host, id, &req, (slot, end_of_stream), self.now);
         self.host.request_entry = None;
         (id, flow)
     }
@@ -158,10 +163,15 @@ impl Rig {
 
     /// The response of request `id` arrives: `status` and `headers`.
     pub fn response(&mut self, id: u32, status: u16, headers: &[(&str, &str)]) -> ResponseFlow {
+        self.response_ending(id, (status, headers), false)
+    }
+
+    /// [`Rig::response`]; `end_of_stream`: it has no body.
+    pub fn response_ending(&mut self, id: u32, (status, headers): (u16, &[(&str, &str)]), end: bool) -> ResponseFlow {
         let response = FakeResponse::new(status, headers);
         self.host.settled_this_entry = 0;
         self.host.request_entry = Some(id);
-        let flow = self.worker.on_response(&mut self.host, id, &response, self.now);
+        let flow = self.worker.on_response_headers(&mut self.host, id, (&response, end), self.now);
         self.host.request_entry = None;
         flow
     }

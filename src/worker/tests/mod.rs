@@ -2,6 +2,7 @@
 //! store that decides with the pure models, and a fake clock. Each test runs
 //! in milliseconds.
 
+mod bodies;
 mod chaos;
 mod cluster;
 mod cluster_cross;

@@ -334,15 +334,3 @@ fn in_cluster_mode_a_settlement_goes_to_the_master_of_its_slot() {
     }
     assert_eq!(rig.host.count(Stat::Count(0, CountStat::Settled)), 2);
 }
-
-#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn a_request_body_is_read_once_complete_or_max_body_bytes_long() {
-    let rig =
-        Rig::new(tokens("sliding_log", r#"{ "reserve": { "body": "max_tokens" } }"#).top(r#""max_body_bytes": 1024"#));
-    let take = |buffered, end| rig.worker.request_body_take(buffered, end);
-    assert_eq!(take(Some(400), false), None, "incomplete and short: Envoy buffers on");
-    assert_eq!(take(Some(400), true), Some(400), "complete: all of it");
-    assert_eq!(take(Some(1024), false), Some(1024), "max_body_bytes buffered: read, all of it");
-    assert_eq!(take(Some(5_000), true), Some(1025), "longer: one past the bound shows it is longer");
-    assert_eq!(take(None, true), Some(1025), "at the trailers, size unknown");
-}
