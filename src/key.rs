@@ -88,46 +88,40 @@ pub fn tagged_bucket_key(prefix: &str, rule: &str, parts: &[&[u8]], tag: Option<
 /// [`tagged_bucket_key`] (or [`bucket_key`] for no `tag`) of the rule
 /// whose encoded name is `rule`.
 pub fn rule_key(prefix: &str, rule: &KeyName, parts: &[&[u8]], tag: Option<usize>, suffix: &str) -> String {
-    let Some(tagged) = tag.and_then(|i| parts.get(i)) else {
-        let mut key = KeyBuilder::new(prefix, rule, parts.len(), suffix);
-        for part in parts {
-            key.part(part);
-        }
-        return key.finish(suffix);
-    };
-    let mut key = String::with_capacity(room(prefix, rule, parts.len().saturating_add(1), suffix));
-    key.push_str(prefix);
-    key.push_str(":{");
-    if tagged.is_empty() {
-        key.push('%');
-    } else {
-        push_part(&mut key, tagged);
-    }
-    key.push_str("}:");
-    key.push_str(rule.as_str());
+    let tag = tag.and_then(|i| parts.get(i)).copied();
+    let mut key = KeyBuilder::new(prefix, rule, (parts.len(), tag), suffix);
     for part in parts {
-        key.push(':');
-        push_part(&mut key, part);
+        key.part(part);
     }
-    key.push(':');
-    key.push_str(suffix);
-    key
+    key.finish(suffix)
 }
 
-/// An untagged key, `<prefix>:{<rule>:<part>...}:<suffix>`, built as the
+/// A key, `<prefix>:{<rule>:<part>...}:<suffix>` or, hash-tagged by one
+/// part's value, `<prefix>:{<tag>}:<rule>:<part>...:<suffix>`, built as the
 /// parts come (planning pushes each value as it reads it).
 pub struct KeyBuilder {
     key: String,
+    tagged: bool,
 }
 
 impl KeyBuilder {
-    /// A key of `parts` parts of the rule `rule`, ending in `suffix`.
-    pub fn new(prefix: &str, rule: &KeyName, parts: usize, suffix: &str) -> KeyBuilder {
-        let mut key = String::with_capacity(room(prefix, rule, parts, suffix));
+    /// A key of `parts` parts of the rule `rule`, tagged by `tag` (the raw
+    /// value of one of them) if given, ending in `suffix`.
+    pub fn new(prefix: &str, rule: &KeyName, (parts, tag): (usize, Option<&[u8]>), suffix: &str) -> KeyBuilder {
+        let room = room(prefix, rule, parts.saturating_add(usize::from(tag.is_some())), suffix);
+        let mut key = String::with_capacity(room);
         key.push_str(prefix);
         key.push_str(":{");
+        if let Some(tag) = tag {
+            if tag.is_empty() {
+                key.push('%');
+            } else {
+                push_part(&mut key, tag);
+            }
+            key.push_str("}:");
+        }
         key.push_str(rule.as_str());
-        KeyBuilder { key }
+        KeyBuilder { key, tagged: tag.is_some() }
     }
 
     /// Appends the next part, encoded as the [module docs](self) say.
@@ -137,7 +131,7 @@ impl KeyBuilder {
     }
 
     pub fn finish(mut self, suffix: &str) -> String {
-        self.key.push_str("}:");
+        self.key.push_str(if self.tagged { ":" } else { "}:" });
         self.key.push_str(suffix);
         self.key
     }

@@ -10,8 +10,8 @@ mod matching;
 
 pub use matching::matches;
 
-use crate::config::{Config, KeyPart, KeySource, Match, OnMissing, Rule, MAX_KEY_PARTS};
-use crate::key::{rule_key, KeyBuilder};
+use crate::config::{Config, KeyPart, KeySource, Match, OnMissing, Rule};
+use crate::key::KeyBuilder;
 use crate::limiter::Check;
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -142,17 +142,20 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
     // The suffix names the algorithm, so switching a rule's algorithm
     // never reads another algorithm's data.
     let (prefix, suffix) = (&config.valkey.key_prefix, rule.algorithm.id());
-    let key = match rule.hash_tag {
-        // Each value goes into the key as it is read.
-        None => {
-            let mut key = KeyBuilder::new(prefix, &rule.key_name, rule.key.len(), suffix);
-            for part in &rule.key {
-                key.part(&key_value(part, request)?);
-            }
-            key.finish(suffix)
-        }
-        Some(tag) => tagged_key(prefix, rule, tag, suffix, request)?,
+    // The tag's value is read first: it goes first. Each other value goes
+    // into the key as it is read.
+    let tag = match rule.hash_tag.and_then(|i| Some((i, rule.key.get(i)?))) {
+        Some((i, part)) => Some((i, key_value(part, request)?)),
+        None => None,
     };
+    let mut key = KeyBuilder::new(prefix, &rule.key_name, (rule.key.len(), tag.as_ref().map(|(_, v)| &**v)), suffix);
+    for (j, part) in rule.key.iter().enumerate() {
+        match &tag {
+            Some((i, value)) if *i == j => key.part(value),
+            _ => key.part(&key_value(part, request)?),
+        }
+    }
+    let key = key.finish(suffix);
     Some(Check {
         rule: index,
         key,
@@ -171,41 +174,6 @@ fn key_value<'a>(part: &'a KeyPart, request: &dyn RequestView) -> Option<Cow<'a,
         (None, OnMissing::Default(d)) => Some(Cow::Borrowed(d.as_bytes())),
         (None, OnMissing::SkipRule) => None,
     }
-}
-
-/// The key of a rule tagged by its part `tag`, which goes first: every
-/// value is read before the key is built.
-fn tagged_key(prefix: &str, rule: &Rule, tag: usize, suffix: &str, request: &dyn RequestView) -> Option<String> {
-    // The parts live on the stack (a validated rule has at most
-    // MAX_KEY_PARTS), on the heap only for a rule built in code with more.
-    let count = rule.key.len();
-    let mut stack_values: [Cow<'_, [u8]>; MAX_KEY_PARTS] = Default::default();
-    let mut heap_values: Vec<Cow<'_, [u8]>> = Vec::new();
-    let values = match stack_values.get_mut(..count) {
-        Some(values) => values,
-        None => {
-            heap_values.resize(count, Cow::Borrowed(&[]));
-            heap_values.as_mut_slice()
-        }
-    };
-    for (part, value) in rule.key.iter().zip(values.iter_mut()) {
-        *value = key_value(part, request)?;
-    }
-    let mut stack_parts: [&[u8]; MAX_KEY_PARTS] = [&[]; MAX_KEY_PARTS];
-    let heap_parts: Vec<&[u8]>;
-    let parts = match stack_parts.get_mut(..count) {
-        Some(parts) => {
-            for (part, value) in parts.iter_mut().zip(values.iter()) {
-                *part = value;
-            }
-            &*parts
-        }
-        None => {
-            heap_parts = values.iter().map(|v| &**v).collect();
-            heap_parts.as_slice()
-        }
-    };
-    Some(rule_key(prefix, &rule.key_name, parts, Some(tag), suffix))
 }
 
 /// [`source_value`], borrowing a literal instead of copying it.
