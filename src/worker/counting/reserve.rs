@@ -72,6 +72,11 @@ impl Worker {
     /// while the request waits for its decision (decided on its first
     /// `max_body_bytes`, the rest waits with it); else let it go.
     pub fn request_body_step(&self, id: u32, buffered: Option<usize>, end_of_stream: bool) -> BodyStep {
+        if !self.settlements.active {
+            // No rule reads a body, so none waits with one: one field read
+            // per chunk.
+            return BodyStep::Pass;
+        }
         if self.settlements.awaits_body(id) {
             return self.request_body_take(buffered, end_of_stream).map_or(BodyStep::Wait, BodyStep::Read);
         }
