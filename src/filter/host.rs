@@ -99,10 +99,22 @@ impl<'a> EnvoyHost<'a> {
 
     /// Sets the decision still pending, if any (its verdict was deferred).
     fn flush_decision(&mut self) {
-        if let Some(id) = self.decision.take() {
-            let text = &self.scratch.text;
-            self.ctx.on(id, || set_decision(text));
+        if let Some(id) = self.decision {
+            self.verdict(id, || {});
         }
+    }
+
+    /// Carries out request `id`'s verdict (`f`) with it as the effective
+    /// context, its decision first if it is the one pending.
+    fn verdict(&mut self, id: u32, f: impl FnOnce()) {
+        let pending = self.decision.take_if(|d| *d == id).is_some();
+        let text = &self.scratch.text;
+        self.ctx.on(id, || {
+            if pending {
+                set_decision(text);
+            }
+            f();
+        });
     }
 
     /// The VM entry ends: a decision still pending is set, and the stats
@@ -134,13 +146,7 @@ impl Host for EnvoyHost<'_> {
 
     fn admit(&mut self, id: u32, shadow_denied: Option<&str>) {
         let current = self.ctx.current;
-        // Its decision, if pending, is set with its verdict.
-        let pending = self.decision.take_if(|d| *d == id).is_some();
-        let text = &self.scratch.text;
-        self.ctx.on(id, || {
-            if pending {
-                set_decision(text);
-            }
+        self.verdict(id, || {
             if let Some(value) = shadow_denied {
                 let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, SHADOW_HEADER, Some(value));
             }
@@ -162,12 +168,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn reply(&mut self, id: u32, reply: &LocalReply) {
-        let pending = self.decision.take_if(|d| *d == id).is_some();
-        let text = &self.scratch.text;
-        self.ctx.on(id, || {
-            if pending {
-                set_decision(text);
-            }
+        self.verdict(id, || {
             let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (&**k, v.as_str())).collect();
             if let Err(status) = hostcalls::send_local_response(reply.status, reply.details, &headers, &reply.body) {
                 log::warn!("tollgate: could not send local reply: {status:?}");
