@@ -8,8 +8,9 @@
 //! context comes back only before a call that acts on it (the store
 //! stream, the tick) and when the entry ends: the requests one reply
 //! admits switch from one to the next, one host call each instead of two.
-//! Stat increments are gathered per VM entry and added to Envoy's metrics
-//! when it ends ([`Sums`]).
+//! Stat increments are gathered ([`Sums`]) and added to Envoy's metrics
+//! when the VM entry ends, or at a later one when the worker says so
+//! (`crate::worker::reporting`).
 
 use super::hostcalls;
 use super::metrics::{self, Metrics};
@@ -41,9 +42,12 @@ pub struct EnvoyHost<'a> {
     /// property with its verdict (the worker carries it out next): one
     /// host call instead of three. Its text waits in the scratch buffer.
     decision: Option<u32>,
-    /// The stat increments of this VM entry, and a buffer for a decision's
-    /// text: the worker's, lent for the entry.
+    /// The stat increments gathered (this VM entry's, and those earlier
+    /// entries left for later), and a buffer for a decision's text: the
+    /// worker's, lent for the entry.
     scratch: &'a mut Scratch,
+    /// Whether the stats gathered wait for a later entry.
+    later: bool,
 }
 
 /// Which context the host calls of an entry act on: the callback's own
@@ -94,7 +98,7 @@ impl<'a> EnvoyHost<'a> {
     ) -> EnvoyHost<'a> {
         let (metrics, scratch) = shared;
         let ctx = Effective { current, effective: current, lazy };
-        EnvoyHost { ctx, metrics, wake_queue, decision: None, scratch }
+        EnvoyHost { ctx, metrics, wake_queue, decision: None, scratch, later: false }
     }
 
     /// Sets the decision still pending, if any (its verdict was deferred).
@@ -118,12 +122,15 @@ impl<'a> EnvoyHost<'a> {
     }
 
     /// The VM entry ends: a decision still pending is set, and the stats
-    /// gathered in the entry go to Envoy. The effective context is left as
+    /// gathered go to Envoy unless the worker left them for later. The
+    /// effective context is left as
     /// it is: the host resets it when the entry returns (proxy-wasm's
     /// `SaveRestoreContext`), and metrics belong to the VM, not a context.
     pub fn finish(&mut self) {
         self.flush_decision();
-        metrics::flush(&mut self.scratch.sums);
+        if !self.later {
+            metrics::flush(&mut self.scratch.sums);
+        }
     }
 }
 
@@ -210,6 +217,14 @@ impl Host for EnvoyHost<'_> {
 
     fn count(&mut self, stat: Stat, by: u64) {
         self.metrics.count(&mut self.scratch.sums, stat, by);
+    }
+
+    fn unreported_stats(&self) -> bool {
+        !self.scratch.sums.is_empty()
+    }
+
+    fn report_stats_later(&mut self) {
+        self.later = true;
     }
 
     fn gauge(&mut self, gauge: Gauge, delta: i64) {

@@ -35,7 +35,15 @@ pub struct RecordingHost {
     /// Held responses resumed, with the headers added.
     pub resumed: Vec<(u32, Vec<(String, String)>)>,
     pub removed_headers: Vec<String>,
+    /// Counts, as the proxy shows them once reported.
     pub counts: HashMap<Stat, u64>,
+    /// Whether counts or gauge moves are not reported yet: set by each,
+    /// cleared when an entry ends that did not leave them for later.
+    pub unreported: bool,
+    /// Entries whose stats were left for later, and whether the current
+    /// one's are.
+    pub reported_later: usize,
+    later: bool,
     pub in_flight: i64,
     pub held: i64,
     /// Requests held for their slot (the shaping gauge).
@@ -61,6 +69,14 @@ pub struct RecordingHost {
 }
 
 impl RecordingHost {
+    /// A VM entry ends: what it gathered is reported, unless the worker
+    /// left it for later. The driver calls it after each event.
+    pub fn entry_ends(&mut self) {
+        if !std::mem::take(&mut self.later) {
+            self.unreported = false;
+        }
+    }
+
     pub fn count(&self, stat: Stat) -> u64 {
         self.counts.get(&stat).copied().unwrap_or(0)
     }
@@ -151,9 +167,22 @@ impl Host for RecordingHost {
 
     fn count(&mut self, stat: Stat, by: u64) {
         *self.counts.entry(stat).or_default() += by;
+        self.unreported = true;
+    }
+
+    fn unreported_stats(&self) -> bool {
+        self.unreported
+    }
+
+    fn report_stats_later(&mut self) {
+        if !self.later {
+            self.reported_later += 1;
+        }
+        self.later = true;
     }
 
     fn gauge(&mut self, gauge: Gauge, delta: i64) {
+        self.unreported = true;
         match gauge {
             Gauge::InFlight => self.in_flight += delta,
             Gauge::Held => self.held += delta,

@@ -297,7 +297,17 @@ pub trait Host {
     fn resume_response(&mut self, id: u32, headers: &[Header]);
     /// Removes a header from the request being started (`on_request`).
     fn remove_request_header(&mut self, name: &str);
+    /// Adds `by` to a counter: gathered, and reported to the proxy when
+    /// the VM entry ends (or later, see [`Host::report_stats_later`]).
     fn count(&mut self, stat: Stat, by: u64);
+    /// Whether counts or gauge moves are gathered and not yet reported
+    /// (never, for a host that reports each at once).
+    fn unreported_stats(&self) -> bool {
+        false
+    }
+    /// What is gathered waits for a later entry instead of being reported
+    /// when this one ends (the worker's tick reports it within a tick).
+    fn report_stats_later(&mut self) {}
     /// Moves a gauge by `delta` (the gauge is shared by every worker, so
     /// each adds its own change).
     fn gauge(&mut self, gauge: Gauge, delta: i64);

@@ -54,6 +54,7 @@ mod counting;
 pub mod cross;
 mod discovery;
 pub mod host;
+mod reporting;
 mod request;
 mod shaping;
 pub mod stats;
@@ -84,6 +85,7 @@ use cross::crossings::Crossings;
 use cross::protocol::undo;
 use discovery::cluster_lookup::ClusterLookup;
 use discovery::sentinel_lookup::SentinelLookup;
+use reporting::Reporting;
 use request::local::LocalLimiter;
 use request::verdict::Deliveries;
 use shaping::hold::give_back;
@@ -150,8 +152,8 @@ pub struct Worker {
     /// does, and cannot open streams to internal listeners).
     serving: bool,
     woken: bool,
-    /// The gauges' values last reported, in [`Gauge::ALL`] order.
-    reported: [i64; 3],
+    /// When stats reach the proxy.
+    reporting: Reporting,
     log: Throttle,
     /// Requests decided across cluster slots, by context id.
     crossings: Crossings,
@@ -188,7 +190,7 @@ impl Worker {
             tick: Duration::ZERO,
             serving: false,
             woken: false,
-            reported: [0; 3],
+            reporting: Reporting::default(),
             log: Throttle::default(),
             crossings: Crossings::default(),
             holding: Holding::new(&config),
@@ -272,6 +274,7 @@ impl Worker {
 
     /// The tick (its own callback): deadlines.
     pub fn on_tick(&mut self, host: &mut dyn Host, now_ms: u64) {
+        self.reporting.tick_begins(host);
         self.begin(host, false);
         self.expire(host, now_ms);
         self.finish(host, Entry::Tick, now_ms);
@@ -314,9 +317,7 @@ impl Worker {
 
     /// Every VM entry ends here: send what can be sent, look up the master
     /// or the slot map when due (from the worker's own callbacks), report
-    /// the gauges (from the tick only: while they are not 0 the tick runs,
-    /// so they are at most a tick late, and the tick that stops reports
-    /// them last), and set the tick.
+    /// the stats as [`reporting`] says, and set the tick.
     /// The tick is sped up at once but slowed or stopped only by its own
     /// callback: between requests that arrive close together it stays on,
     /// instead of being turned on and off for each.
@@ -332,15 +333,13 @@ impl Worker {
             self.sync_step(host, now_ms);
         }
         self.pump(host, own, now_ms);
-        if entry == Entry::Tick {
-            let now = [self.shards.in_flight(), self.calls.len() + self.deliveries.len(), self.holding.len()];
-            for ((gauge, value), reported) in Gauge::ALL.into_iter().zip(now).zip(&mut self.reported) {
-                let value = i64::try_from(value).unwrap_or(i64::MAX);
-                if value != *reported {
-                    host.gauge(gauge, value - *reported);
-                    *reported = value;
-                }
+        match entry {
+            Entry::Request => self.reporting.request_ends(host, self.tick, now_ms),
+            Entry::Tick => {
+                let now = [self.shards.in_flight(), self.calls.len() + self.deliveries.len(), self.holding.len()];
+                self.reporting.tick_ends(host, now);
             }
+            Entry::Own => {}
         }
         let want = if !self.deliveries.is_empty() {
             DEFERRED_TICK
@@ -348,6 +347,7 @@ impl Worker {
             || self.shards.in_flight() > 0
             || self.discovery_busy()
             || !self.holding.is_empty()
+            || self.reporting.busy()
         {
             TICK
         } else if let Some(interval) = self.synced.tick() {

@@ -92,10 +92,11 @@ pub fn counters(config: &Config) -> Vec<(Stat, String)> {
     out
 }
 
-/// Increments gathered within one VM entry, summed by metric (the host's
-/// handle): a counter counted for every request of a reply message is
-/// added once when the entry ends, not once per request. Envoy reads its
-/// stats between VM entries, so they are exact whenever read.
+/// Increments gathered, summed by metric (the host's handle): a counter
+/// counted for every request of a reply message is added once when the
+/// entry ends, not once per request; requests' counters may wait for the
+/// next tick ([`super::reporting`]). Envoy reads its stats between VM
+/// entries, so they are exact whenever read, or at most a tick late.
 #[derive(Debug, Default)]
 pub struct Sums(Vec<(u32, i64)>);
 
@@ -106,6 +107,10 @@ impl Sums {
             Some((_, sum)) => *sum = sum.saturating_add(by),
             None => self.0.push((handle, by)),
         }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The sums that change something, taken.

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use support::docker::{container_ip, docker, engine_and_images, Project};
 use support::load::{self, Load, Plan, Request};
-use support::{admin_get, http, repo_root, try_command, wait_until, Response};
+use support::{admin_get, http, parse_stats, repo_root, settled, try_command, wait_until, Response, TOLLGATE_STATS};
 use tollgate::resp::Value;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -58,7 +58,13 @@ fn edited_config(name: &str, edits: &[(&str, &str)]) -> String {
     text
 }
 
+/// A stat of the Envoy whose admin port is `admin`; tollgate's settled
+/// (`support::envoy::settled`).
 fn stat(admin: u16, name: &str) -> Option<u64> {
+    if name.starts_with("wasmcustom.tollgate.") {
+        let read = || parse_stats(&admin_get(admin, &format!("/stats?filter={TOLLGATE_STATS}")).unwrap().body_text());
+        return settled(read).get(name).copied();
+    }
     let body = admin_get(admin, &format!("/stats?filter=^{name}$"))?.body_text();
     body.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
 }

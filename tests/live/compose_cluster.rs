@@ -11,7 +11,7 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 use support::docker::{engine_and_images, Project};
-use support::{admin_get, http, try_command, wait_until, Response};
+use support::{admin_get, http, parse_stats, settled, try_command, wait_until, Response, TOLLGATE_STATS};
 use tollgate::resp::Value;
 use tollgate::store::cluster::key_slot;
 
@@ -46,9 +46,11 @@ fn token(port: u16, user: &str) -> Response {
     http(port, "POST", "/auth/token", &[("x-user-id", user)]).unwrap()
 }
 
+/// A tollgate stat, settled (`support::envoy::settled`), of the Envoy
+/// whose admin port is `admin`.
 fn stat(admin: u16, name: &str) -> u64 {
-    let body = admin_get(admin, &format!("/stats?filter=^{name}$")).unwrap().body_text();
-    body.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok()).unwrap_or(0)
+    let read = || parse_stats(&admin_get(admin, &format!("/stats?filter={TOLLGATE_STATS}")).unwrap().body_text());
+    settled(read).get(name).copied().unwrap_or(0)
 }
 
 #[test]

@@ -27,7 +27,8 @@ mod valkey;
 pub mod valkey_stats;
 
 pub use envoy::{
-    demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Extras, Ports,
+    demo_plugin_config, parse_stats, render_envoy_config, render_with_module, settled, Bootstrap, Envoy, EnvoyOptions,
+    Extras, Ports, TOLLGATE_STATS,
 };
 pub use http::{admin_get, http, http_body, remaining, Response};
 pub use valkey::{try_command, Valkey};

@@ -5,7 +5,7 @@ use super::fake::Rig;
 use super::fake_cluster::FakeCluster;
 use crate::store::cluster::key_slot;
 use crate::testing::{plugin, Plugin};
-use crate::worker::{Stat, IDLE_TICK};
+use crate::worker::{Stat, IDLE_TICK, TICK};
 
 pub const SEEDS: &str = "tollgate_valkey_seeds";
 
@@ -81,6 +81,10 @@ fn the_first_request_reads_the_slot_map_then_each_master_gets_its_own_stream() {
     rig.settle();
     assert!(last.iter().all(|id| rig.host.status(*id) == Some(429)));
     assert_eq!(rig.host.opened.len(), 4, "one seed stream and one per master, kept");
+    // The three denials came at once: their counters wait for a tick,
+    // which stays on once more in case more come.
+    rig.tick(5);
+    assert_eq!(rig.host.tick, TICK);
     rig.tick(5);
     assert_eq!(rig.host.tick, IDLE_TICK, "idle, but the map is read again every refresh");
     rig.run_for(5_000);

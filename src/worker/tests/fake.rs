@@ -61,6 +61,7 @@ impl Rig {
         self.host.settled_this_entry = 0;
         self.host.request_entry = Some(id);
         let flow = self.worker.on_request_headers(&mut self.host, id, &req, (slot, end_of_stream), self.now);
+        self.host.entry_ends();
         self.host.request_entry = None;
         (id, flow)
     }
@@ -71,6 +72,7 @@ impl Rig {
             self.host.wakes = 0;
             self.host.settled_this_entry = 0;
             self.worker.on_wake(&mut self.host, self.now);
+            self.host.entry_ends();
         }
     }
 
@@ -87,6 +89,7 @@ impl Rig {
         self.now += ms;
         self.host.settled_this_entry = 0;
         self.worker.on_tick(&mut self.host, self.now);
+        self.host.entry_ends();
     }
 
     /// Lets `ms` pass on the clock, ticking every 5 ms as the worker asks
@@ -134,12 +137,14 @@ impl Rig {
     pub fn message(&mut self, token: u32, bytes: &[u8]) {
         self.host.settled_this_entry = 0;
         self.worker.on_stream_message(&mut self.host, token, bytes, self.now);
+        self.host.entry_ends();
     }
 
     /// Stream `token` closes with gRPC `status`.
     pub fn close(&mut self, token: u32, status: u32) {
         self.host.settled_this_entry = 0;
         self.worker.on_stream_close(&mut self.host, token, status, self.now);
+        self.host.entry_ends();
     }
 
     /// Wakes the worker and answers on its stream until nothing moves.
@@ -172,6 +177,7 @@ impl Rig {
         self.host.settled_this_entry = 0;
         self.host.request_entry = Some(id);
         let flow = self.worker.on_response_headers(&mut self.host, id, (&response, end), self.now);
+        self.host.entry_ends();
         self.host.request_entry = None;
         flow
     }
@@ -181,6 +187,7 @@ impl Rig {
         self.host.settled_this_entry = 0;
         self.host.request_entry = Some(id);
         self.worker.on_response_body(&mut self.host, id, chunk, end, self.now);
+        self.host.entry_ends();
         self.host.request_entry = None;
     }
 
@@ -189,6 +196,7 @@ impl Rig {
         self.host.settled_this_entry = 0;
         self.host.request_entry = Some(id);
         let flow = self.worker.on_request_body(&mut self.host, id, body, complete, self.now);
+        self.host.entry_ends();
         self.host.request_entry = None;
         flow
     }

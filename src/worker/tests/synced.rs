@@ -4,7 +4,8 @@
 
 use super::fake::Rig;
 use crate::testing::{plugin, rule};
-use crate::worker::{Flow, Stat};
+use crate::worker::{Flow, Stat, TICK};
+use std::time::Duration;
 
 const KEY: &str = "tollgate:{api:a}:log";
 
@@ -136,4 +137,36 @@ fn a_request_another_synced_rule_denies_takes_nothing_from_the_rules_that_fit() 
     // from it and gave back.
     assert_eq!(rig.store.model.entries(KEY), 3, "api: the 3 admitted only");
     assert_eq!(rig.store.model.entries("tollgate:{all}:log"), 3);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn counters_of_requests_close_together_wait_for_the_tick_which_stops_when_quiet() {
+    let mut rig = synced(100);
+    status(&mut rig);
+    sync_for(&mut rig, 200);
+    let allowed = |rig: &Rig| rig.host.count(Stat::Synced { allowed: true });
+    assert_eq!(rig.host.tick, Duration::from_millis(100), "the sync interval: nothing else runs");
+    // Apart by a tick or more: each request reports its own counters.
+    for _ in 0..2 {
+        rig.now += 5;
+        assert_eq!(status(&mut rig), Some(200));
+        assert!(!rig.host.unreported, "reported when its callback ended");
+    }
+    assert_eq!((rig.host.reported_later, rig.host.tick), (0, Duration::from_millis(100)));
+    // Two within a tick: the tick runs every 5 ms for the counters after them.
+    assert_eq!(status(&mut rig), Some(200));
+    assert_eq!((rig.host.reported_later, rig.host.tick), (0, TICK), "the second reported, the tick sped up");
+    for n in 1..=3 {
+        assert_eq!(status(&mut rig), Some(200));
+        assert_eq!(rig.host.reported_later, n);
+    }
+    assert!(rig.host.unreported, "three requests' counters wait");
+    assert_eq!(allowed(&rig), 6, "counted all the same (the fake shows what will be reported)");
+    sync_for(&mut rig, 5);
+    assert!(!rig.host.unreported, "the tick reported them");
+    assert_eq!(rig.host.tick, TICK, "and stays on: they came since the last tick");
+    sync_for(&mut rig, 5);
+    assert_eq!(rig.host.tick, Duration::from_millis(100), "a tick with nothing to report goes back");
+    assert_eq!(status(&mut rig), Some(200));
+    assert!(!rig.host.unreported, "a request after the quiet tick reports at once");
 }
