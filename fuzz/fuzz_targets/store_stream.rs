@@ -6,24 +6,23 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use std::sync::OnceLock;
 use tollgate::config::Config;
 use tollgate::model::host::{FakeRequest, RecordingHost};
 use tollgate::worker::{ResponseHeaders, Worker};
 
-fn config() -> &'static Config {
-    static CONFIG: OnceLock<Config> = OnceLock::new();
-    CONFIG.get_or_init(|| {
+thread_local! {
+    // Per thread: a configuration shares its rules' windows by `Rc`.
+    static CONFIG: Config = {
         let doc = br#"{ "valkey": { "cluster": "c" }, "response": { "headers": ["ratelimit", "x-ratelimit"] },
           "rules": [ { "name": "a", "key": [ { "header": "u" } ], "limits": [ { "limit": 5, "period": "1s" }, { "limit": 20, "period": "60s" } ] },
                      { "name": "b", "shadow": true, "limits": [ { "limit": 5, "period": "3s" } ] } ] }"#;
         Config::from_json(doc).unwrap_or_else(|e| panic!("{e}"))
-    })
+    };
 }
 
 fuzz_target!(|data: &[u8]| {
     let Some((&cuts, bytes)) = data.split_first() else { return };
-    let mut worker = Worker::new(config().clone());
+    let mut worker = Worker::new(CONFIG.with(Config::clone));
     let mut host = RecordingHost::default();
     let now = 1_000_000;
     let ids: Vec<u32> = (1..=4).collect();
