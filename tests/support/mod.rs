@@ -21,16 +21,17 @@ pub mod plugin;
 pub mod props;
 pub mod sentinel;
 pub mod shaping;
+mod stats;
 pub mod tls;
 pub mod upstream;
 mod valkey;
 pub mod valkey_stats;
 
 pub use envoy::{
-    demo_plugin_config, parse_stats, render_envoy_config, render_with_module, settled, Bootstrap, Envoy, EnvoyOptions,
-    Extras, Ports, TOLLGATE_STATS,
+    demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Extras, Ports,
 };
 pub use http::{admin_get, http, http_body, remaining, Response};
+pub use stats::{parse_stats, settled, TOLLGATE_STATS};
 pub use valkey::{try_command, Valkey};
 
 use std::net::TcpListener;
