@@ -26,6 +26,13 @@ impl Envoy {
         if name.starts_with("wasmcustom.tollgate.") && !name.starts_with("wasmcustom.tollgate.cost.") {
             return self.settled_stats().get(name).copied();
         }
+        self.stat_now(name)
+    }
+
+    /// The value of one counter or gauge from one read of `/stats`, for a
+    /// poll while load runs: a tollgate counter may be a tick behind (and
+    /// [`Envoy::stat`] would wait up to 300 ms for stats that keep moving).
+    pub fn stat_now(&self, name: &str) -> Option<u64> {
         let path = format!("/stats?filter=^{name}$");
         let admin = self.admin_port;
         let body = self.net(|| admin_get(admin, &path))?.body;
