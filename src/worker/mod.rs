@@ -363,26 +363,6 @@ impl Worker {
             self.tick = want;
         }
     }
-
-    fn discovery_busy(&self) -> bool {
-        self.sentinels.as_ref().is_some_and(SentinelLookup::busy)
-            || self.cluster.as_ref().is_some_and(ClusterLookup::busy)
-    }
-
-    /// Looks up the master or the slot map when due (from the worker's own
-    /// callbacks, once it serves).
-    fn lookup(&mut self, host: &mut dyn Host, now_ms: u64) {
-        if !self.serving {
-            return;
-        }
-        let timeout_ms = self.timeout_ms;
-        if let Some(s) = &mut self.sentinels {
-            s.lookup(host, now_ms, timeout_ms);
-        }
-        if let Some(c) = &mut self.cluster {
-            c.lookup(host, now_ms, timeout_ms);
-        }
-    }
 }
 
 /// Writes held call `p` into `out`, invoked `how` (a decision shaped as
