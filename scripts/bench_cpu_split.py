@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Envoy's user and system CPU per request, apart, for no rule matching and
+one other case of scripts/bench_variants.py, in rounds: per round a new
+Envoy per case (--concurrency 1, pinned to CPU 0, wrk on CPU 1), loaded 4 s
+first, then `wrk -c64` for 3 s. A callgrind count (scripts/
+bench_instructions.py) holds user-space instructions only; this shows the
+system time it leaves out (the sockets), and whether it differs by case.
+
+    python3 scripts/bench_cpu_split.py [--rounds 8] [--case synced]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+import bench_variants
+from bench_common import VALKEY, WASM, admin_stat, free_port, wait_port
+
+COMPLETED = "http.demo.downstream_rq_completed"
+
+
+def times(pid):
+    """User and system CPU seconds of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def measure(case, valkey_port, workdir):
+    """(user µs, system µs) per request of one fresh Envoy running `case`."""
+    v = bench_variants.Variant("split", WASM, {}, case, valkey_port, workdir, pin=True, warm="4s")
+    try:
+        v.ready()
+        done, (user, system) = admin_stat(v.ports[2], COMPLETED), times(v.envoy.pid)
+        subprocess.run(["taskset", "-c", "1", "wrk", "-t1", "-c64", "-d3s", "-H", "x-user-id: bench",
+                        f"http://127.0.0.1:{v.ports[0]}/"], capture_output=True, check=True)
+        done = admin_stat(v.ports[2], COMPLETED) - done
+        after = times(v.envoy.pid)
+        return (after[0] - user) * 1e6 / done, (after[1] - system) * 1e6 / done
+    finally:
+        v.envoy.terminate()
+        v.envoy.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--case", default="synced")
+    args = parser.parse_args()
+    cases = ["unmatched", args.case]
+    workdir = Path(tempfile.mkdtemp(prefix="tollgate-split-"))
+    valkey_port = free_port()
+    valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    rows = {c: [] for c in cases}
+    try:
+        wait_port(valkey_port)
+        for r in range(args.rounds):
+            for case in cases:
+                rows[case].append(measure(case, valkey_port, workdir))
+            print(f"round {r + 1}: " + ", ".join(f"{c} user {rows[c][-1][0]:.1f} µs, system {rows[c][-1][1]:.1f} µs"
+                                                 for c in cases), flush=True)
+    finally:
+        valkey.terminate()
+        valkey.wait()
+    for case, got in rows.items():
+        user, system = (statistics.median(x[i] for x in got) for i in (0, 1))
+        print(f"{case}: user {user:.1f} µs, system {system:.1f} µs per request (medians), "
+              f"system {system / (user + system):.2f} of the whole")
+    for label, of in (("user", lambda x: x[0]), ("user + system", lambda x: x[0] + x[1])):
+        ratios = [of(a) / of(b) for a, b in zip(rows[args.case], rows["unmatched"])]
+        print(f"{args.case} ÷ unmatched, {label}, per round: {' '.join(f'{x:.2f}' for x in ratios)}; "
+              f"median {statistics.median(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()
