@@ -7,7 +7,7 @@
 use super::hostcalls;
 use crate::config::Config;
 use crate::idhash::IdMap;
-use crate::worker::stats::{counters, Sums, GAUGES, SHAPE_DELAY, STORE_ERRORS, STORE_TIME};
+use crate::worker::stats::{counters, in_store_errors, Sums, GAUGES, SHAPE_DELAY, STORE_ERRORS, STORE_TIME};
 use crate::worker::{Gauge, Stat};
 use proxy_wasm::types::MetricType;
 
@@ -63,7 +63,7 @@ impl Metrics {
     /// Envoy's metrics by [`flush`] when the entry ends).
     pub fn count(&self, sums: &mut Sums, stat: Stat, by: u64) {
         let by = i64::try_from(by).unwrap_or(i64::MAX);
-        let total = matches!(stat, Stat::StoreError(_)).then_some(self.store_errors).flatten();
+        let total = in_store_errors(stat).then_some(self.store_errors).flatten();
         for handle in [self.counters.get(&stat).copied(), total].into_iter().flatten() {
             sums.add(handle, by);
         }

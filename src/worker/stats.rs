@@ -64,6 +64,12 @@ const SYNC: [(Stat, &str); 7] = [
     (Stat::SyncDuplicate, "duplicates"),
 ];
 
+/// Whether `stat` also counts in the total of store errors
+/// ([`STORE_ERRORS`]), beside its own counter.
+pub fn in_store_errors(stat: Stat) -> bool {
+    matches!(stat, Stat::StoreError(_))
+}
+
 /// Every counter a worker with `config` can count, with its name. A
 /// [`Stat::StoreError`] names its kind's counter ([`STORE_ERRORS`] counts
 /// them all).
@@ -140,6 +146,13 @@ mod tests {
         assert_eq!(all.len(), 4 + 9 + FailureKind::ALL.len() + OTHERS.len() + Reset::ALL.len());
         assert!(names.contains("tollgate.rule.counted.settled") && !names.contains("tollgate.rule.plain.settled"));
         assert!(names.contains("tollgate.store.errors.timeout") && names.contains("tollgate.stream.resets.stalled"));
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn every_store_error_and_nothing_else_counts_in_the_total() {
+        assert!(FailureKind::ALL.iter().all(|k| in_store_errors(Stat::StoreError(*k))));
+        let others = OTHERS.iter().map(|(s, _)| *s).chain(Reset::ALL.map(Stat::StreamReset));
+        assert!(others.into_iter().all(|s| !in_store_errors(s)));
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
