@@ -38,8 +38,7 @@ impl Reporting {
         if !tick.is_zero() && tick <= TICK {
             host.report_stats_later();
         }
-        let tick_ms = u64::try_from(TICK.as_millis()).unwrap_or(u64::MAX);
-        if self.counted_ms.is_some_and(|at| now_ms.saturating_sub(at) < tick_ms) {
+        if self.counted_ms.is_some_and(|at| u128::from(now_ms.saturating_sub(at)) < TICK.as_millis()) {
             self.busy = true;
         }
         self.counted_ms = Some(now_ms);
