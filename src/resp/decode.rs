@@ -286,7 +286,7 @@ pub(super) fn canonical_integer(buf: &[u8], start: usize) -> Option<(i64, usize)
         if !b.is_ascii_digit() {
             break;
         }
-        magnitude = magnitude.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        magnitude = push_digit(magnitude, b)?;
         end += 1;
     }
     let digits = end - digits_at;
@@ -355,9 +355,22 @@ fn check_digits(digits: &[u8]) -> Result<(), &'static str> {
 /// Parses a canonical unsigned decimal (see [`check_digits`]) into a `u64`.
 fn parse_digits(digits: &[u8]) -> Result<u64, &'static str> {
     check_digits(digits)?;
-    digits.iter().try_fold(0u64, |acc, &d| {
-        acc.checked_mul(10).and_then(|acc| acc.checked_add(u64::from(d - b'0'))).ok_or("number overflows")
-    })
+    digits.iter().try_fold(0u64, |acc, &d| push_digit(acc, d).ok_or("number overflows"))
+}
+
+/// `acc` with the ASCII digit `digit` appended (`acc * 10 + digit`), or
+/// `None` past `u64::MAX`. Compared with the bound first rather than by
+/// `checked_mul`: in wasm32 that is a 128-bit multiply (`__multi3`), on
+/// every digit of every number in the store's replies.
+pub(super) fn push_digit(acc: u64, digit: u8) -> Option<u64> {
+    const MAX_TENTH: u64 = u64::MAX / 10;
+    let d = u64::from(digit.wrapping_sub(b'0'));
+    if acc < MAX_TENTH || (acc == MAX_TENTH && d <= u64::MAX % 10) {
+        // Within u64 by the comparison above.
+        Some(acc.wrapping_mul(10).wrapping_add(d))
+    } else {
+        None
+    }
 }
 
 /// A RESP3 double: `inf`, `-inf`, `nan`, or digits with an optional sign,

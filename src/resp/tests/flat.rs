@@ -57,6 +57,18 @@ fn fast_path_keeps_every_limit() {
 }
 
 #[wasm_bindgen_test(unsupported = test)]
+fn a_digit_appended_as_checked_arithmetic_would() {
+    use crate::resp::decode::push_digit;
+    let tenth = u64::MAX / 10;
+    for acc in [0, 1, 9, 1_764_150_000_123, tenth - 1, tenth, tenth + 1, u64::MAX / 2, u64::MAX] {
+        for digit in b'0'..=b'9' {
+            let checked = acc.checked_mul(10).and_then(|n| n.checked_add(u64::from(digit - b'0')));
+            assert_eq!(push_digit(acc, digit), checked, "{acc} then {}", char::from(digit));
+        }
+    }
+}
+
+#[wasm_bindgen_test(unsupported = test)]
 fn one_pass_integers_read_as_their_lines() {
     use crate::resp::decode::{canonical_integer, read_integer_line};
     let texts = [
