@@ -17,7 +17,9 @@
 //! for this tree and a baseline).
 //!
 //! Only the public API that existed before this bench is used, so the same
-//! file measures an older tree too.
+//! file measures an older tree too. It also builds for wasm32-wasip1, as
+//! the example `admitted_path_wasm` (without divan: `scripts/v8_profile.py`
+//! runs a stage under node's V8).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -268,18 +270,21 @@ fn respond_stage(f: &Fixture) -> usize {
     headers.len()
 }
 
+#[cfg(not(target_family = "wasm"))]
 #[divan::bench(name = "plan")]
 fn plan_(bencher: divan::Bencher) {
     let f = Fixture::new();
     bencher.bench_local(|| plan_stage(black_box(&f)));
 }
 
+#[cfg(not(target_family = "wasm"))]
 #[divan::bench]
 fn key(bencher: divan::Bencher) {
     let f = Fixture::new();
     bencher.bench_local(|| key_stage(black_box(&f)));
 }
 
+#[cfg(not(target_family = "wasm"))]
 #[divan::bench]
 fn encode(bencher: divan::Bencher) {
     let f = Fixture::new();
@@ -287,18 +292,21 @@ fn encode(bencher: divan::Bencher) {
     bencher.bench_local(|| encode_stage(black_box(&f), &mut out));
 }
 
+#[cfg(not(target_family = "wasm"))]
 #[divan::bench(name = "decode")]
 fn decode_(bencher: divan::Bencher) {
     let f = Fixture::new();
     bencher.bench_local(|| decode_stage(black_box(&f)));
 }
 
+#[cfg(not(target_family = "wasm"))]
 #[divan::bench]
 fn respond(bencher: divan::Bencher) {
     let f = Fixture::new();
     bencher.bench_local(|| respond_stage(black_box(&f)));
 }
 
+#[cfg(not(target_family = "wasm"))]
 #[divan::bench]
 fn whole(bencher: divan::Bencher) {
     let f = Fixture::new();
@@ -307,6 +315,7 @@ fn whole(bencher: divan::Bencher) {
     bencher.bench_local(|| path.admit(black_box(&f.request), &response));
 }
 
+#[cfg(not(target_family = "wasm"))]
 #[divan::bench]
 fn synced(bencher: divan::Bencher) {
     let f = Fixture::new();
@@ -341,7 +350,7 @@ fn measured_loop(
     sum
 }
 
-fn main() {
+pub fn main() {
     let stage = std::env::var("ADMITTED_PATH_STAGE").ok();
     let iters = std::env::var("ADMITTED_PATH_ITERS").ok().and_then(|n| n.parse().ok());
     match (stage, iters) {
@@ -352,6 +361,9 @@ fn main() {
             let mut out = Vec::with_capacity(f.call.len());
             black_box(measured_loop(&stage, iters, &f, (&mut path, synced.as_mut()), &mut out));
         }
+        #[cfg(not(target_family = "wasm"))]
         _ => divan::main(),
+        #[cfg(target_family = "wasm")]
+        _ => eprintln!("admitted_path: set ADMITTED_PATH_STAGE and ADMITTED_PATH_ITERS"),
     }
 }

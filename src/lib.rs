@@ -65,7 +65,7 @@ pub mod headers;
 pub mod idhash;
 pub mod key;
 pub mod limiter;
-#[cfg(any(test, not(target_family = "wasm")))]
+#[cfg(any(test, not(target_family = "wasm"), feature = "v8-profile"))]
 pub mod model;
 pub mod plan;
 pub mod problem;
