@@ -38,16 +38,30 @@ COMPLETED = "http.demo.downstream_rq_completed"
 
 
 def totals(path):
-    m = re.search(r"^totals: (\d+)", path.read_text(), re.M)
-    return int(m.group(1)) if m else 0
+    """{event: total} of a callgrind dump ({} while it is being written)."""
+    text = path.read_text()
+    events, m = re.search(r"^events: (.+)$", text, re.M), re.search(r"^totals: ([\d ]+)$", text, re.M)
+    if not (events and m):
+        return {}
+    return dict(zip(events.group(1).split(), map(int, m.group(1).split())))
 
 
-def count(case, valkey_port, workdir, seconds, wasm=WASM):
-    """Instructions per request and decisions per message of `case` (with module `wasm`)."""
+def estimated_cycles(t):
+    """callgrind's own estimate from its simple cache model: an L1 miss 10
+    cycles, a last-level miss 100 (`CEst` in callgrind_annotate)."""
+    l1 = t.get("I1mr", 0) + t.get("D1mr", 0) + t.get("D1mw", 0)
+    ll = t.get("ILmr", 0) + t.get("DLmr", 0) + t.get("DLmw", 0)
+    return t.get("Ir", 0) + 10 * l1 + 100 * ll
+
+
+def count(case, valkey_port, workdir, seconds, wasm=WASM, cache_sim=False):
+    """Instructions per request and decisions per message of `case` (with
+    module `wasm`); with `cache_sim`, callgrind's cache model's misses and
+    estimated cycles per request too."""
     # A file of its own per count: a repeat must not read an earlier dump.
     out = workdir / f"{case.replace(' ', '_')}-{time.time_ns()}.cg"
     callgrind = ["valgrind", "--tool=callgrind", "--smc-check=all-non-file", "--instr-atstart=no",
-                 f"--callgrind-out-file={out}"]
+                 f"--callgrind-out-file={out}"] + (["--cache-sim=yes"] if cache_sim else [])
     v = bench_variants.Variant("i", wasm, {}, case, valkey_port, workdir, under=callgrind)
     envoy = v.envoy
     url = f"http://127.0.0.1:{v.ports[0]}/"
@@ -70,13 +84,23 @@ def count(case, valkey_port, workdir, seconds, wasm=WASM):
                 raise RuntimeError(f"no callgrind dump for {case}")
             time.sleep(0.2)
             dumps = sorted(workdir.glob(out.name + ".*"))
-        return {"instructions": sum(totals(d) for d in dumps) / max(done, 1), "requests": done,
-                "per_message": decisions / messages if messages else 0.0}
+        events = {}
+        for d in dumps:
+            for name, n in totals(d).items():
+                events[name] = events.get(name, 0) + n
+        per = {name: n / max(done, 1) for name, n in events.items()}
+        result = {"instructions": per.get("Ir", 0.0), "requests": done,
+                  "per_message": decisions / messages if messages else 0.0}
+        if cache_sim:
+            result["cache"] = {"I1 misses": per.get("I1mr", 0.0), "D1 misses": per.get("D1mr", 0.0) + per.get(
+                "D1mw", 0.0), "LL misses": per.get("ILmr", 0.0) + per.get("DLmr", 0.0) + per.get("DLmw", 0.0),
+                               "cycles (est.)": estimated_cycles(per)}
+        return result
     finally:
         v.stop()
 
 
-def run(cases, seconds=3, repeat=1, baseline=None):
+def run(cases, seconds=3, repeat=1, baseline=None, cache_sim=False):
     """{(label, case): [counts]}: this tree's module, and `baseline`'s (a git ref) if given."""
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-instructions-"))
     modules = [("this tree", WASM)]
@@ -87,7 +111,7 @@ def run(cases, seconds=3, repeat=1, baseline=None):
                                "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
     try:
         wait_port(valkey_port)
-        return {(label, case): [count(case, valkey_port, workdir, seconds, wasm) for _ in range(repeat)]
+        return {(label, case): [count(case, valkey_port, workdir, seconds, wasm, cache_sim) for _ in range(repeat)]
                 for label, wasm in modules for case in cases
                 if "floor" not in bench_variants.CASES[case] or label == "this tree"}
     finally:
@@ -102,16 +126,23 @@ def main():
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--floor", action="store_true", help="build the floor module first")
     parser.add_argument("--baseline", default=None, help="a git ref whose module is counted too")
+    parser.add_argument("--cache-sim", action="store_true",
+                        help="simulate the caches too: misses and estimated cycles per request")
     args = parser.parse_args()
     if args.floor:
         bench_floor.build()
-    results = run(args.cases.split(","), args.seconds, args.repeat, args.baseline)
+    results = run(args.cases.split(","), args.seconds, args.repeat, args.baseline, args.cache_sim)
     for (label, case), rows in results.items():
         base = results.get((label, "unmatched"), [{}])[0].get("instructions")
         for r in rows:
             ratio = f", {r['instructions'] / base:.2f} × its unmatched" if base else ""
             print(f"{label}, {case}: {r['instructions']:,.0f} instructions per request{ratio} ({r['requests']} "
                   f"requests, {r['per_message']:.1f} decisions per message)")
+            if "cache" in r:
+                base_cycles = results.get((label, "unmatched"), [{}])[0].get("cache", {}).get("cycles (est.)")
+                cache = ", ".join(f"{k} {v:,.0f}" for k, v in r["cache"].items())
+                ratio = f", {r['cache']['cycles (est.)'] / base_cycles:.2f} × its unmatched" if base_cycles else ""
+                print(f"    {cache}{ratio}")
 
 
 if __name__ == "__main__":
