@@ -14,9 +14,9 @@ Cases:
   tollgate no match      the module loaded, no rule matching (the VM's own cost)
   tollgate synced allowed  one key of a synced rule (`sync`), never denying;
                          with an admission run of 2 workers past a limit,
-                         and a paired run against no match, pinned, with
-                         and without headers and filter state
-                         (scripts/bench_sync.py)
+                         and a run measured at once with no match, with and
+                         without headers and filter state, and the store
+                         path's too (scripts/bench_sync.py, bench_together.py)
   flood                  2,048 connections, a new user per request, failure_mode
                          local: who decided (the store, the local limiter, an
                          explicit overload refusal, failure_mode)
@@ -50,6 +50,7 @@ import bench_cluster
 import bench_flood
 import bench_report
 import bench_sync
+import bench_together
 import bench_variants
 from bench_common import (CONNECTIONS, DURATION, ENVOY, VALKEY, WASM, admin_stat, counting, cpu_seconds,
                           free_port, render, resp, valkey_stats, wait_port, wrk)
@@ -222,7 +223,7 @@ def main(baseline=None):
     finally:
         valkey.terminate()
         valkey.wait()
-    synced["paired"] = bench_sync.paired()
+    synced["together"] = bench_together.together(bench_sync.TOGETHER, rounds=bench_sync.TOGETHER_ROUNDS)
     clustered = bench_cluster.cluster_bench(workdir)
     bench_report.write_report(results, profiles, flooded, costs, clustered, synced, (baseline, baselines))
 

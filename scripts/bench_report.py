@@ -84,8 +84,8 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
         ("no rule matching ≥ 0.85 × no filter at 64 connections",
          f"{nomatch64 / base[64]['rps']:.2f} × no filter", nomatch64 / base[64]["rps"] >= 0.85),
     ]
-    if synced.get("paired"):
-        checks.append(bench_sync.target(synced))
+    if synced.get("together"):
+        checks += bench_sync.targets(synced)
     lines += ["", "## Where the time goes, per request", "",
               "CPU time of each process over the run (`/proc/<pid>/stat`), divided by the requests wrk",
               "completed (Envoy) or the decisions sent to Valkey (Valkey); \"Valkey µs\" is what Valkey booked",

@@ -11,9 +11,7 @@ import re
 import subprocess
 import time
 
-import bench_variants
-from bench_common import WASM
-
+import bench_together
 from bench_common import ENVOY, admin_stat, free_port, render, resp, wait_port
 
 SYNCED = "tollgate synced allowed"
@@ -29,26 +27,12 @@ def case(big):
         "limits": [{"limit": big, "period": "1h"}], "sync": {"interval": INTERVAL}}}
 
 
-PAIRED = ("unmatched", "synced", "synced quiet", "synced lean")
-PAIRED_ROUNDS = 7
-# Each Envoy under load this long before it is measured: V8 recompiles the
-# module's hot functions, optimised, a while after the first requests, and
-# an Envoy measured before that ran up to 2 × slower.
-PAIRED_WARM = "4s"
-
-
-def paired():
-    """The synced allowed path against no rule matching, measured the way
-    ../shared/measuring.md compares variants (scripts/bench_variants.py):
-    one Envoy per case, pinned to CPU 0 with wrk on CPU 1, a new Envoy per
-    round loaded PAIRED_WARM before it is measured, `wrk -c64` 2 s per case
-    in turn, medians of PAIRED_ROUNDS rounds. The cases: `synced` as configured by default, `synced quiet`
-    without the RateLimit headers on admitted responses
-    (`response.on_allowed: false`), `synced lean` without the decision's
-    filter state too (`response.filter_state: false`)."""
-    results = bench_variants.run([("this tree", WASM, {})], rounds=PAIRED_ROUNDS, duration="2s", cases=PAIRED,
-                                 fresh=True, pin=True, warm=PAIRED_WARM)
-    return {case: summary for (_, case), summary in results.items()}
+# Measured at once with no rule matching (scripts/bench_together.py): the
+# synced path as configured by default, without the RateLimit headers on
+# admitted responses (`quiet`), and without the decision's filter state too
+# (`lean`); with `admitted`, the store path, for #27's target.
+TOGETHER = ("synced", "synced quiet", "synced lean", "admitted")
+TOGETHER_ROUNDS = 6
 
 
 def admission(valkey_port, workdir):
@@ -94,7 +78,7 @@ def admission(valkey_port, workdir):
 
 def sync_report(results, synced):
     """The report's section on synced rules."""
-    admitted, pair = synced.get("admission"), synced.get("paired")
+    admitted, together = synced.get("admission"), synced.get("together")
     at = lambda name, c: next(r for r in results[name] if r["connections"] == c)
     lines = ["", "## Synced rules", "",
              f"`{SYNCED}`: one key of a `fixed_window` rule far under its limit, `sync` every {INTERVAL}: decided",
@@ -106,20 +90,19 @@ def sync_report(results, synced):
         r = at(SYNCED, c)
         lines.append(f"| {c} | {r['rps']:.0f} | {r['rps'] / at('no filter', c)['rps']:.2f} | "
                      f"{r['rps'] / at('tollgate no match', c)['rps']:.2f} | {r['store_per_request']:.5f} |")
-    if pair:
-        u = pair["unmatched"]
-        lines += ["", "The same against no rule matching, paired: one Envoy per case, pinned to CPU 0 with wrk on",
-                  f"CPU 1, a new Envoy per round loaded {PAIRED_WARM} first, `wrk -c64` 2 s per case in turn; medians of "
-                  f"{PAIRED_ROUNDS} rounds",
-                  "(scripts/bench_sync.py `paired`). The table above runs each case once on a shared machine,",
-                  "where one Envoy's speed varies by up to ±15 % from one start to the next; this one is the",
-                  "figure to judge by. `quiet`: `response.on_allowed: false`; `lean`: `filter_state: false` too.",
-                  "", "| case | Envoy CPU µs / request | req/s (64 conns) | × no match (req/s) "
-                  "| host calls / request |", "|---|---|---|---|---|"]
-        for case in PAIRED:
-            r = pair[case]
-            lines.append(f"| {case} | {r['us']:.1f} | {r['rps']:.0f} | {r['rps'] / u['rps']:.2f} | "
-                         f"{r['host_calls']:.1f} |")
+    if together:
+        lines += ["", "The same against no rule matching, measured at once: per round a new Envoy per case, both",
+                  "pinned to CPU 0, each driven by its own `wrk -t1 -c64` on CPU 1 during the same 3 s (loaded 4 s",
+                  "first), so that the machine's drift falls on both alike (scripts/bench_together.py); Envoy CPU",
+                  "per request, case ÷ no match, per round and the median of "
+                  f"{TOGETHER_ROUNDS} rounds. Its inverse is the throughput per",
+                  "CPU second. `quiet`: `response.on_allowed: false`; `lean`: `filter_state: false` too.",
+                  "", "| case | ÷ no match, per round | median | throughput × no match | Envoy CPU µs / request "
+                  "(no match) |", "|---|---|---|---|---|"]
+        for case in TOGETHER:
+            r = together[case]
+            lines.append(f"| {case} | {' '.join(f'{x:.2f}' for x in r['ratios'])} | {r['ratio']:.3f} | "
+                         f"{1 / r['ratio']:.3f} | {r['us']:.1f} ({r['unmatched_us']:.1f}) |")
     if admitted:
         a = admitted
         over = 100 * (a["admitted"] / LIMIT - 1)
@@ -132,12 +115,15 @@ def sync_report(results, synced):
     return lines
 
 
-def target(synced):
-    """The issue's target (#26): the synced allowed path against no rule
-    matching at 64 connections, from the paired run."""
-    pair = synced["paired"]
-    u = pair["unmatched"]["rps"]
-    ratios = {case: pair[case]["rps"] / u for case in PAIRED[1:]}
-    shown = ", ".join(f"{case}: {ratio:.2f}" for case, ratio in ratios.items())
-    return ("synced allowed path ≥ 0.85 × no rule matching at 64 connections (paired; default config)",
-            f"{shown} × no match", ratios["synced"] >= 0.85)
+def targets(synced):
+    """The issues' targets from the run measured at once: #26, the synced
+    allowed path's throughput against no rule matching at 64 connections
+    (per CPU second); #27, an admitted request's Envoy CPU against no rule
+    matching."""
+    t = synced["together"]
+    synced_tp = 1 / t["synced"]["ratio"]
+    shown = ", ".join(f"{case}: {1 / t[case]['ratio']:.3f}" for case in TOGETHER[:3])
+    return [("synced allowed path ≥ 0.85 × no rule matching at 64 connections (measured at once; default config)",
+             f"{shown} × no match", synced_tp >= 0.85),
+            ("Envoy CPU per admitted request ≤ 1.4 × no rule matching (measured at once)",
+             f"{t['admitted']['ratio']:.3f} × no match", t["admitted"]["ratio"] <= 1.4)]
