@@ -6,7 +6,8 @@ tollgate's paths makes per request and computes nothing else: `pass` (a
 request no rule matches), `local` (a synced rule's admitted request) and
 `store` (a request admitted by the store: held, one message per batch
 through tollgate's stream and framing shim to Valkey, resumed on the
-reply). Measured beside tollgate in one run, the way
+reply), and `sized` (`store` with a message as large as tollgate's: an
+`ECHO` of 100 bytes per request). Measured beside tollgate in one run, the way
 scripts/bench_variants.py measures (one Envoy per case, a new one per round,
 pinned to CPU 0 with wrk on CPU 1, warmed up, `wrk -c64`, medians), it shows
 what Envoy itself charges for each path: the part of #26's and #27's ratios
@@ -22,7 +23,7 @@ import bench_variants
 from bench_common import ROOT, TOOLS, WASM
 
 PAIRS = [("unmatched", "floor pass"), ("synced", "floor local"), ("admitted", "floor hold"),
-         ("admitted", "floor store")]
+         ("admitted", "floor store"), ("admitted", "floor sized")]
 
 
 def build():

@@ -60,7 +60,7 @@ CASES["synced lean"] = dict(CASES["synced"], plugin_extra={"response": {"on_allo
 # host calls of tollgate's path of the same name, in the filter's place
 # (tollgate stays the store tunnel's framing shim).
 FLOOR_WASM = ROOT / "benches/floor/target/floor.wasm"
-for path in ("pass", "local", "hold", "store"):
+for path in ("pass", "local", "hold", "store", "sized"):
     CASES[f"floor {path}"] = dict(CASES["admitted"], floor=path)
 
 

@@ -16,6 +16,11 @@
 //!   in the next one (one `PING` per message, through tollgate's stream and
 //!   its framing shim to Valkey), and each gets its filter state and is
 //!   resumed when its reply comes; the counters count once per reply.
+//! - `sized`: as `store`, but the message carries, for each request it
+//!   answers, an `ECHO` of 100 bytes instead of one `PING` for all: about
+//!   the bytes tollgate's `FCALL` and its reply carry per decision, out and
+//!   back, so that the stream, the internal listener and the shim move
+//!   what they move for tollgate (`store` against `sized` prices them).
 //!
 //! A bench instrument: errors are ignored, nothing is decided.
 
@@ -40,6 +45,7 @@ enum Path {
     Local,
     Hold,
     Store,
+    Sized,
 }
 
 #[derive(Default)]
@@ -62,6 +68,9 @@ const RECORD: &[u8] = b"decider=local answer=allowed rules=bench denied_by=- rem
 
 /// A `PING` (Envoy's gRPC client adds the message prefix the shim strips).
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+/// `sized`'s command per request: 122 bytes out, 107 back.
+const ECHO: &[u8] = b"*2\r\n$4\r\nECHO\r\n$100\r\n\
+0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789\r\n";
 
 impl Shared {
     /// Sends the waiting requests' message, if none is in flight.
@@ -73,7 +82,8 @@ impl Shared {
         if effective != self.root {
             let _ = host::set_effective_context(self.root);
         }
-        if host::send_grpc_stream_message(stream, Some(PING), false).is_ok() {
+        let sized = (self.path == Path::Sized).then(|| ECHO.repeat(self.waiting.len()));
+        if host::send_grpc_stream_message(stream, Some(sized.as_deref().unwrap_or(PING)), false).is_ok() {
             std::mem::swap(&mut self.in_flight, &mut self.waiting);
         }
     }
@@ -144,6 +154,7 @@ impl RootContext for Root {
             "local" => Path::Local,
             "hold" => Path::Hold,
             "store" => Path::Store,
+            "sized" => Path::Sized,
             _ => Path::Pass,
         };
         for (i, name) in ["floor.rule.allowed", "floor.sync.allowed"].iter().enumerate() {
@@ -155,7 +166,7 @@ impl RootContext for Root {
             s.messages = id;
         }
         match s.path {
-            Path::Store => drop(host::set_tick_period(Duration::from_millis(50))),
+            Path::Store | Path::Sized => drop(host::set_tick_period(Duration::from_millis(50))),
             Path::Hold => drop(host::set_tick_period(Duration::from_millis(1))),
             _ => {}
         }
@@ -208,7 +219,7 @@ impl HttpContext for Http {
             return Action::Continue;
         }
         s.waiting.push(self.id);
-        if s.path == Path::Store {
+        if matches!(s.path, Path::Store | Path::Sized) {
             s.pump(self.id);
         }
         Action::Pause
