@@ -7,11 +7,12 @@ request no rule matches), `local` (a synced rule's admitted request) and
 `store` (a request admitted by the store: held, one message per batch
 through tollgate's stream and framing shim to Valkey, resumed on the
 reply), and `sized` (`store` with a message as large as tollgate's: an
-`ECHO` of 100 bytes per request). Measured beside tollgate in one run, the way
-scripts/bench_variants.py measures (one Envoy per case, a new one per round,
-pinned to CPU 0 with wrk on CPU 1, warmed up, `wrk -c64`, medians), it shows
-what Envoy itself charges for each path: the part of #26's and #27's ratios
-that no module can remove.
+`ECHO` of 100 bytes per request). Measured beside tollgate at once
+(scripts/bench_together.py: per round a new Envoy per case and one with no
+rule matching, three on CPU 0 during the same seconds, each driven by its
+own `wrk -c64` on CPU 1; ratios to no rule matching within each round,
+medians), it shows what Envoy itself charges for each path: the part of
+#26's and #27's ratios that no module can remove.
 
     python3 scripts/bench_floor.py [--rounds N]      (make bench-floor)
 """
@@ -19,11 +20,15 @@ that no module can remove.
 import argparse
 import subprocess
 
+import bench_together
 import bench_variants
-from bench_common import ROOT, TOOLS, WASM
+from bench_common import ROOT, TOOLS
 
 PAIRS = [("unmatched", "floor pass"), ("synced", "floor local"), ("admitted", "floor hold"),
          ("admitted", "floor store"), ("admitted", "floor sized")]
+# Three Envoys per round (these two and one with no rule matching), so that
+# every ratio is taken under the same sharing of the core.
+GROUPS = ["synced+floor local", "admitted+floor store", "floor sized+floor hold", "floor pass+synced lean"]
 
 
 def build():
@@ -42,32 +47,29 @@ def build():
 
 
 def run(rounds):
+    """{case: {"ratio": median ÷ unmatched, "ratios": per round, "us": median µs}}."""
     build()
-    cases = list(dict.fromkeys(c for pair in PAIRS for c in pair))
-    results = bench_variants.run([("this tree", WASM, {})], rounds=rounds, duration="2s", cases=cases, fresh=True,
-                                 pin=True, warm="4s")
-    return {case: summary for (_, case), summary in results.items()}
+    return bench_together.together(GROUPS, rounds=rounds)
 
 
 def table(results):
-    base, floor = results["unmatched"]["us"], results["floor pass"]["us"]
-    rows = ["| path | tollgate µs | ÷ unmatched | floor µs | floor ÷ floor pass | tollgate − floor µs |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| path | tollgate ÷ unmatched | floor | floor ÷ unmatched | tollgate − floor |", "|---|---|---|---|---|"]
     for mine, theirs in PAIRS:
-        t, f = results[mine]["us"], results[theirs]["us"]
-        rows.append(f"| {mine} | {t:.1f} | {t / base:.2f} | {f:.1f} | {f / floor:.2f} | {t - f:+.1f} |")
+        t = 1.0 if mine == "unmatched" else results[mine]["ratio"]
+        f = results[theirs]["ratio"]
+        rows.append(f"| {mine} | {t:.3f} | {theirs} | {f:.3f} | {t - f:+.3f} |")
     return "\n".join(rows)
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     results = run(args.rounds)
     print(table(results))
     for case, r in results.items():
-        print(f"{case}: {r['us']:.1f} µs/request, {r['rps']:.0f} req/s, {r['per_message']:.1f} decisions per "
-              f"message, host calls {r['host_calls']:.2f}")
+        print(f"{case}: {r['us']:.1f} µs per request (no match {r['unmatched_us']:.1f}), ÷ no match per round "
+              + " ".join(f"{x:.2f}" for x in r["ratios"]))
 
 
 if __name__ == "__main__":

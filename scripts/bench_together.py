@@ -43,9 +43,10 @@ def drive(variants, duration, connections=4):
             raise RuntimeError("wrk failed")
 
 
-def one_round(runs, valkey_port, workdir, duration):
+def one_round(runs, valkey_port, workdir, duration, alternate=0):
     """{name: Envoy CPU µs per request} of `runs` ((name, case, module)), all
-    their Envoys measured at once."""
+    their Envoys measured at once; with `alternate`, each alone instead, in
+    turn, `alternate` times for `duration` seconds each."""
     variants = [bench_variants.Variant(name.replace(" ", "_").replace("/", "_"), wasm, {}, case, valkey_port,
                                        workdir, pin=True) for name, case, wasm in runs]
     try:
@@ -53,6 +54,8 @@ def one_round(runs, valkey_port, workdir, duration):
             wait_port(v.ports[0])
         # Loaded first (V8 compiles the hot code optimised), all at once.
         drive(variants, "4s")
+        if alternate:
+            return alternating(runs, variants, duration, alternate)
         before = [(admin_stat(v.ports[2], COMPLETED), cpu_seconds(v.envoy.pid)) for v in variants]
         drive(variants, f"{duration}s", connections=64)
         out = {}
@@ -65,12 +68,29 @@ def one_round(runs, valkey_port, workdir, duration):
             v.stop()
 
 
-def together(cases, rounds=8, duration=3, wasm=WASM, against=None):
+def alternating(runs, variants, duration, times):
+    """{name: Envoy CPU µs per request}: each Envoy driven alone for
+    `duration` seconds in turn (the order reversed every other turn),
+    `times` turns; its CPU and requests summed over its turns."""
+    cpu, done = [0.0] * len(variants), [0] * len(variants)
+    for t in range(times):
+        order = list(range(len(variants)))
+        for i in (order if t % 2 == 0 else order[::-1]):
+            v = variants[i]
+            n, c = admin_stat(v.ports[2], COMPLETED), cpu_seconds(v.envoy.pid)
+            drive([v], f"{duration}s", connections=64)
+            done[i] += admin_stat(v.ports[2], COMPLETED) - n
+            cpu[i] += cpu_seconds(v.envoy.pid) - c
+    return {name: cpu[i] * 1e6 / max(done[i], 1) for i, (name, _, _) in enumerate(runs)}
+
+
+def together(cases, rounds=8, duration=3, wasm=WASM, against=None, alternate=0):
     """{case: {"ratios": per round, "ratio": median, "us": median µs, "unmatched_us": median µs}} for each
     of `cases` measured at once with no rule matching, `rounds` rounds each, against a Valkey of its own.
     A case may be several joined by "+": all of them run at once with no rule matching (an A/B of
     configurations within each round). `against`: another module whose Envoy runs each case at the same
-    time too, as "<case> against" (its ratio to this module's no match)."""
+    time too, as "<case> against" (its ratio to this module's no match). `alternate`: each Envoy alone in
+    turn instead of all at once, that many turns of `duration` seconds per round."""
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-together-"))
     valkey_port = free_port()
     valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
@@ -87,7 +107,7 @@ def together(cases, rounds=8, duration=3, wasm=WASM, against=None):
             for group in cases:
                 # Every other round the Envoys start in the other order.
                 order = runs[group] if r % 2 == 0 else runs[group][::-1]
-                rows[group].append(one_round(order, valkey_port, workdir, duration))
+                rows[group].append(one_round(order, valkey_port, workdir, duration, alternate))
                 print(f"  round {r + 1} of {rounds}: "
                       + ", ".join(f"{name} {us:.1f} µs" for name, us in rows[group][-1].items()), flush=True)
         for group in cases:
@@ -110,8 +130,11 @@ def main():
     parser.add_argument("--duration", type=int, default=3)
     parser.add_argument("--wasm", default=str(WASM), help="the module to measure (default: this tree's build)")
     parser.add_argument("--against", default=None, help="another module, measured at the same time")
+    parser.add_argument("--alternate", type=int, default=0,
+                        help="N: each Envoy alone in turn instead, N turns of --duration seconds per round")
     args = parser.parse_args()
-    for case, r in together(args.case.split(","), args.rounds, args.duration, args.wasm, args.against).items():
+    cases = args.case.split(",")
+    for case, r in together(cases, args.rounds, args.duration, args.wasm, args.against, args.alternate).items():
         print(f"{case} ÷ unmatched, Envoy CPU per request, per round: {' '.join(f'{x:.2f}' for x in r['ratios'])}; "
               f"median {r['ratio']:.3f} (range {min(r['ratios']):.2f}–{max(r['ratios']):.2f}): throughput per "
               f"CPU second {1 / r['ratio']:.3f} ×; medians {r['unmatched_us']:.1f} and {r['us']:.1f} µs")
