@@ -38,7 +38,7 @@ impl Reporting {
         if !tick.is_zero() && tick <= TICK {
             host.report_stats_later();
         }
-        if self.counted_ms.is_some_and(|at| u128::from(now_ms.saturating_sub(at)) < TICK.as_millis()) {
+        if self.counted_ms.is_some_and(|at| Duration::from_millis(now_ms.saturating_sub(at)) < TICK) {
             self.busy = true;
         }
         self.counted_ms = Some(now_ms);
