@@ -52,8 +52,8 @@ import bench_report
 import bench_sync
 import bench_together
 import bench_variants
-from bench_common import (CONNECTIONS, DURATION, ENVOY, VALKEY, WASM, admin_stat, counting, cpu_seconds,
-                          free_port, render, resp, valkey_stats, wait_port, wrk)
+from bench_common import (CONNECTIONS, DURATION, ENVOY, WASM, admin_stat, counting, cpu_seconds,
+                          free_port, render, resp, valkey_server, valkey_stats, wait_port, wrk)
 
 
 def profile(pid, seconds=3):
@@ -190,11 +190,7 @@ def main(baseline=None):
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-bench-"))
     # BASELINE=<ref>: every tollgate case again with that ref's module, right after this tree's.
     baseline_wasm = bench_variants.build_baseline(baseline, workdir) if baseline else None
-    valkey_port = free_port()
-    valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
-    try:
-        wait_port(valkey_port)
+    with valkey_server(workdir) as (valkey_port, valkey):
         print(f"benchmark: {DURATION} per run, wrk -t1, Envoy --concurrency 1, module {WASM.stat().st_size} bytes")
         results, costs, baselines = {}, {}, {}
         for i, case in enumerate(cases):
@@ -220,9 +216,6 @@ def main(baseline=None):
         flooded = bench_flood.flood(valkey_port, workdir)
         resp(valkey_port, "FLUSHALL")
         synced = {"admission": bench_sync.admission(valkey_port, workdir)}
-    finally:
-        valkey.terminate()
-        valkey.wait()
     synced["together"] = bench_together.together(bench_sync.TOGETHER, rounds=bench_sync.TOGETHER_ROUNDS)
     clustered = bench_cluster.cluster_bench(workdir)
     bench_report.write_report(results, profiles, flooded, costs, clustered, synced, (baseline, baselines))

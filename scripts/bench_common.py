@@ -58,6 +58,21 @@ def wait_port(port, timeout=30):
     raise RuntimeError(f"port {port} never opened")
 
 
+@contextlib.contextmanager
+def valkey_server(workdir):
+    """A Valkey of a run's own on a free port, without persistence, ready:
+    yields (port, process); stopped on leaving."""
+    port = free_port()
+    proc = subprocess.Popen([VALKEY, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        yield port, proc
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def resp(port, *args):
     """One Valkey command, one reply (bulk or integer), as text."""
     out = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in (x.encode() for x in args))

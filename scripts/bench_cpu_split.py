@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import bench_variants
-from bench_common import VALKEY, WASM, admin_stat, free_port, wait_port
+from bench_common import WASM, admin_stat, valkey_server
 
 COMPLETED = "http.demo.downstream_rq_completed"
 
@@ -52,20 +52,13 @@ def main():
     args = parser.parse_args()
     cases = ["unmatched", args.case]
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-split-"))
-    valkey_port = free_port()
-    valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
     rows = {c: [] for c in cases}
-    try:
-        wait_port(valkey_port)
+    with valkey_server(workdir) as (valkey_port, _):
         for r in range(args.rounds):
             for case in cases:
                 rows[case].append(measure(case, valkey_port, workdir))
             print(f"round {r + 1}: " + ", ".join(f"{c} user {rows[c][-1][0]:.1f} µs, system {rows[c][-1][1]:.1f} µs"
                                                  for c in cases), flush=True)
-    finally:
-        valkey.terminate()
-        valkey.wait()
     for case, got in rows.items():
         user, system = (statistics.median(x[i] for x in got) for i in (0, 1))
         print(f"{case}: user {user:.1f} µs, system {system:.1f} µs per request (medians), "

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import bench_floor
 import bench_variants
-from bench_common import VALKEY, WASM, admin_stat, free_port, wait_port
+from bench_common import WASM, admin_stat, valkey_server, wait_port
 
 COMPLETED = "http.demo.downstream_rq_completed"
 
@@ -106,17 +106,10 @@ def run(cases, seconds=3, repeat=1, baseline=None, cache_sim=False):
     modules = [("this tree", WASM)]
     if baseline:
         modules.insert(0, (f"baseline {baseline}", bench_variants.build_baseline(baseline, workdir)))
-    valkey_port = free_port()
-    valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
-    try:
-        wait_port(valkey_port)
+    with valkey_server(workdir) as (valkey_port, _):
         return {(label, case): [count(case, valkey_port, workdir, seconds, wasm, cache_sim) for _ in range(repeat)]
                 for label, wasm in modules for case in cases
                 if "floor" not in bench_variants.CASES[case] or label == "this tree"}
-    finally:
-        valkey.terminate()
-        valkey.wait()
 
 
 def main():

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 import bench_variants
-from bench_common import VALKEY, WASM, admin_stat, cpu_seconds, free_port, wait_port
+from bench_common import WASM, admin_stat, cpu_seconds, valkey_server, wait_port
 
 COMPLETED = "http.demo.downstream_rq_completed"
 
@@ -92,15 +92,11 @@ def together(cases, rounds=8, duration=3, wasm=WASM, against=None, alternate=0):
     time too, as "<case> against" (its ratio to this module's no match). `alternate`: each Envoy alone in
     turn instead of all at once, that many turns of `duration` seconds per round."""
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-together-"))
-    valkey_port = free_port()
-    valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
     out, rows = {}, {group: [] for group in cases}
     runs = {group: [("unmatched", "unmatched", wasm)] + [(case, case, wasm) for case in group.split("+")]
                    + ([(f"{case} against", case, against) for case in group.split("+")] if against else [])
             for group in cases}
-    try:
-        wait_port(valkey_port)
+    with valkey_server(workdir) as (valkey_port, _):
         # Round by round through the cases, so that a slow spell of the
         # machine falls on all of them.
         for r in range(rounds):
@@ -116,9 +112,6 @@ def together(cases, rounds=8, duration=3, wasm=WASM, against=None, alternate=0):
                 out[name] = {"ratios": ratios, "ratio": statistics.median(ratios),
                              "us": statistics.median(row[name] for row in rows[group]),
                              "unmatched_us": statistics.median(row["unmatched"] for row in rows[group])}
-    finally:
-        valkey.terminate()
-        valkey.wait()
     return out
 
 

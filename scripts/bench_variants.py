@@ -36,8 +36,8 @@ from pathlib import Path
 
 import time
 
-from bench_common import (ENVOY, ROOT, TOOLS, VALKEY, WASM, admin_stat, counting, cpu_seconds, free_port, render,
-                          wait_port, worktree, wrk)
+from bench_common import (ENVOY, ROOT, TOOLS, WASM, admin_stat, counting, cpu_seconds, free_port, render,
+                          valkey_server, wait_port, worktree, wrk)
 
 BIG = 1_000_000_000
 CASES = {
@@ -180,51 +180,46 @@ def run(modules, rounds=3, duration="3s", cases=("no filter", "unmatched", "admi
     `pin`: Envoy alone on CPU 0 and wrk alone on CPU 1 (Valkey and the rest float); `warm`: how long each
     Envoy is loaded before it is measured; `latency`: how long each latency run lasts."""
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-variants-"))
-    valkey_port = free_port()
-    valkey = subprocess.Popen([VALKEY, "--port", str(valkey_port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
     variants = []
-    try:
-        wait_port(valkey_port)
-        for case in cases:
-            for label, wasm, extra in modules:
-                if (case == "no filter" or "floor" in CASES[case]) and any(v.case_name == case for v in variants):
+    with valkey_server(workdir) as (valkey_port, _):
+        try:
+            for case in cases:
+                for label, wasm, extra in modules:
+                    if (case == "no filter" or "floor" in CASES[case]) and any(v.case_name == case for v in variants):
+                        continue
+                    variants.append(Variant(label if case != "no filter" and "floor" not in CASES[case] else "-", wasm, extra, case, valkey_port,
+                                            workdir, pin=pin, warm=warm))
+            for v in variants:
+                v.ready()
+            for r in range(rounds):
+                # Every other round in reverse: measured in one fixed order, the
+                # second of two modules on the same case came out 10-20 % slower
+                # whichever module it was (the order, not the code).
+                for v in (variants if r % 2 == 0 else variants[::-1]):
+                    if fresh and r > 0:
+                        v.restart()
+                        v.ready()
+                    v.measure(workdir, duration, latency)
+                print(f"  round {r + 1} of {rounds} done", flush=True)
+            # Each round's µs kept too: a ratio of two cases is also taken
+            # within each round (both measured minutes apart at most).
+            results = {(v.label, v.case_name): dict(v.summary(), us_rounds=[r["us"] for r in v.rows]) for v in variants}
+            for v in variants:
+                v.stop()
+            variants = []
+            for (label, case), summary in results.items():
+                summary["host_calls"] = 0.0
+                if case == "no filter" or "floor" in CASES[case]:
                     continue
-                variants.append(Variant(label if case != "no filter" and "floor" not in CASES[case] else "-", wasm, extra, case, valkey_port,
-                                        workdir, pin=pin, warm=warm))
-        for v in variants:
-            v.ready()
-        for r in range(rounds):
-            # Every other round in reverse: measured in one fixed order, the
-            # second of two modules on the same case came out 10-20 % slower
-            # whichever module it was (the order, not the code).
-            for v in (variants if r % 2 == 0 else variants[::-1]):
-                if fresh and r > 0:
-                    v.restart()
-                    v.ready()
-                v.measure(workdir, duration, latency)
-            print(f"  round {r + 1} of {rounds} done", flush=True)
-        # Each round's µs kept too: a ratio of two cases is also taken
-        # within each round (both measured minutes apart at most).
-        results = {(v.label, v.case_name): dict(v.summary(), us_rounds=[r["us"] for r in v.rows]) for v in variants}
-        for v in variants:
-            v.stop()
-        variants = []
-        for (label, case), summary in results.items():
-            summary["host_calls"] = 0.0
-            if case == "no filter" or "floor" in CASES[case]:
-                continue
-            module = next(m for m in modules if m[0] == label)
-            counter = Variant(label, module[1], module[2], case, valkey_port, workdir, count_calls=True)
-            variants.append(counter)
-            counter.ready()
-            summary["host_calls"] = counter.host_calls(workdir)
-        return results
-    finally:
-        for v in variants:
-            v.stop()
-        valkey.terminate()
-        valkey.wait()
+                module = next(m for m in modules if m[0] == label)
+                counter = Variant(label, module[1], module[2], case, valkey_port, workdir, count_calls=True)
+                variants.append(counter)
+                counter.ready()
+                summary["host_calls"] = counter.host_calls(workdir)
+            return results
+        finally:
+            for v in variants:
+                v.stop()
 
 
 def paired(a, u):
