@@ -24,11 +24,14 @@ import bench_together
 import bench_variants
 from bench_common import ROOT, TOOLS
 
-PAIRS = [("unmatched", "floor pass"), ("synced", "floor local"), ("admitted", "floor hold"),
-         ("admitted", "floor store"), ("admitted", "floor sized")]
+# The floor's paths set the decision's filter state, as tollgate does with
+# `response.filter_state: true` (the `logged` cases).
+PAIRS = [("unmatched", "floor pass"), ("synced logged", "floor local"), ("admitted logged", "floor hold"),
+         ("admitted logged", "floor store"), ("admitted logged", "floor sized")]
 # Three Envoys per round (these two and one with no rule matching), so that
 # every ratio is taken under the same sharing of the core.
-GROUPS = ["synced+floor local", "admitted+floor store", "floor sized+floor hold", "floor pass+synced lean"]
+GROUPS = ["synced logged+floor local", "admitted logged+floor store", "floor sized+floor hold",
+          "floor pass+synced quiet"]
 
 
 def build():

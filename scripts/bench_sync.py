@@ -28,10 +28,10 @@ def case(big):
 
 
 # Measured at once with no rule matching (scripts/bench_together.py): the
-# synced path as configured by default, without the RateLimit headers on
-# admitted responses (`quiet`), and without the decision's filter state too
-# (`lean`); with `admitted`, the store path, for #27's target.
-TOGETHER = ("synced", "synced quiet", "synced lean", "admitted")
+# synced path as configured by default, with the decision's filter state
+# (`logged`), without the RateLimit headers on admitted responses (`quiet`);
+# with `admitted`, the store path, for #27's target.
+TOGETHER = ("synced", "synced logged", "synced quiet", "admitted")
 TOGETHER_ROUNDS = 6
 
 
@@ -96,7 +96,7 @@ def sync_report(results, synced):
                   "first), so that the machine's drift falls on both alike (scripts/bench_together.py); Envoy CPU",
                   "per request, case ÷ no match, per round and the median of "
                   f"{TOGETHER_ROUNDS} rounds. Its inverse is the throughput per",
-                  "CPU second. `quiet`: `response.on_allowed: false`; `lean`: `filter_state: false` too.",
+                  "CPU second. `logged`: `response.filter_state: true`; `quiet`: `response.on_allowed: false`.",
                   "", "| case | ÷ no match, per round | median | throughput × no match | Envoy CPU µs / request "
                   "(no match) |", "|---|---|---|---|---|"]
         for case in TOGETHER:

@@ -52,10 +52,14 @@ CASES = {
                                             "limits": [{"limit": BIG, "period": "1h"}],
                                             "sync": {"interval": "100ms"}}},
 }
-# The synced rule without the RateLimit headers on admitted requests, and
-# without the decision's filter state too (docs/configuration.md).
+# The synced rule with the decision's filter state for the access log
+# (`logged`; off by default), and without the RateLimit headers on admitted
+# requests (`quiet`: the leanest admitted path); the store path logged too
+# (docs/configuration.md).
+LOGGED = {"response": {"filter_state": True}}
+CASES["synced logged"] = dict(CASES["synced"], plugin_extra=LOGGED)
 CASES["synced quiet"] = dict(CASES["synced"], plugin_extra={"response": {"on_allowed": False}})
-CASES["synced lean"] = dict(CASES["synced"], plugin_extra={"response": {"on_allowed": False, "filter_state": False}})
+CASES["admitted logged"] = dict(CASES["admitted"], plugin_extra=LOGGED)
 # The floor (benches/floor, scripts/bench_floor.py): a module making only the
 # host calls of tollgate's path of the same name, in the filter's place
 # (tollgate stays the store tunnel's framing shim).

@@ -23,7 +23,8 @@ pub struct ResponseConfig {
     /// admitted requests (default true).
     pub on_allowed: bool,
     /// Whether each decided request's decision is set as filter state
-    /// `wasm.tollgate.decision`, for the access log (default true).
+    /// `wasm.tollgate.decision`, for the access log (default false: it
+    /// costs a host call and the record's text per decision).
     pub filter_state: bool,
 }
 
@@ -35,7 +36,7 @@ impl Default for ResponseConfig {
             x_ratelimit_headers: false,
             body: Body::ProblemJson,
             on_allowed: true,
-            filter_state: true,
+            filter_state: false,
         }
     }
 }
@@ -97,6 +98,6 @@ pub(crate) fn response(raw: Option<RawResponse>) -> Result<ResponseConfig, Confi
         (_, Some(_)) => return fail("response.text", "is only allowed with \"body\": \"text\""),
     };
     out.on_allowed = raw.on_allowed.unwrap_or(true);
-    out.filter_state = raw.filter_state.unwrap_or(true);
+    out.filter_state = raw.filter_state.unwrap_or(false);
     Ok(out)
 }

@@ -311,7 +311,7 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
         }
         "response.filter_state" => json!({
             "description": "Set each decided request's decision as filter state wasm.tollgate.decision, for the access log.",
-            "default": true
+            "default": false
         }),
         "shadow" => {
             json!({ "description": "Global shadow mode: every rule decides and counts, none denies.", "default": false })

@@ -4,8 +4,8 @@
 //! `failure_mode`, overload), what the request got, its rule, the window
 //! that denied it, what remains and the store's round trip, from the filter
 //! state tollgate sets; its 429 and 503 carry response code details naming
-//! tollgate and the reason. With `response.filter_state: false` it sets no
-//! decision.
+//! tollgate and the reason. The decision is set when `response.filter_state`
+//! asks for it; by default it is not.
 
 use crate::support;
 
@@ -45,8 +45,14 @@ fn line(log: &PathBuf, user: &str, parts: &[&str]) -> String {
     found
 }
 
-fn limited() -> Plugin {
+/// A rule of 2 per 10 s, without the decision's filter state.
+fn bare() -> Plugin {
     plugin().with(rule("api.calls").header("x-user-id").limit(2, "10s"))
+}
+
+/// [`bare`], its decisions set for the access log.
+fn limited() -> Plugin {
+    bare().top(r#""response": { "filter_state": true }"#)
 }
 
 #[test]
@@ -109,12 +115,13 @@ fn overload_refusals_are_logged() {
     assert!(refused.ends_with("rules=api.calls denied_by=- remaining=- store_ms=-"), "{refused}");
 }
 
-/// `response.filter_state: false`: the filter sets no decision (the log
-/// shows `-`), and the answers and response code details are unchanged.
+/// By default (`response.filter_state` off) the filter sets no decision
+/// (the log shows `-`), and the answers and response code details are
+/// unchanged.
 #[test]
-fn with_filter_state_off_the_log_shows_no_decision() {
+fn by_default_the_log_shows_no_decision() {
     let valkey = Valkey::start();
-    let (envoy, log) = envoy(&limited().top(r#""response": { "filter_state": false }"#), valkey.port, 1);
+    let (envoy, log) = envoy(&bare(), valkey.port, 1);
     let get = |user: &str| envoy.request("GET", "/", &[("x-user-id", user)]).status;
     assert_eq!([get("erin"), get("erin"), get("erin")], [200, 200, 429]);
     let allowed = line(&log, "erin", &[" 200 via_upstream "]);

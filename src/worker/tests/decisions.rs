@@ -1,13 +1,20 @@
 //! What the worker records about each request for the access log
 //! ([`Host::decided`](crate::worker::Host::decided)): who decided, what the
-//! request got, and for a decision its windows and the store's round trip.
+//! request got, and for a decision its windows and the store's round trip,
+//! when `response.filter_state` asks for it (off by default).
 
 use super::fake::Rig;
 use crate::testing::{plugin, Plugin};
 use crate::worker::{Answer, Decider};
 
-fn seed() -> Plugin {
+/// The seed rule, without the record.
+fn bare() -> Plugin {
     plugin().rule("auth.createToken", Some("x-user-id"), &[(20, "60s"), (5, "3s")])
+}
+
+/// The seed rule, its decisions recorded.
+fn seed() -> Plugin {
+    bare().top(r#""response": { "filter_state": true }"#)
 }
 
 fn summary(rig: &Rig, id: u32) -> (Decider, Answer, Vec<String>) {
@@ -66,8 +73,8 @@ fn overload_is_recorded() {
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn with_filter_state_off_nothing_is_recorded_and_the_answers_stay() {
-    let mut rig = Rig::new(seed().top(r#""response": { "filter_state": false }"#));
+fn by_default_nothing_is_recorded_and_the_answers_stay() {
+    let mut rig = Rig::new(bare());
     let mut statuses = Vec::new();
     for _ in 0..7 {
         let (id, _) = rig.request("alice");
@@ -78,7 +85,7 @@ fn with_filter_state_off_nothing_is_recorded_and_the_answers_stay() {
     assert_eq!(statuses[..5], [Some(200); 5], "the store admits five");
     assert_eq!(statuses[5..], [Some(429); 2], "the store, then the cache deny");
     assert!(rig.host.decisions.is_empty(), "no record: {:?}", rig.host.decisions);
-    let mut rig = Rig::new(seed().top(r#""response": { "filter_state": false }"#).failure_mode("deny"));
+    let mut rig = Rig::new(bare().top(r#""response": { "filter_state": false }"#).failure_mode("deny"));
     rig.host.refuse_open = Some("unreachable".into());
     let (id, _) = rig.request("bob");
     rig.settle();
