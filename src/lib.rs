@@ -56,6 +56,7 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
 
+pub mod blocks;
 pub mod cache;
 #[cfg(not(target_family = "wasm"))]
 pub mod cli;
@@ -80,6 +81,12 @@ mod testing;
 
 #[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
 pub mod filter;
+
+/// The module's allocator: small blocks from free lists ([`blocks`]). One
+/// thread only, hence not with wasm32's atomics.
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: blocks::Blocks<std::alloc::System> = blocks::Blocks::new(std::alloc::System);
 
 /// The module's entry point: Envoy calls `_initialize`, which registers the
 /// root context factory. The macro's generated code needs `unsafe`.
