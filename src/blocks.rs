@@ -12,7 +12,8 @@
 //! requests go straight to the backing allocator.
 //!
 //! The module runs on one thread (wasm32 without the atomics feature), so the
-//! lists need no lock; on the host the type is only tested, not installed.
+//! lists need no lock, and only there is the type `Sync` (what a global
+//! allocator must be); on the host it is only tested, not installed.
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -72,8 +73,10 @@ pub struct Blocks<B> {
     backing: B,
 }
 
-// SAFETY: installed only on wasm32 without threads (see `lib.rs`), where no
-// two calls can overlap; on the host each test owns its own instance.
+// SAFETY: wasm32 without the atomics feature has one thread, so no two
+// calls can overlap. Elsewhere the type is not `Sync`: a host test owns its
+// instance, and nothing can share one across threads.
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
 unsafe impl<B: Sync> Sync for Blocks<B> {}
 
 impl<B> Blocks<B> {
