@@ -7,18 +7,13 @@ use super::hostcalls;
 use super::metrics::Metrics;
 use crate::config::Config;
 use crate::plan;
-use crate::worker::Worker;
+use crate::worker::{epoch_ms, Worker};
 use std::cell::RefCell;
 use std::time::UNIX_EPOCH;
 
 /// The proxy's clock in ms since the epoch.
 pub fn now_ms() -> u64 {
-    hostcalls::get_current_time().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| {
-        // Not `as_millis`: its u128 multiply is a call (`__multi3`) in
-        // wasm32, on every request. Seconds since the epoch times 1,000
-        // stay within u64 for 584 million years.
-        d.as_secs().wrapping_mul(1_000).wrapping_add(u64::from(d.subsec_millis()))
-    })
+    hostcalls::get_current_time().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, epoch_ms)
 }
 
 /// What the limiter's contexts share.

@@ -64,6 +64,7 @@ mod synced;
 #[cfg(test)]
 mod tests;
 
+pub use calls::epoch_ms;
 use host::Throttle;
 pub use host::{
     BodyStep, CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, ShapeStat, Stat,

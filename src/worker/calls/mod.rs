@@ -11,7 +11,7 @@
 pub(super) mod clock;
 pub(super) mod table;
 
-pub use clock::Arrival;
+pub use clock::{epoch_ms, Arrival};
 
 use crate::limiter::{Adjustment, Check};
 use crate::worker::host::ResponseHeaders;
