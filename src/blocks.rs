@@ -22,12 +22,18 @@ use std::ptr;
 
 /// The class sizes, in bytes: multiples of [`ALIGN`].
 const CLASSES: [usize; 10] = [16, 32, 48, 64, 96, 128, 192, 256, 384, 512];
-/// The largest size a list serves.
-const MAX: usize = 512;
+/// The largest size a list serves: the last class.
+const MAX: usize = last(&CLASSES);
 /// Every block's alignment.
 const ALIGN: usize = 16;
 /// Blocks kept per list at most.
 pub const KEEP: usize = 256;
+
+// Evaluated at compile time: an index out of range fails the build.
+#[allow(clippy::indexing_slicing)]
+const fn last(classes: &[usize]) -> usize {
+    classes[classes.len() - 1]
+}
 
 /// The class of each size in steps of 16 bytes: `BY_STEP[(size + 15) / 16]`.
 const BY_STEP: [u8; MAX / ALIGN + 1] = by_step();
