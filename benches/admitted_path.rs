@@ -270,58 +270,58 @@ fn respond_stage(f: &Fixture) -> usize {
     headers.len()
 }
 
+/// The divan benches, one per stage (host only: the wasm example runs
+/// `measured_loop`, without divan).
 #[cfg(not(target_family = "wasm"))]
-#[divan::bench(name = "plan")]
-fn plan_(bencher: divan::Bencher) {
-    let f = Fixture::new();
-    bencher.bench_local(|| plan_stage(black_box(&f)));
-}
+mod stages {
+    use super::*;
 
-#[cfg(not(target_family = "wasm"))]
-#[divan::bench]
-fn key(bencher: divan::Bencher) {
-    let f = Fixture::new();
-    bencher.bench_local(|| key_stage(black_box(&f)));
-}
+    #[divan::bench(name = "plan")]
+    fn plan_(bencher: divan::Bencher) {
+        let f = Fixture::new();
+        bencher.bench_local(|| plan_stage(black_box(&f)));
+    }
 
-#[cfg(not(target_family = "wasm"))]
-#[divan::bench]
-fn encode(bencher: divan::Bencher) {
-    let f = Fixture::new();
-    let mut out = Vec::with_capacity(f.call.len());
-    bencher.bench_local(|| encode_stage(black_box(&f), &mut out));
-}
+    #[divan::bench]
+    fn key(bencher: divan::Bencher) {
+        let f = Fixture::new();
+        bencher.bench_local(|| key_stage(black_box(&f)));
+    }
 
-#[cfg(not(target_family = "wasm"))]
-#[divan::bench(name = "decode")]
-fn decode_(bencher: divan::Bencher) {
-    let f = Fixture::new();
-    bencher.bench_local(|| decode_stage(black_box(&f)));
-}
+    #[divan::bench]
+    fn encode(bencher: divan::Bencher) {
+        let f = Fixture::new();
+        let mut out = Vec::with_capacity(f.call.len());
+        bencher.bench_local(|| encode_stage(black_box(&f), &mut out));
+    }
 
-#[cfg(not(target_family = "wasm"))]
-#[divan::bench]
-fn respond(bencher: divan::Bencher) {
-    let f = Fixture::new();
-    bencher.bench_local(|| respond_stage(black_box(&f)));
-}
+    #[divan::bench(name = "decode")]
+    fn decode_(bencher: divan::Bencher) {
+        let f = Fixture::new();
+        bencher.bench_local(|| decode_stage(black_box(&f)));
+    }
 
-#[cfg(not(target_family = "wasm"))]
-#[divan::bench]
-fn whole(bencher: divan::Bencher) {
-    let f = Fixture::new();
-    let mut path = Path::new(&f);
-    let response = FakeResponse::new(200, &[]);
-    bencher.bench_local(|| path.admit(black_box(&f.request), &response));
-}
+    #[divan::bench]
+    fn respond(bencher: divan::Bencher) {
+        let f = Fixture::new();
+        bencher.bench_local(|| respond_stage(black_box(&f)));
+    }
 
-#[cfg(not(target_family = "wasm"))]
-#[divan::bench]
-fn synced(bencher: divan::Bencher) {
-    let f = Fixture::new();
-    let mut path = SyncedPath::new(&f.request);
-    let response = FakeResponse::new(200, &[]);
-    bencher.bench_local(|| path.admit(black_box(&f.request), &response));
+    #[divan::bench]
+    fn whole(bencher: divan::Bencher) {
+        let f = Fixture::new();
+        let mut path = Path::new(&f);
+        let response = FakeResponse::new(200, &[]);
+        bencher.bench_local(|| path.admit(black_box(&f.request), &response));
+    }
+
+    #[divan::bench]
+    fn synced(bencher: divan::Bencher) {
+        let f = Fixture::new();
+        let mut path = SyncedPath::new(&f.request);
+        let response = FakeResponse::new(200, &[]);
+        bencher.bench_local(|| path.admit(black_box(&f.request), &response));
+    }
 }
 
 /// Runs `stage` `iters` times: the only function callgrind counts
