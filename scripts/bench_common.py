@@ -101,10 +101,20 @@ def valkey_stats(port):
     return get("total_connections_received"), get("total_commands_processed"), usec
 
 
+# The demo listener's requests an Envoy completed (its admin stat).
+COMPLETED = "http.demo.downstream_rq_completed"
+
+
+def cpu_times(pid):
+    """User and system CPU time of process `pid` so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def cpu_seconds(pid):
     """User + system CPU time of process `pid` so far, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_times(pid))
 
 
 def plugin(rule, base=None):

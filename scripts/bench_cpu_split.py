@@ -10,23 +10,13 @@ system time it leaves out (the sockets), and whether it differs by case.
 """
 
 import argparse
-import os
 import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 
 import bench_variants
-from bench_common import WASM, admin_stat, valkey_server
-
-COMPLETED = "http.demo.downstream_rq_completed"
-
-
-def times(pid):
-    """User and system CPU seconds of process `pid` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
+from bench_common import COMPLETED, WASM, admin_stat, cpu_times, valkey_server
 
 
 def measure(case, valkey_port, workdir):
@@ -34,11 +24,11 @@ def measure(case, valkey_port, workdir):
     v = bench_variants.Variant("split", WASM, {}, case, valkey_port, workdir, pin=True, warm="4s")
     try:
         v.ready()
-        done, (user, system) = admin_stat(v.ports[2], COMPLETED), times(v.envoy.pid)
+        done, (user, system) = admin_stat(v.ports[2], COMPLETED), cpu_times(v.envoy.pid)
         subprocess.run(["taskset", "-c", "1", "wrk", "-t1", "-c64", "-d3s", "-H", "x-user-id: bench",
                         f"http://127.0.0.1:{v.ports[0]}/"], capture_output=True, check=True)
         done = admin_stat(v.ports[2], COMPLETED) - done
-        after = times(v.envoy.pid)
+        after = cpu_times(v.envoy.pid)
         return (after[0] - user) * 1e6 / done, (after[1] - system) * 1e6 / done
     finally:
         v.envoy.terminate()

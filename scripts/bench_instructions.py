@@ -32,9 +32,8 @@ from pathlib import Path
 
 import bench_floor
 import bench_variants
-from bench_common import WASM, admin_stat, valkey_server, wait_port
+from bench_common import COMPLETED, WASM, admin_stat, valkey_server, wait_port
 
-COMPLETED = "http.demo.downstream_rq_completed"
 
 
 def totals(path):

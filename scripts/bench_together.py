@@ -28,9 +28,12 @@ import tempfile
 from pathlib import Path
 
 import bench_variants
-from bench_common import WASM, admin_stat, cpu_seconds, valkey_server, wait_port
+from bench_common import COMPLETED, WASM, admin_stat, cpu_seconds, valkey_server, wait_port
 
-COMPLETED = "http.demo.downstream_rq_completed"
+
+def usage(v):
+    """(requests completed, CPU seconds) of variant `v`'s Envoy so far."""
+    return admin_stat(v.ports[2], COMPLETED), cpu_seconds(v.envoy.pid)
 
 
 def drive(variants, duration, connections=4):
@@ -56,12 +59,12 @@ def one_round(runs, valkey_port, workdir, duration, alternate=0):
         drive(variants, "4s")
         if alternate:
             return alternating(runs, variants, duration, alternate)
-        before = [(admin_stat(v.ports[2], COMPLETED), cpu_seconds(v.envoy.pid)) for v in variants]
+        before = [usage(v) for v in variants]
         drive(variants, f"{duration}s", connections=64)
         out = {}
         for (name, _, _), v, (done, cpu) in zip(runs, variants, before):
-            done = admin_stat(v.ports[2], COMPLETED) - done
-            out[name] = (cpu_seconds(v.envoy.pid) - cpu) * 1e6 / max(done, 1)
+            now_done, now_cpu = usage(v)
+            out[name] = (now_cpu - cpu) * 1e6 / max(now_done - done, 1)
         return out
     finally:
         for v in variants:
@@ -77,10 +80,11 @@ def alternating(runs, variants, duration, times):
         order = list(range(len(variants)))
         for i in (order if t % 2 == 0 else order[::-1]):
             v = variants[i]
-            n, c = admin_stat(v.ports[2], COMPLETED), cpu_seconds(v.envoy.pid)
+            n, c = usage(v)
             drive([v], f"{duration}s", connections=64)
-            done[i] += admin_stat(v.ports[2], COMPLETED) - n
-            cpu[i] += cpu_seconds(v.envoy.pid) - c
+            now_n, now_c = usage(v)
+            done[i] += now_n - n
+            cpu[i] += now_c - c
     return {name: cpu[i] * 1e6 / max(done[i], 1) for i, (name, _, _) in enumerate(runs)}
 
 
