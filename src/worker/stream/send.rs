@@ -51,9 +51,11 @@ impl Worker {
     fn pump_shard(&mut self, host: &mut dyn Host, shard: ShardId, own: bool, now_ms: u64) {
         while self.calls.queued_on(shard) > 0 {
             let Some(s) = self.shards.get(shard) else { return };
+            // The address is formatted only to open a stream: a request that
+            // finds the window full pays nothing for it.
             let master = match (&self.sentinels, s.addr) {
                 (Some(sentinels), _) => match sentinels.master() {
-                    Some(m) => Some(m.to_string()),
+                    Some(m) => Some(m),
                     None => {
                         // Wait for the first lookup, which the worker's own
                         // callback sends: wake it when one is due.
@@ -63,7 +65,7 @@ impl Worker {
                         return;
                     }
                 },
-                (None, addr) => addr.map(|a| a.to_string()),
+                (None, addr) => addr,
             };
             let Some(token) = s.link.token() else {
                 if !s.link.may_open(now_ms) {
@@ -79,7 +81,7 @@ impl Worker {
                     self.wake(host, own);
                     return;
                 }
-                self.open_store(host, shard, master.as_deref(), now_ms);
+                self.open_store(host, shard, master.map(|m| m.to_string()).as_deref(), now_ms);
                 continue;
             };
             if !s.link.ready() || !self.send_batch(host, shard, token, now_ms) {
