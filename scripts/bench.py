@@ -16,7 +16,9 @@ Cases:
                          with an admission run of 2 workers past a limit,
                          and a run measured at once with no match, with and
                          without headers and filter state, and the store
-                         path's too (scripts/bench_sync.py, bench_together.py)
+                         path's too, then the synced and store paths with
+                         each Envoy alone on the core in turns
+                         (scripts/bench_sync.py, bench_together.py)
   flood                  2,048 connections, a new user per request, failure_mode
                          local: who decided (the store, the local limiter, an
                          explicit overload refusal, failure_mode)
@@ -52,7 +54,7 @@ import bench_report
 import bench_sync
 import bench_together
 import bench_variants
-from bench_common import (CONNECTIONS, DURATION, ENVOY, WASM, admin_stat, counting, cpu_seconds,
+from bench_common import (CONNECTIONS, DURATION, ENVOY, ROOT, WASM, admin_stat, counting, cpu_seconds,
                           free_port, render, resp, valkey_server, valkey_stats, wait_port, wrk)
 
 
@@ -74,12 +76,12 @@ def profile(pid, seconds=3):
 COST = ["requests", "host_calls", "callbacks", "buffers"]
 
 
-def cost(case, valkey_port, workdir):
+def cost(case, valkey_port, workdir, wasm=WASM):
     """Host calls, callbacks and buffers per request of a tollgate case: a second Envoy that counts them
-    (never the one timed), 16 connections for 2 s after the warm-up."""
+    (never the one timed), 16 connections for 2 s after the warm-up; with module `wasm`."""
     ports = [free_port(), free_port(), free_port()]
-    config = workdir / f"{case['name'].replace(' ', '_')}-cost.yaml"
-    config.write_text(counting(render(case, ports, valkey_port)))
+    config = workdir / f"{case['name'].replace(' ', '_')}-cost{'' if wasm == WASM else '-baseline'}.yaml"
+    config.write_text(counting(render(case, ports, valkey_port)).replace(str(WASM), str(wasm)))
     log = open(workdir / (config.stem + ".log"), "w")
     envoy = subprocess.Popen([ENVOY, "-c", str(config), "--concurrency", "1", "--use-dynamic-base-id",
                               "-l", "error"], stdout=log, stderr=log)
@@ -160,6 +162,12 @@ def run_case(case, valkey_port, valkey_pid, workdir, wasm=WASM):
         log.close()
 
 
+def has(ref, commit):
+    """Whether git `ref` contains `commit` (None: any ref does)."""
+    return commit is None or subprocess.run(["git", "merge-base", "--is-ancestor", commit, ref], cwd=ROOT,
+                                            capture_output=True).returncode == 0
+
+
 def main(baseline=None):
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: run `make bench` (it installs Debian's wrk)")
@@ -192,9 +200,9 @@ def main(baseline=None):
     baseline_wasm = bench_variants.build_baseline(baseline, workdir) if baseline else None
     with valkey_server(workdir) as (valkey_port, valkey):
         print(f"benchmark: {DURATION} per run, wrk -t1, Envoy --concurrency 1, module {WASM.stat().st_size} bytes")
-        results, costs, baselines = {}, {}, {}
+        results, costs, baselines, baseline_costs = {}, {}, {}, {}
         for i, case in enumerate(cases):
-            compared = baseline_wasm and case["kind"] == "tollgate"
+            compared = baseline_wasm and case["kind"] == "tollgate" and has(baseline, case.get("since"))
             # Every other case the baseline goes first: bench_variants.py
             # found the second of two modules measured on a case 10-20 %
             # slower, whichever it was.
@@ -211,14 +219,26 @@ def main(baseline=None):
             if case["kind"] == "tollgate":
                 resp(valkey_port, "FLUSHALL")
                 costs[case["name"]] = cost(case, valkey_port, workdir)
+            if compared:
+                resp(valkey_port, "FLUSHALL")
+                baseline_costs[case["name"]] = cost(case, valkey_port, workdir, baseline_wasm)
         profiles = {c["name"]: c["profile_result"] for c in cases if c.get("profile_result")}
         resp(valkey_port, "FLUSHALL")
         flooded = bench_flood.flood(valkey_port, workdir)
         resp(valkey_port, "FLUSHALL")
         synced = {"admission": bench_sync.admission(valkey_port, workdir)}
     synced["together"] = bench_together.together(bench_sync.TOGETHER, rounds=bench_sync.TOGETHER_ROUNDS)
+    # Alone in turns; the store path beside the BASELINE's module too (its
+    # ratio to this tree's no match), in the same rounds.
+    synced["alone"] = {}
+    for case in bench_sync.ALONE:
+        synced["alone"].update(bench_together.together(
+            [case], rounds=bench_sync.TOGETHER_ROUNDS, alternate=bench_sync.ALONE_TURNS,
+            against=baseline_wasm if case == "admitted" else None))
+    synced["baseline"] = baseline
     clustered = bench_cluster.cluster_bench(workdir)
-    bench_report.write_report(results, profiles, flooded, costs, clustered, synced, (baseline, baselines))
+    bench_report.write_report(results, profiles, flooded, costs, clustered, synced,
+                              (baseline, baselines, baseline_costs))
 
 
 if __name__ == "__main__":

@@ -70,7 +70,9 @@ def charts(results):
     """`{file name: svg text}` from `results` (`{case: [row per connections]}`,
     rows with `connections`, `rps`, `p50`, `p99`, `per_call`)."""
     names = list(results)
-    conns = sorted({r["connections"] for rows in results.values() for r in rows})
+    # 16 and 64 connections: the 1-connection rows are the table's latency
+    # of a lone request, not drawn.
+    conns = sorted({r["connections"] for rows in results.values() for r in rows} & set(COLORS))
     at = lambda name, c: next((r for r in results[name] if r["connections"] == c), None)
     base = {c: at("no filter", c)["rps"] for c in conns}
     pick = lambda name, c, key: (at(name, c) or {}).get(key)

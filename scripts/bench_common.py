@@ -16,7 +16,9 @@ ENVOY = os.environ.get("TOLLGATE_ENVOY", str(TOOLS / "bin/envoy"))
 VALKEY = os.environ.get("TOLLGATE_VALKEY", str(TOOLS / "bin/valkey-server"))
 WASM = ROOT / "target/wasm32-wasip1/release/tollgate.wasm"
 DURATION = os.environ.get("BENCH_DURATION", "8s")
-CONNECTIONS = [16, 64]
+# 1 connection for the latency of one request alone (nothing else in flight:
+# each decision is its own message), 16 and 64 for throughput and batching.
+CONNECTIONS = [1, 16, 64]
 
 DIRECT = 'direct_response: { status: 200, body: { inline_string: "ok" } }'
 

@@ -14,7 +14,12 @@ own `wrk -c64` on CPU 1; ratios to no rule matching within each round,
 medians), it shows what Envoy itself charges for each path: the part of
 #26's and #27's ratios that no module can remove.
 
-    python3 scripts/bench_floor.py [--rounds N]      (make bench-floor)
+    python3 scripts/bench_floor.py [--rounds N] [--alternate N]      (make bench-floor)
+
+With `--alternate N` each Envoy of a round is driven alone instead, N turns
+of 3 s each (bench_together.py's `--alternate`): the paths without another
+Envoy taking the core while one waits (docs/performance.md, "Measured
+alone").
 """
 
 import argparse
@@ -49,10 +54,10 @@ def build():
     return out
 
 
-def run(rounds):
+def run(rounds, alternate=0):
     """{case: {"ratio": median ÷ unmatched, "ratios": per round, "us": median µs}}."""
     build()
-    return bench_together.together(GROUPS, rounds=rounds)
+    return bench_together.together(GROUPS, rounds=rounds, alternate=alternate)
 
 
 def table(results):
@@ -67,8 +72,9 @@ def table(results):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--alternate", type=int, default=0, help="N: each Envoy alone in turn, N turns per round")
     args = parser.parse_args()
-    results = run(args.rounds)
+    results = run(args.rounds, args.alternate)
     print(table(results))
     for case, r in results.items():
         print(f"{case}: {r['us']:.1f} µs per request (no match {r['unmatched_us']:.1f}), ÷ no match per round "
