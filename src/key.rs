@@ -163,8 +163,11 @@ pub fn flush_token_key(first_key: &str, name: &str) -> String {
 /// The sorted set of the syncers of bucket `bucket_key` (`flush.lua`): in
 /// its slot, since it keeps its hash tag.
 pub fn syncers_key(bucket_key: &str) -> String {
-    format!("{bucket_key}:syncers")
+    format!("{bucket_key}{SYNCERS_SUFFIX}")
 }
+
+/// What [`syncers_key`] appends to a bucket's key.
+pub const SYNCERS_SUFFIX: &str = ":syncers";
 
 /// Appends one part: percent-encoded, or `#<sha1 hex>` when that is
 /// longer than [`MAX_PART_LEN`] (a part longer than that raw is, since

@@ -62,7 +62,8 @@
 //! +pexpire`, granted already). Redis 6
 //! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
-use super::{Adjustment, Check, Flush, ADJUST_MAX};
+use super::{Adjustment, Check, Flush, Window, ADJUST_MAX};
+use crate::key::SYNCERS_SUFFIX;
 use crate::resp::{encode_command, CommandWriter, Value};
 use std::sync::OnceLock;
 
@@ -210,10 +211,7 @@ fn encode_decide(
     for check in checks {
         w.bulk(check.key.as_bytes());
     }
-    match now_ms {
-        Some(now) => w.decimal(b"", now),
-        None => w.bulk(b""),
-    }
+    now(&mut w, now_ms);
     match shape {
         Some((max_delay, 0)) => w.decimal(b"~", max_delay),
         Some((max_delay, floor)) => w.bulk(format!("~{max_delay}:{floor}").as_bytes()),
@@ -222,11 +220,7 @@ fn encode_decide(
     for check in checks {
         w.bulk(check.algorithm.id().as_bytes());
         w.decimal(if check.check_only { b"?" } else { b"" }, check.cost.get());
-        w.decimal(b"", check.windows.len() as u64);
-        for window in check.windows.iter() {
-            w.decimal(b"", window.limit.get());
-            w.decimal(b"", window.period_ms.get());
-        }
+        write_windows(&mut w, &check.windows);
     }
 }
 
@@ -252,31 +246,29 @@ pub fn encode_adjust(
     at_ms: u64,
     now_ms: Option<u64>,
 ) {
-    let mut owned: Vec<String> = Vec::with_capacity(3 + adjustments.len() * 9);
-    owned.push(adjustments.len().to_string());
-    owned.extend(adjustments.iter().map(|a| a.check.key.clone()));
-    owned.push(now_ms.map(|n| n.to_string()).unwrap_or_default());
-    owned.push(at_ms.to_string());
-    for a in adjustments {
-        owned.push(a.check.algorithm.id().to_string());
-        owned.push(a.from.min(ADJUST_MAX).to_string());
-        owned.push(a.to.min(ADJUST_MAX).to_string());
-        owned.push(a.check.windows.len().to_string());
-        for w in a.check.windows.iter() {
-            owned.push(w.limit.to_string());
-            owned.push(w.period_ms.to_string());
-        }
-    }
     let (verb, target): (&[u8], &[u8]) = match how {
         Invocation::EvalSha => (b"EVALSHA", script.adjust_sha.as_bytes()),
         Invocation::Eval => (b"EVAL", script.adjust_body.as_bytes()),
         Invocation::FCall => (b"FCALL", script.adjust_function.as_bytes()),
     };
-    let mut args: Vec<&[u8]> = Vec::with_capacity(owned.len() + 2);
-    args.push(verb);
-    args.push(target);
-    args.extend(owned.iter().map(|s| s.as_bytes()));
-    encode_command(out, &args);
+    let windows: usize = adjustments.iter().map(|a| a.check.windows.len()).sum();
+    let args = 5 + adjustments.len() * 5 + windows * 2;
+    out.reserve(target.len() + 96 + adjustments.iter().map(|a| a.check.key.len() + 72).sum::<usize>() + windows * 48);
+    let mut w = CommandWriter::new(out, args);
+    w.bulk(verb);
+    w.bulk(target);
+    w.decimal(b"", adjustments.len() as u64);
+    for a in adjustments {
+        w.bulk(a.check.key.as_bytes());
+    }
+    now(&mut w, now_ms);
+    w.decimal(b"", at_ms);
+    for a in adjustments {
+        w.bulk(a.check.algorithm.id().as_bytes());
+        w.decimal(b"", a.from.min(ADJUST_MAX));
+        w.decimal(b"", a.to.min(ADJUST_MAX));
+        write_windows(&mut w, &a.check.windows);
+    }
 }
 
 /// Appends one `EVALSHA`/`EVAL`/`FCALL` command of `flush` (contract in
@@ -284,35 +276,61 @@ pub fn encode_adjust(
 /// ([`crate::key::syncers_key`]), then [`Flush::token_key`]. Units beyond
 /// [`ADJUST_MAX`] are sent as [`ADJUST_MAX`]. `now_ms` as for [`encode_call`].
 pub fn encode_flush(out: &mut Vec<u8>, script: &Script, how: Invocation, flush: &Flush, now_ms: Option<u64>) {
-    let entries = &flush.entries;
-    let mut owned: Vec<String> = Vec::with_capacity(6 + entries.len() * 10);
-    owned.push((2 * entries.len() + 1).to_string());
-    owned.extend(entries.iter().map(|e| e.check.key.clone()));
-    owned.extend(entries.iter().map(|e| crate::key::syncers_key(&e.check.key)));
-    owned.push(flush.token_key.clone());
-    owned.push(now_ms.map(|n| n.to_string()).unwrap_or_default());
-    owned.push(flush.token.clone());
-    owned.push(flush.syncer.clone());
-    owned.push(flush.horizon_ms.to_string());
-    for e in entries {
-        owned.push(e.check.algorithm.id().to_string());
-        owned.push(e.units.min(ADJUST_MAX).to_string());
-        owned.push(e.check.windows.len().to_string());
-        for w in e.check.windows.iter() {
-            owned.push(w.limit.to_string());
-            owned.push(w.period_ms.to_string());
-        }
-    }
     let (verb, target): (&[u8], &[u8]) = match how {
         Invocation::EvalSha => (b"EVALSHA", script.flush_sha.as_bytes()),
         Invocation::Eval => (b"EVAL", script.flush_body.as_bytes()),
         Invocation::FCall => (b"FCALL", script.flush_function.as_bytes()),
     };
-    let mut args: Vec<&[u8]> = Vec::with_capacity(owned.len() + 2);
-    args.push(verb);
-    args.push(target);
-    args.extend(owned.iter().map(|s| s.as_bytes()));
-    encode_command(out, &args);
+    let entries = &flush.entries;
+    let windows: usize = entries.iter().map(|e| e.check.windows.len()).sum();
+    let args = 8 + entries.len() * 5 + windows * 2;
+    out.reserve(
+        target.len()
+            + 128
+            + flush.token_key.len()
+            + flush.token.len()
+            + flush.syncer.len()
+            + entries.iter().map(|e| 2 * e.check.key.len() + 80).sum::<usize>()
+            + windows * 48,
+    );
+    let mut w = CommandWriter::new(out, args);
+    w.bulk(verb);
+    w.bulk(target);
+    w.decimal(b"", (2 * entries.len() + 1) as u64);
+    for e in entries {
+        w.bulk(e.check.key.as_bytes());
+    }
+    for e in entries {
+        w.bulk_joined(&[e.check.key.as_bytes(), SYNCERS_SUFFIX.as_bytes()]);
+    }
+    w.bulk(flush.token_key.as_bytes());
+    now(&mut w, now_ms);
+    w.bulk(flush.token.as_bytes());
+    w.bulk(flush.syncer.as_bytes());
+    w.decimal(b"", flush.horizon_ms);
+    for e in entries {
+        w.bulk(e.check.algorithm.id().as_bytes());
+        w.decimal(b"", e.units.min(ADJUST_MAX));
+        write_windows(&mut w, &e.check.windows);
+    }
+}
+
+/// The `now` argument: the override's ms, or empty for the store's `TIME`.
+fn now(w: &mut CommandWriter<'_>, now_ms: Option<u64>) {
+    match now_ms {
+        Some(now) => w.decimal(b"", now),
+        None => w.bulk(b""),
+    }
+}
+
+/// A check's windows as every contract takes them: their count, then each
+/// window's limit and period in ms.
+fn write_windows(w: &mut CommandWriter<'_>, windows: &[Window]) {
+    w.decimal(b"", windows.len() as u64);
+    for window in windows {
+        w.decimal(b"", window.limit.get());
+        w.decimal(b"", window.period_ms.get());
+    }
 }
 
 /// Appends `FUNCTION LOAD REPLACE <library>`.

@@ -35,6 +35,15 @@ impl<'a> CommandWriter<'a> {
         push_bulk(self.out, bytes);
     }
 
+    /// `parts` one after the other, as one argument.
+    pub fn bulk_joined(&mut self, parts: &[&[u8]]) {
+        push_header(self.out, b'$', parts.iter().map(|p| p.len()).sum());
+        for part in parts {
+            self.out.extend_from_slice(part);
+        }
+        self.out.extend_from_slice(b"\r\n");
+    }
+
     /// `prefix` then `n` in decimal, as one argument.
     pub fn decimal(&mut self, prefix: &[u8], n: u64) {
         let mut digits = itoa::Buffer::new();

@@ -246,6 +246,54 @@ fn a_flush_sends_buckets_syncer_sets_token_key_then_its_argv() {
     }
 }
 
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn an_adjustment_sends_keys_now_and_time_then_each_change() {
+    let adjustments = vec![
+        Adjustment { check: Check::for_test(0, "p:{a}:log", &[(20, 60_000), (5, 3_000)], 1), from: 1, to: 0 },
+        Adjustment {
+            check: crate::testing::check(Algorithm::Gcra, 1, "p:{a}:r:gcra", &[(7, 250)], 1),
+            from: 2,
+            to: u64::MAX,
+        },
+    ];
+    for (how, target, now, now_arg) in [
+        (Invocation::FCall, &limiter().adjust_function, Some(1234), "1234"),
+        (Invocation::EvalSha, &limiter().adjust_sha, None, ""),
+        (Invocation::Eval, &limiter().adjust_body.to_string(), Some(0), "0"),
+    ] {
+        let mut out = b"before".to_vec();
+        encode_adjust(&mut out, limiter(), how, &adjustments, 987_654, now);
+        let out = out.strip_prefix(b"before").unwrap();
+        let (Value::Array(items), used) = decode(out, &Limits::default()).unwrap() else { panic!("not an array") };
+        assert_eq!(used, out.len());
+        let text: Vec<String> =
+            items.iter().map(|v| String::from_utf8(v.as_bytes().unwrap().to_vec()).unwrap()).collect();
+        assert_eq!(&text[1], target);
+        let expected = [
+            "2",
+            "p:{a}:log",
+            "p:{a}:r:gcra",
+            now_arg,
+            "987654",
+            "log",
+            "1",
+            "0",
+            "2",
+            "20",
+            "60000",
+            "5",
+            "3000",
+            "gcra",
+            "2",
+            "4294967296",
+            "1",
+            "7",
+            "250",
+        ];
+        assert_eq!(text[2..], expected);
+    }
+}
+
 /// The decision's command, spelled as the arguments' strings and encoded by
 /// `encode_command`: what `encode_call` wrote before it wrote in place.
 fn spelled(how: Invocation, checks: &[Check], delay: Option<u64>, now: Option<u64>) -> Vec<u8> {
