@@ -99,11 +99,14 @@ algorithms-report: tools
 
 # Throughput and latency against Envoy's own baselines, one run, as ratios:
 # writes docs/benchmarks.md (a few minutes; not part of `make test`).
-# BASELINE=<git ref> runs every tollgate case again with that ref's module,
-# right after this tree's, and adds its columns.
+# Every tollgate case runs again with a baseline ref's module, right after
+# this tree's, and adds its columns: BASELINE=<git ref>, by default
+# $(BENCH_BASELINE), the commit before group commit (#27); BASELINE=none
+# runs no baseline.
+BENCH_BASELINE := 9127d9a
 bench: build
 	@scripts/install-wrk.sh
-	python3 scripts/bench.py $(if $(BASELINE),--baseline $(BASELINE))
+	python3 scripts/bench.py $(if $(filter none,$(BASELINE)),,--baseline $(or $(BASELINE),$(BENCH_BASELINE)))
 
 # Not part of `make test`: the worker's admitted path on the host, by stage
 # (benches/admitted_path.rs, divan), then its instructions per decision by
