@@ -14,6 +14,7 @@ use crate::worker::host::{Host, Reset, Stat};
 use crate::worker::stream::link::Awaited;
 use crate::worker::stream::shards::Carrier;
 use crate::worker::{write_call, Worker, MAX_IN_FLIGHT_BYTES};
+use std::net::SocketAddr;
 
 /// The gRPC status of a stream that never reached the store: Envoy answers
 /// `UNAVAILABLE` when the tunnel cannot connect upstream (nothing was sent
@@ -51,8 +52,9 @@ impl Worker {
     fn pump_shard(&mut self, host: &mut dyn Host, shard: ShardId, own: bool, now_ms: u64) {
         while self.calls.queued_on(shard) > 0 {
             let Some(s) = self.shards.get(shard) else { return };
-            // The address is formatted only to open a stream: a request that
-            // finds the window full pays nothing for it.
+            // The address is formatted only to open a stream
+            // ([`Worker::open_store`]): a request that finds the window full
+            // pays nothing for it.
             let master = match (&self.sentinels, s.addr) {
                 (Some(sentinels), _) => match sentinels.master() {
                     Some(m) => Some(m),
@@ -81,7 +83,7 @@ impl Worker {
                     self.wake(host, own);
                     return;
                 }
-                self.open_store(host, shard, master.map(|m| m.to_string()).as_deref(), now_ms);
+                self.open_store(host, shard, master, now_ms);
                 continue;
             };
             if !s.link.ready() || !self.send_batch(host, shard, token, now_ms) {
@@ -96,9 +98,10 @@ impl Worker {
         }
     }
 
-    fn open_store(&mut self, host: &mut dyn Host, shard: ShardId, master: Option<&str>, now_ms: u64) {
+    fn open_store(&mut self, host: &mut dyn Host, shard: ShardId, master: Option<SocketAddr>, now_ms: u64) {
         let cluster = self.config.valkey.cluster.clone();
-        let metadata: Vec<(&str, &str)> = master.map(|m| (ORIGINAL_DST_HEADER, m)).into_iter().collect();
+        let master = master.map(|m| m.to_string());
+        let metadata: Vec<(&str, &str)> = master.iter().map(|m| (ORIGINAL_DST_HEADER, m.as_str())).collect();
         let opened = host.open_stream(&cluster, &metadata);
         let preamble = self.preamble.bytes.clone();
         let Some(s) = self.shards.get_mut(shard) else { return };
