@@ -200,7 +200,7 @@ fn encode_decide(
     shape: Option<(u64, u64)>,
     now_ms: Option<u64>,
 ) {
-    let (verb, target) = invoked(script, how);
+    let (verb, target) = invoked(how, (&script.sha, script.body, &script.function));
     let windows: usize = checks.iter().map(|c| c.windows.len()).sum();
     let args = 4 + usize::from(shape.is_some()) + checks.len() * 4 + windows * 2;
     out.reserve(target.len() + 64 + checks.iter().map(|c| c.key.len() + 24).sum::<usize>() + windows * 48);
@@ -224,13 +224,13 @@ fn encode_decide(
     }
 }
 
-/// The command's verb and its first argument: the script's SHA, its body
-/// or the function's name.
-fn invoked(script: &Script, how: Invocation) -> (&'static [u8], &[u8]) {
+/// The command's verb and its first argument for one entry point, given as
+/// its script's SHA, the script's body and the function's name.
+fn invoked<'a>(how: Invocation, (sha, body, function): (&'a str, &'a str, &'a str)) -> (&'static [u8], &'a [u8]) {
     match how {
-        Invocation::EvalSha => (b"EVALSHA", script.sha.as_bytes()),
-        Invocation::Eval => (b"EVAL", script.body.as_bytes()),
-        Invocation::FCall => (b"FCALL", script.function.as_bytes()),
+        Invocation::EvalSha => (b"EVALSHA", sha.as_bytes()),
+        Invocation::Eval => (b"EVAL", body.as_bytes()),
+        Invocation::FCall => (b"FCALL", function.as_bytes()),
     }
 }
 
@@ -246,11 +246,7 @@ pub fn encode_adjust(
     at_ms: u64,
     now_ms: Option<u64>,
 ) {
-    let (verb, target): (&[u8], &[u8]) = match how {
-        Invocation::EvalSha => (b"EVALSHA", script.adjust_sha.as_bytes()),
-        Invocation::Eval => (b"EVAL", script.adjust_body.as_bytes()),
-        Invocation::FCall => (b"FCALL", script.adjust_function.as_bytes()),
-    };
+    let (verb, target) = invoked(how, (&script.adjust_sha, script.adjust_body, &script.adjust_function));
     let windows: usize = adjustments.iter().map(|a| a.check.windows.len()).sum();
     let args = 5 + adjustments.len() * 5 + windows * 2;
     out.reserve(target.len() + 96 + adjustments.iter().map(|a| a.check.key.len() + 72).sum::<usize>() + windows * 48);
@@ -276,11 +272,7 @@ pub fn encode_adjust(
 /// ([`crate::key::syncers_key`]), then [`Flush::token_key`]. Units beyond
 /// [`ADJUST_MAX`] are sent as [`ADJUST_MAX`]. `now_ms` as for [`encode_call`].
 pub fn encode_flush(out: &mut Vec<u8>, script: &Script, how: Invocation, flush: &Flush, now_ms: Option<u64>) {
-    let (verb, target): (&[u8], &[u8]) = match how {
-        Invocation::EvalSha => (b"EVALSHA", script.flush_sha.as_bytes()),
-        Invocation::Eval => (b"EVAL", script.flush_body.as_bytes()),
-        Invocation::FCall => (b"FCALL", script.flush_function.as_bytes()),
-    };
+    let (verb, target) = invoked(how, (&script.flush_sha, script.flush_body, &script.flush_function));
     let entries = &flush.entries;
     let windows: usize = entries.iter().map(|e| e.check.windows.len()).sum();
     let args = 8 + entries.len() * 5 + windows * 2;

@@ -9,6 +9,14 @@ fn nz(n: u64) -> NonZeroU64 {
     NonZeroU64::new(n).unwrap()
 }
 
+/// The arguments of the one command `out` holds, as text (every byte of
+/// `out` read).
+fn arguments(out: &[u8]) -> Vec<String> {
+    let (Value::Array(items), used) = decode(out, &Limits::default()).unwrap() else { panic!("not an array") };
+    assert_eq!(used, out.len());
+    items.iter().map(|v| String::from_utf8(v.as_bytes().unwrap().to_vec()).unwrap()).collect()
+}
+
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn sha_is_the_sha1_of_the_embedded_body() {
     let s = limiter();
@@ -148,10 +156,7 @@ fn encodes_keys_then_argv_in_contract_order() {
     ];
     let mut out = Vec::new();
     encode_call(&mut out, limiter(), Invocation::EvalSha, &checks, Some(1234));
-    let (value, used) = decode(&out, &Limits::default()).unwrap();
-    assert_eq!(used, out.len());
-    let Value::Array(items) = value else { panic!("not an array") };
-    let text: Vec<String> = items.iter().map(|v| String::from_utf8(v.as_bytes().unwrap().to_vec()).unwrap()).collect();
+    let text = arguments(&out);
     let sha = limiter().sha.clone();
     let expected = [
         "EVALSHA",
@@ -213,10 +218,7 @@ fn a_flush_sends_buckets_syncer_sets_token_key_then_its_argv() {
     ] {
         let mut out = Vec::new();
         encode_flush(&mut out, limiter(), how, &flush, Some(1234));
-        let (Value::Array(items), used) = decode(&out, &Limits::default()).unwrap() else { panic!("not an array") };
-        assert_eq!(used, out.len());
-        let text: Vec<String> =
-            items.iter().map(|v| String::from_utf8(v.as_bytes().unwrap().to_vec()).unwrap()).collect();
+        let text = arguments(&out);
         assert_eq!(&text[1], target);
         let expected = [
             "5",
@@ -263,11 +265,7 @@ fn an_adjustment_sends_keys_now_and_time_then_each_change() {
     ] {
         let mut out = b"before".to_vec();
         encode_adjust(&mut out, limiter(), how, &adjustments, 987_654, now);
-        let out = out.strip_prefix(b"before").unwrap();
-        let (Value::Array(items), used) = decode(out, &Limits::default()).unwrap() else { panic!("not an array") };
-        assert_eq!(used, out.len());
-        let text: Vec<String> =
-            items.iter().map(|v| String::from_utf8(v.as_bytes().unwrap().to_vec()).unwrap()).collect();
+        let text = arguments(out.strip_prefix(b"before").unwrap());
         assert_eq!(&text[1], target);
         let expected = [
             "2",
