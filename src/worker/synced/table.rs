@@ -3,8 +3,9 @@
 //! what the worker admitted since; per bucket, the units not yet sent and
 //! those in the flush on the way. Pure, time passed in (the proxy's clock).
 
+use super::HORIZON_INTERVALS;
 use crate::config::SyncPolicy;
-use crate::limiter::{Check, WindowOutcome};
+use crate::limiter::{Algorithm, Check, WindowOutcome};
 use std::collections::HashMap;
 
 /// One window of a bucket, as the last sync left it.
@@ -12,8 +13,11 @@ use std::collections::HashMap;
 struct View {
     /// Units the store said remained (after this worker's flushed units).
     remaining: u64,
-    /// When the window is empty again, by the store's account (0: it was).
-    reset_at_ms: u64,
+    /// When every record the store counted at the sync has left the window
+    /// (0: it counted none): from then on the window holds at most what was
+    /// recorded since. For the log that is a period after the sync, not its
+    /// `reset_ms` (when only the oldest entry leaves).
+    empty_at_ms: u64,
     /// This worker's share of `remaining` until the next sync.
     allowance: u64,
     /// Units this worker admitted against `allowance` since.
@@ -38,9 +42,19 @@ struct Bucket {
     syncers: u64,
     rank: u64,
     last_used_ms: u64,
+    /// When the bucket was last in a cut: the store keeps this worker
+    /// among its syncers for the horizon after that flush, no longer.
+    cut_at_ms: u64,
 }
 
 impl Bucket {
+    /// Whether the store may have dropped this worker from the bucket's
+    /// syncers by `now_ms` and shared its part among the others: no flush
+    /// of the bucket since `horizon_ms` and none on the way.
+    fn stale(&self, now_ms: u64, horizon_ms: u64) -> bool {
+        !self.views.is_empty() && self.flushing == 0 && now_ms >= self.cut_at_ms.saturating_add(horizon_ms)
+    }
+
     /// `units` admitted here, in every window.
     fn take(&mut self, units: u64) {
         self.pending = self.pending.saturating_add(units);
@@ -98,16 +112,21 @@ impl Table {
                     syncers: 1,
                     rank: 0,
                     last_used_ms: now_ms,
+                    cut_at_ms: now_ms,
                 };
                 self.buckets.insert(check.key.clone(), bucket);
-                // A new bucket is read soon: a quarter interval after the
-                // last flush, not a whole one.
-                self.due_ms = self.due_ms.min(self.cut_ms.saturating_add(self.policy.interval_ms / 4));
+                self.read_soon();
             }
             return None;
         };
         bucket.touched = true;
         bucket.last_used_ms = now_ms;
+        if bucket.stale(now_ms, self.policy.interval_ms.saturating_mul(HORIZON_INTERVALS)) {
+            // Read again as a new bucket is; the store decides meanwhile.
+            bucket.views.clear();
+            self.read_soon();
+            return None;
+        }
         if bucket.views.len() != check.windows.len() {
             return None;
         }
@@ -116,12 +135,12 @@ impl Table {
         let (syncers, rank) = (bucket.syncers, bucket.rank);
         let mut all_fit = true;
         for (j, (v, spec)) in bucket.views.iter_mut().zip(check.windows.iter()).enumerate() {
-            if v.reset_at_ms != 0 && now_ms >= v.reset_at_ms {
+            if v.empty_at_ms != 0 && now_ms >= v.empty_at_ms {
                 // Empty by the store's account: the whole limit, shared
                 // as the last sync shared it.
                 v.allowance = share(spec.limit.get(), syncers, rank);
                 v.remaining = spec.limit.get();
-                v.reset_at_ms = 0;
+                v.empty_at_ms = 0;
             }
             let fits = v.used.saturating_add(cost) <= v.allowance;
             let left = v.remaining.saturating_sub(v.used);
@@ -129,7 +148,7 @@ impl Table {
                 (true, _) => 0,
                 // Room left elsewhere: this worker's next share.
                 (false, true) => until_sync,
-                (false, false) => v.reset_at_ms.saturating_sub(now_ms).max(until_sync),
+                (false, false) => v.empty_at_ms.saturating_sub(now_ms).max(until_sync),
             };
             let outcome = WindowOutcome {
                 check: 0,
@@ -137,7 +156,7 @@ impl Table {
                 limit: spec.limit.get(),
                 period_ms: spec.period_ms.get(),
                 remaining: left.saturating_sub(if fits { cost } else { 0 }),
-                reset_ms: v.reset_at_ms.saturating_sub(now_ms),
+                reset_ms: v.empty_at_ms.saturating_sub(now_ms),
                 retry_ms,
             };
             all_fit &= fits;
@@ -147,6 +166,12 @@ impl Table {
             bucket.take(cost);
         }
         Some(all_fit)
+    }
+
+    /// A bucket to read (new, or its view stale) is read a quarter interval
+    /// after the last cut, not a whole one.
+    fn read_soon(&mut self) {
+        self.due_ms = self.due_ms.min(self.cut_ms.saturating_add(self.policy.interval_ms / 4));
     }
 
     /// Gives back `units` taken from `key`'s bucket by [`Table::see`]
@@ -180,6 +205,7 @@ impl Table {
             b.flushing = b.pending;
             b.pending = 0;
             b.touched = false;
+            b.cut_at_ms = now_ms;
             out.push((b.check.clone(), b.flushing));
         }
         out
@@ -196,11 +222,18 @@ impl Table {
             return;
         }
         (b.syncers, b.rank) = (syncers.max(1), rank);
+        let log = b.check.algorithm == Algorithm::SlidingLog;
         b.views = windows
             .iter()
-            .map(|&(remaining, reset_ms)| View {
+            .zip(b.check.windows.iter())
+            .map(|(&(remaining, reset_ms), spec)| View {
                 remaining,
-                reset_at_ms: if reset_ms == 0 { 0 } else { now_ms.saturating_add(reset_ms) },
+                empty_at_ms: match (reset_ms, log) {
+                    (0, _) => 0,
+                    // Every entry counted at the sync lies at or before it.
+                    (_, true) => now_ms.saturating_add(spec.period_ms.get()),
+                    (_, false) => now_ms.saturating_add(reset_ms),
+                },
                 allowance: share(remaining, syncers, rank),
                 used: b.pending,
             })

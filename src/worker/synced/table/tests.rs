@@ -6,6 +6,11 @@ fn table(max_keys: usize) -> Table {
     Table::new(SyncPolicy { interval_ms: 100, max_keys })
 }
 
+/// A table that syncs every 400 ms: a view lives 1.2 s without a flush.
+fn slow_table(max_keys: usize) -> Table {
+    Table::new(SyncPolicy { interval_ms: 400, max_keys })
+}
+
 /// What the view says of `c` at `now`, nothing taken: each window, with
 /// whether the cost fits it (a window that fits has no retry).
 fn seen(t: &mut Table, c: &Check, now: u64) -> Option<Vec<(WindowOutcome, bool)>> {
@@ -76,7 +81,7 @@ fn units_admitted_while_a_flush_is_on_the_way_count_against_the_next_share() {
 
 #[test]
 fn a_window_the_store_said_empties_gives_the_whole_limit_shared() {
-    let mut t = table(10);
+    let mut t = slow_table(10);
     let c = check(Algorithm::FixedWindow, 0, "k", &[(9, 1_000)], 1);
     seen(&mut t, &c, 0);
     t.cut(0);
@@ -90,7 +95,7 @@ fn a_window_the_store_said_empties_gives_the_whole_limit_shared() {
 
 #[test]
 fn idle_buckets_leave_and_the_table_stays_bounded() {
-    let mut t = table(2);
+    let mut t = slow_table(2);
     let a = check(Algorithm::SlidingLog, 0, "a", &[(5, 1_000)], 1);
     let b = check(Algorithm::SlidingLog, 0, "b", &[(5, 1_000)], 1);
     let c = check(Algorithm::SlidingLog, 0, "c", &[(5, 1_000)], 1);
@@ -106,4 +111,62 @@ fn idle_buckets_leave_and_the_table_stays_bounded() {
     t.synced("a", &[(4, 900)], 1, 0, 1_110);
     t.cut(1_600);
     assert_eq!(t.len(), 0, "a idle since 500 with nothing to send");
+}
+
+/// The log's `reset_ms` is when its *oldest* entry leaves, not when the
+/// window is empty: the view must not take it for an empty window.
+#[test]
+fn a_log_window_is_not_empty_when_its_oldest_entry_leaves() {
+    let mut t = slow_table(10);
+    let c = check(Algorithm::SlidingLog, 0, "k", &[(10, 1_000)], 1);
+    seen(&mut t, &c, 0);
+    t.cut(0);
+    // Full: 10 entries, the oldest leaving at 200, the newest at 999.
+    t.synced("k", &[(0, 200)], 1, 0, 0);
+    assert_eq!(fits(seen(&mut t, &c, 250)), Some(vec![false]), "one entry left, nine still counted");
+    let Some(w) = seen(&mut t, &c, 250) else { panic!("a view") };
+    assert_eq!(w[0].0.remaining, 0, "nothing remains by the last sync");
+    assert_eq!(fits(seen(&mut t, &c, 999)), Some(vec![false]), "the entries known at the sync may still count");
+    assert_eq!(fits(seen(&mut t, &c, 1_000)), Some(vec![true]), "every entry known at the sync has left");
+}
+
+/// The store drops a syncer that has not flushed a bucket for its horizon
+/// and shares the bucket among the rest: this worker's view of it is then
+/// stale, and the store decides until the next sync.
+#[test]
+fn a_view_not_flushed_for_the_horizon_is_dropped() {
+    let mut t = table(10);
+    let c = check(Algorithm::FixedWindow, 0, "k", &[(60, 60_000)], 1);
+    seen(&mut t, &c, 0);
+    t.cut(0);
+    t.synced("k", &[(60, 0)], 6, 0, 5);
+    admit(&mut t, &c, 10, 1);
+    assert_eq!(t.cut(100), vec![(c.clone(), 1)]);
+    t.synced("k", &[(59, 59_900)], 6, 0, 105);
+    // Quiet from here: the bucket is in no cut, and the store forgets
+    // this syncer 3 intervals after its last flush.
+    assert_eq!(t.cut(200), vec![]);
+    assert_eq!(t.cut(300), vec![]);
+    assert!(seen(&mut t, &c, 399).is_some(), "within the horizon of its last flush");
+    assert_eq!(seen(&mut t, &c, 400), None, "stale: the store decides");
+    assert!(t.due(425), "read again a quarter interval after the last cut");
+    assert_eq!(t.cut(425), vec![(c.clone(), 0)], "read, nothing to send");
+    t.synced("k", &[(30, 59_500)], 2, 1, 430);
+    assert_eq!(fits(seen(&mut t, &c, 431)), Some(vec![true]), "a fresh share");
+}
+
+/// While a flush of the bucket is on the way (sent again after a lost
+/// reply, the store down), the view stays: the store keeps this syncer
+/// when the flush lands, and deciding from the last view is what a synced
+/// rule does while the store cannot answer.
+#[test]
+fn a_view_with_a_flush_on_the_way_is_kept() {
+    let mut t = table(10);
+    let c = check(Algorithm::FixedWindow, 0, "k", &[(60, 60_000)], 1);
+    seen(&mut t, &c, 0);
+    t.cut(0);
+    t.synced("k", &[(60, 0)], 2, 0, 5);
+    admit(&mut t, &c, 10, 1);
+    assert_eq!(t.cut(100), vec![(c.clone(), 1)]);
+    assert!(seen(&mut t, &c, 1_000).is_some(), "the flush of 100 is still on the way");
 }
