@@ -15,7 +15,7 @@
 //! recently used evicted first. Pure, time passed in.
 
 use crate::config::LocalLimiterConfig;
-use crate::limiter::{Check, Decision, WindowOutcome};
+use crate::limiter::{Algorithm, Check, Decision, WindowOutcome};
 use std::collections::{BTreeMap, HashMap};
 
 /// One window of a bucket, as this worker counts it.
@@ -59,11 +59,14 @@ impl LocalLimiter {
     }
 
     /// The store decided `checks` at `now_ms`: each window's allowance is
-    /// also at most what the store said remained, until the window resets.
-    /// What this worker admitted by itself in the current period still
-    /// counts: the store never saw it.
+    /// also at most what the store said remained, until every record the
+    /// store counted has left the window (its reset; for the log, whose
+    /// reset is when only its oldest entry leaves, a period). What this
+    /// worker admitted by itself in the current period still counts: the
+    /// store never saw it.
     pub fn learn(&mut self, checks: &[Check], decision: &Decision, now_ms: u64) {
         for (i, check) in checks.iter().enumerate() {
+            let log = check.algorithm == Algorithm::SlidingLog;
             let old = self.take(&check.key).unwrap_or_default();
             let windows = decision
                 .windows
@@ -72,9 +75,10 @@ impl LocalLimiter {
                 .enumerate()
                 .map(|(j, w)| {
                     let allowance = w.remaining.min(self.share(w.limit));
+                    let empty_ms = if log && w.reset_ms > 0 { w.period_ms } else { w.reset_ms };
                     match old.get(j) {
                         Some(o) if now_ms < o.until_ms => Window { allowance, ..*o },
-                        _ => Window { allowance, used: 0, until_ms: now_ms.saturating_add(w.reset_ms.max(1)) },
+                        _ => Window { allowance, used: 0, until_ms: now_ms.saturating_add(empty_ms.max(1)) },
                     }
                 })
                 .collect();

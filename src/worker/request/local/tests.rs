@@ -1,5 +1,5 @@
 use super::*;
-use crate::limiter::Check;
+use crate::limiter::{Algorithm, Check};
 
 fn limiter(share: f64) -> LocalLimiter {
     LocalLimiter::new(&LocalLimiterConfig { share_ppm: (share * 1e6) as u32, max_keys: 3 })
@@ -28,8 +28,34 @@ fn an_unknown_bucket_gets_its_share_of_each_window_all_or_nothing() {
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn a_bucket_the_store_found_full_stays_denied_until_it_resets() {
     let mut l = limiter(0.5);
+    // Fixed windows: empty at their reset.
+    let c = [crate::testing::check(Algorithm::FixedWindow, 0, "b", &[(20, 60_000), (5, 3_000)], 1)];
+    let full = full_seed();
+    l.learn(&c, &full, 10_000);
+    assert!(!l.decide(&c, 11_999).allowed);
+    let d = l.decide(&c, 12_000);
+    assert!(d.allowed, "the 3 s window reset: its share applies");
+    assert_eq!(d.windows[0].remaining, 9, "min(15 remaining, share 10) - 1");
+}
+
+/// The log's `reset_ms` is when its oldest entry leaves; the window is
+/// empty only a period after the store counted it.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_full_log_stays_denied_until_every_entry_counted_has_left() {
+    let mut l = limiter(0.5);
     let c = [seed("b")];
-    let full = Decision {
+    l.learn(&c, &full_seed(), 10_000);
+    assert!(!l.decide(&c, 12_000).allowed, "only the oldest of the 3 s window's 5 entries left at 12,000");
+    assert!(!l.decide(&c, 12_999).allowed);
+    let d = l.decide(&c, 13_000);
+    assert!(d.allowed, "every entry counted at 10,000 left the 3 s window by 13,000");
+    assert_eq!(d.windows[0].remaining, 9, "min(15 remaining, share 10) - 1");
+}
+
+/// The seed's two windows as the store answers a full bucket: 15 of 20
+/// left in the 60 s window, 0 of 5 in the 3 s one (reset in 2 s).
+fn full_seed() -> Decision {
+    Decision {
         allowed: false,
         now_ms: 0,
         delay_ms: 0,
@@ -53,12 +79,7 @@ fn a_bucket_the_store_found_full_stays_denied_until_it_resets() {
                 retry_ms: 2_000,
             },
         ],
-    };
-    l.learn(&c, &full, 10_000);
-    assert!(!l.decide(&c, 11_999).allowed);
-    let d = l.decide(&c, 12_000);
-    assert!(d.allowed, "the 3 s window reset: its share applies");
-    assert_eq!(d.windows[0].remaining, 9, "min(15 remaining, share 10) - 1");
+    }
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
