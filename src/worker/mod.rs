@@ -251,13 +251,20 @@ impl Worker {
     /// The request's context is gone (client reset, or done).
     pub fn on_gone(&mut self, id: u32) {
         self.cross_gone(id);
-        if self.holding.active() {
-            // A held request's slot is given back at the next entry.
-            self.holding.gone(id);
-        }
+        let mut sent = None;
         if let Some(p) = self.calls.remove(CallId::Request(id)) {
             if p.sent {
                 self.shards.abandon(p.shard, CallId::Request(id));
+                sent = Some(p);
+            }
+        }
+        if self.holding.active() {
+            match sent.filter(|p| max_delay(&self.config, &p.checks).is_some()) {
+                // Its call may give it a slot: given back when the reply
+                // comes (it stays counted until then).
+                Some(p) => self.holding.orphan(id, p.checks, p.arrival),
+                // A held request's slot is given back at the next entry.
+                None => self.holding.gone(id),
             }
         }
         if self.settlements.active() {

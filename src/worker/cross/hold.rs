@@ -84,7 +84,7 @@ impl Worker {
             None => (self.route_slot(slot, now_ms).unwrap_or(PARKED), false),
         };
         host.count(Stat::Shape(ShapeStat::Moved), 1);
-        self.give_back(host, checks, at_ms, arrival, now_ms);
+        self.give_back(host, checks, at_ms, (arrival, None), now_ms);
         let part = self.part_id();
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
         let pending = c.pending(g, shard, asking, Part::Decide { parent, group: g, shape: Some(shape) });

@@ -136,7 +136,7 @@ impl Worker {
         match p.call {
             Call::Decide => {}
             Call::Part(_) => return self.part_failed(host, p, failure, now_ms),
-            Call::GiveBack(_) => return self.given_back(host, &Outcome::Failed(failure.clone())),
+            Call::GiveBack(_) => return self.given_back(host, id, &Outcome::Failed(failure.clone())),
             Call::Flush(_) => return self.flush_failed(host, id, p.clone(), failure, now_ms),
             Call::Settle(_) => {
                 // A settlement: counted, never the response's failure.
@@ -191,7 +191,10 @@ impl Worker {
             Call::Decide => {}
             Call::Part(_) => return self.part_shed(host, &p),
             Call::Settle(_) => return self.settle_failed(host, &p),
-            Call::GiveBack(_) => return host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1),
+            Call::GiveBack(_) => {
+                host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
+                return self.holding.returned(id);
+            }
             Call::Flush(_) => return self.flush_failed(host, id, p, &Failure::NoResponse, now_ms),
         }
         let CallId::Request(id) = id else { return };

@@ -3,8 +3,9 @@
 //! held requests at their time, and giving back the slots of those gone.
 
 use crate::limiter::{Adjustment, Check, Decision, WindowOutcome};
+use crate::resp::Value;
 use crate::response::{denied, policy_names, SERVER_TIMING};
-use crate::store::Outcome;
+use crate::store::{interpret_reply, Outcome};
 use crate::worker::calls::{Arrival, Call, CallId, Pending};
 use crate::worker::discovery::routing::Route;
 use crate::worker::host::{Host, ShapeStat, Stat};
@@ -102,22 +103,48 @@ impl Worker {
         for (id, held) in self.holding.take_due(now_ms) {
             self.deliveries.deliver(host, id, Verdict::AdmitDelayed(held.shadow_denied, held.delay_ms));
         }
-        for held in self.holding.take_given() {
+        for (id, held) in self.holding.take_given() {
             for (checks, slot_ms) in held.records {
-                self.give_back(host, checks, slot_ms, held.arrival, now_ms);
+                self.give_back(host, checks, slot_ms, (held.arrival, Some(id)), now_ms);
             }
+            self.holding.settle_gone(id);
         }
     }
 
+    /// The reply to gone request `id`'s call came: if the request was an
+    /// orphan (gone while its shaped call was with the store) and the store
+    /// admitted it, its slot is given back. `value`: the reply, `None` when
+    /// it never comes (the stream was lost: its outcome is unknown, so
+    /// nothing is given back, which could free another request's record).
+    pub(in crate::worker) fn orphan_answered(
+        &mut self,
+        host: &mut dyn Host,
+        id: CallId,
+        value: Option<&Value>,
+        now_ms: u64,
+    ) {
+        let CallId::Request(id) = id else { return };
+        let Some((checks, arrival)) = self.holding.take_orphan(id) else { return };
+        match value.map(|v| interpret_reply(v, &checks)) {
+            Some(Outcome::Decided(d)) if d.allowed => {
+                let slot_ms = d.now_ms.saturating_add(d.delay_ms);
+                self.give_back(host, checks, slot_ms, (arrival, Some(id)), now_ms);
+            }
+            Some(_) => {}
+            None => host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1),
+        }
+        self.holding.settle_gone(id);
+    }
+
     /// Queues the `adjust` that takes a record of `checks` (one slot's)
-    /// back from its slot `slot_ms`: a gone request's, or a group's that
-    /// moves across slots.
+    /// back from its slot `slot_ms`: a gone request's (`owner`, counted
+    /// until it is answered), or a group's that moves across slots.
     pub(in crate::worker) fn give_back(
         &mut self,
         host: &mut dyn Host,
         checks: Vec<Check>,
         slot_ms: u64,
-        arrival: Arrival,
+        (arrival, owner): (Arrival, Option<u32>),
         now_ms: u64,
     ) {
         let (route, slot) = self.route(&checks);
@@ -141,12 +168,14 @@ impl Worker {
             asking: false,
             call: Call::GiveBack(slot_ms),
         };
-        let id = self.holding.next_id();
+        let id = self.holding.next_id(owner);
         self.calls.push(id, pending);
     }
 
-    /// The store answered (or failed) a give-back: counted.
-    pub(in crate::worker) fn given_back(&mut self, host: &mut dyn Host, outcome: &Outcome) {
+    /// The store answered (or failed) give-back `id`: counted, and its
+    /// gone request no longer is once its last is.
+    pub(in crate::worker) fn given_back(&mut self, host: &mut dyn Host, id: CallId, outcome: &Outcome) {
+        self.holding.returned(id);
         match outcome {
             Outcome::Decided(_) => host.count(Stat::Shape(ShapeStat::GivenBack), 1),
             Outcome::Failed(failure) => {

@@ -12,6 +12,10 @@
 //!   the short one while any is held.
 //! * A held request that goes away gives its slot back: an `adjust` of its
 //!   whole cost at its slot, queued at the next VM entry of the worker's own.
+//!   One that goes away while its call is with the store (an *orphan*)
+//!   gives back the slot the reply names, if it admitted. Either way it
+//!   stays counted until the give-back is answered (or fails): a worker
+//!   never has more than `max_waiting` slots of a rule recorded ahead.
 
 pub(super) mod hold;
 
@@ -61,8 +65,15 @@ pub struct Holding {
     /// Held requests by release time, then id.
     due: BTreeSet<(u64, u32)>,
     held: HashMap<u32, Held>,
-    /// Slots of gone requests to give back at the next VM entry.
-    given: Vec<Held>,
+    /// Slots of gone requests to give back at the next VM entry, by id.
+    given: Vec<(u32, Held)>,
+    /// Gone requests whose shaped call is with the store: what it checks,
+    /// for giving back the slot its reply names.
+    orphans: HashMap<u32, (Vec<Check>, Arrival)>,
+    /// Give-backs of gone requests on their way: whose, by give-back id,
+    /// and per gone request how many are.
+    returning: HashMap<u32, u32>,
+    outstanding: HashMap<u32, usize>,
     /// The last give-back's id.
     next: u32,
 }
@@ -89,8 +100,13 @@ impl Holding {
             return Ok(());
         }
         if self.full(&rules).is_some() {
-            let stale: Vec<u32> =
-                self.counted.keys().copied().filter(|&c| !live(c) && !self.held.contains_key(&c)).collect();
+            let own = |c: &u32| {
+                self.held.contains_key(c)
+                    || self.orphans.contains_key(c)
+                    || self.outstanding.contains_key(c)
+                    || self.given.iter().any(|(g, _)| g == c)
+            };
+            let stale: Vec<u32> = self.counted.keys().copied().filter(|&c| !live(c) && !own(&c)).collect();
             for c in stale {
                 self.leave(c);
             }
@@ -144,23 +160,65 @@ impl Holding {
         out
     }
 
-    /// Request `id` is gone: if it was held, its slot is to be given back.
+    /// Request `id` is gone: if it was held, its slot is to be given back
+    /// (it stays counted until then), else it is no longer counted.
     pub fn gone(&mut self, id: u32) {
         if let Some(held) = self.held.remove(&id) {
             self.due.remove(&(held.release_ms, id));
-            self.given.push(held);
+            self.given.push((id, held));
+            return;
         }
         self.leave(id);
     }
 
-    /// A new give-back's id.
-    pub fn next_id(&mut self) -> CallId {
+    /// Request `id` is gone while its shaped call over `checks` is with the
+    /// store: it stays counted until the reply ([`Holding::take_orphan`]).
+    pub fn orphan(&mut self, id: u32, checks: Vec<Check>, arrival: Arrival) {
+        self.orphans.insert(id, (checks, arrival));
+    }
+
+    /// The reply to orphan `id`'s call came (or never will): its checks.
+    pub fn take_orphan(&mut self, id: u32) -> Option<(Vec<Check>, Arrival)> {
+        self.orphans.remove(&id)
+    }
+
+    /// A new give-back's id, for gone request `owner` if it is one: the
+    /// owner stays counted until every give-back of its is answered.
+    pub fn next_id(&mut self, owner: Option<u32>) -> CallId {
         self.next = self.next.wrapping_add(1);
+        if let Some(owner) = owner {
+            self.returning.insert(self.next, owner);
+            *self.outstanding.entry(owner).or_default() += 1;
+        }
         CallId::GiveBack(self.next)
     }
 
-    /// The slots to give back now.
-    pub fn take_given(&mut self) -> Vec<Held> {
+    /// Give-back `id` was answered or failed: its owner leaves with its
+    /// last one.
+    pub fn returned(&mut self, id: CallId) {
+        let CallId::GiveBack(n) = id else { return };
+        if let Some(owner) = self.returning.remove(&n) {
+            let left = self.outstanding.get_mut(&owner).map(|o| {
+                *o = o.saturating_sub(1);
+                *o
+            });
+            if left == Some(0) {
+                self.outstanding.remove(&owner);
+                self.leave(owner);
+            }
+        }
+    }
+
+    /// Gone request `owner` has no give-back on its way (none could be
+    /// sent, or none was needed): it is no longer counted.
+    pub fn settle_gone(&mut self, owner: u32) {
+        if !self.outstanding.contains_key(&owner) {
+            self.leave(owner);
+        }
+    }
+
+    /// The slots to give back now, by request id.
+    pub fn take_given(&mut self) -> Vec<(u32, Held)> {
         std::mem::take(&mut self.given)
     }
 
@@ -174,9 +232,9 @@ impl Holding {
         self.held.len()
     }
 
-    /// Nothing held and no slot to give back.
+    /// Nothing held, no slot to give back, no orphan's reply awaited.
     pub fn is_empty(&self) -> bool {
-        self.held.is_empty() && self.given.is_empty()
+        self.held.is_empty() && self.given.is_empty() && self.orphans.is_empty()
     }
 }
 

@@ -54,10 +54,30 @@ fn held_requests_leave_in_release_order_and_gone_ones_give_back() {
     assert_eq!(h.len(), 2);
     assert!(h.take_due(199).is_empty());
     h.gone(1);
-    assert_eq!(h.take_given().len(), 1);
     let due: Vec<u32> = h.take_due(1_000).into_iter().map(|(id, _)| id).collect();
     assert_eq!(due, [2]);
-    assert!(h.is_empty());
     assert_eq!(h.enter(3, &both, |_| true), Ok(()));
+    assert_eq!(h.enter(4, &both, |id| id == 3), Err(1), "1 counted until its slot is given back");
+    let given: Vec<u32> = h.take_given().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(given, [1]);
+    assert!(h.is_empty());
+    let give_back = h.next_id(Some(1));
+    assert_eq!(h.enter(4, &both, |id| id == 3), Err(1), "its give-back on the way");
+    h.returned(give_back);
     assert_eq!(h.enter(4, &both, |_| true), Ok(()), "everything left");
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn an_orphan_stays_counted_until_its_reply() {
+    let mut h = holding();
+    let both = [check(SlidingLog, 1, "s", &[(5, 1_000)], 1)];
+    for id in [1, 2] {
+        assert_eq!(h.enter(id, &both, |_| true), Ok(()));
+    }
+    h.orphan(1, both.to_vec(), Arrival::new(None, 0));
+    assert!(!h.is_empty());
+    assert_eq!(h.enter(3, &both, |id| id == 2), Err(1), "neither is stale: 2 is live, 1 an orphan");
+    assert!(h.take_orphan(1).is_some());
+    h.settle_gone(1);
+    assert_eq!(h.enter(3, &both, |_| true), Ok(()));
 }

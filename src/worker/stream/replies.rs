@@ -46,7 +46,10 @@ impl Worker {
                         retry.push(id);
                     }
                 }
-                Awaited::Abandoned(id) => self.call_answered(shard, id),
+                Awaited::Abandoned(id) => {
+                    self.call_answered(shard, id);
+                    self.orphan_answered(host, id, Some(&value), now_ms);
+                }
                 Awaited::Load => self.loaded(host, shard, &value),
                 // `ASKING` answers `OK`; if it did not, the call after it
                 // is redirected again and says so.
@@ -122,7 +125,7 @@ impl Worker {
                 return false;
             }
             Call::GiveBack(_) => {
-                self.given_back(host, &outcome);
+                self.given_back(host, id, &outcome);
                 return false;
             }
             Call::Flush(_) => {

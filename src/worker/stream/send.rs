@@ -281,7 +281,11 @@ impl Worker {
         };
         let mut back = Vec::new();
         let back_off = matches!(cause, Reset::Auth | Reset::Protocol);
+        let mut orphans = Vec::new();
         for awaited in s.link.closed(down, back_off, now_ms) {
+            if let Awaited::Abandoned(id) = awaited {
+                orphans.push(id);
+            }
             let Awaited::Call(id) = awaited else { continue };
             if requeue {
                 back.push(id);
@@ -290,6 +294,10 @@ impl Worker {
             }
         }
         self.calls.requeue(&back);
+        for id in orphans {
+            // Its reply will never come: whether it recorded is unknown.
+            self.orphan_answered(host, id, None, now_ms);
+        }
         if let Some(s) = &mut self.sentinels {
             s.suspect(now_ms);
         }

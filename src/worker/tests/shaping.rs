@@ -156,3 +156,55 @@ fn behind_sentinel_the_master_shapes() {
     assert_eq!(admitted(&rig, &ids), 6);
     assert_eq!(rig.host.delayed.iter().map(|(_, d)| *d).collect::<Vec<_>>(), [200]);
 }
+
+/// A request whose client leaves while its shaped call is with the store:
+/// the slot the reply gives is given back, and the request stays counted
+/// against `max_waiting` until the give-back is answered, so clients that
+/// send and reset cannot fill a key's next `max_delay` with slots nobody
+/// uses.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_request_gone_while_its_call_is_with_the_store_gives_its_slot_back() {
+    const KEY: &str = "tollgate:{burst:alice}:log";
+    let mut rig = Rig::new(shaped("sliding_log", Some(6)));
+    let ids: Vec<u32> = (0..10).flat_map(|_| burst(&mut rig, 1)).collect();
+    assert_eq!(admitted(&rig, &ids), 5, "five now");
+    assert_eq!(rig.gauges().2, 5, "five held");
+    let (gone, flow) = rig.request("alice");
+    assert_eq!(flow, Flow::Pause);
+    let stream = rig.stream();
+    assert!(!rig.host.outbox.get(&stream).is_none_or(Vec::is_empty), "its call is on the stream");
+    rig.worker.on_gone(gone);
+    let (refused, _) = rig.request("alice");
+    assert_eq!(rig.host.status(refused), Some(429), "five held and one in flight fill max_waiting 6");
+    rig.settle();
+    assert_eq!(rig.store.model.entries(KEY), 10, "the gone request's slot (+2 s) was given back");
+    assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), 1);
+    assert_eq!(rig.host.status(gone), None, "never admitted");
+    let (next, _) = rig.request("alice");
+    rig.settle();
+    assert_ne!(rig.host.status(next), Some(429), "the give-back answered: counted no more");
+    assert_eq!(rig.gauges().2, 6, "the next one is held for the slot given back");
+    assert_eq!(rig.store.model.entries(KEY), 11, "the next one took the slot given back");
+}
+
+/// A gone request's give-back keeps it counted until the store answers:
+/// at most `max_waiting` slots per rule are ever recorded ahead by a worker.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_held_request_gone_stays_counted_until_its_slot_is_given_back() {
+    let mut rig = Rig::new(shaped("gcra", Some(3)));
+    let ids: Vec<u32> = (0..8).flat_map(|_| burst(&mut rig, 1)).collect();
+    assert_eq!(admitted(&rig, &ids), 5, "five now");
+    assert_eq!(rig.gauges().2, 3, "three held");
+    rig.worker.on_gone(ids[7]);
+    rig.tick(5);
+    let stream = rig.stream();
+    assert!(!rig.host.outbox.get(&stream).is_none_or(Vec::is_empty), "its give-back is on the stream");
+    let (refused, _) = rig.request("alice");
+    assert_eq!(rig.host.status(refused), Some(429), "the give-back not answered yet: still full");
+    rig.settle();
+    assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), 1);
+    let (next, flow) = rig.request("alice");
+    assert_eq!(flow, Flow::Pause, "room again: sent to the store");
+    rig.settle();
+    assert_ne!(rig.host.status(next), Some(429));
+}
