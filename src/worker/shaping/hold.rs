@@ -24,8 +24,9 @@ impl Worker {
         id: u32,
         checks: &[Check],
     ) -> Option<Ruling> {
-        let (calls, crossings) = (&self.calls, &self.crossings);
-        let live = |c| calls.get(CallId::Request(c)).is_some() || crossings.waits(c);
+        let (calls, crossings, settlements) = (&self.calls, &self.crossings, &self.settlements);
+        // Waiting for its body (a reservation read from it) is waiting too.
+        let live = |c| calls.get(CallId::Request(c)).is_some() || crossings.waits(c) || settlements.awaits_body(c);
         let rule = self.holding.enter(id, checks, live).err()?;
         host.count(Stat::Shape(ShapeStat::Full), 1);
         self.shape_refusal(checks, rule)

@@ -136,3 +136,27 @@ fn a_request_across_slots_is_placed_now_or_denied_never_held() {
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::Delayed)), 1, "never held");
     assert_eq!(entries(&rig, "b", &user), 1);
 }
+
+/// Requests waiting for their body (the reservation is in it) count
+/// against `max_waiting` like any other: a full rule must not take them for
+/// requests that left and let more through.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn requests_waiting_for_their_body_count_against_max_waiting() {
+    let count = r#""count": { "reserve": { "body": "max_tokens" }, "cost": { "body": "usage.total_tokens" } }"#;
+    let shape = r#""shape": { "max_delay": "2s", "max_waiting": 2 }"#;
+    let mut rig = Rig::new(
+        crate::testing::plugin().with(rule("tokens").header("x-tenant").limit(10, "1s").field(count).field(shape)),
+    );
+    let acme = [("x-tenant", "acme")];
+    let (a, flow_a) = rig.request_with(&acme);
+    let (b, flow_b) = rig.request_with(&acme);
+    assert_eq!((flow_a, flow_b), (Flow::ReadBody, Flow::ReadBody), "both wait for their body");
+    let (c, _) = rig.request_with(&acme);
+    assert_eq!(rig.host.status(c), Some(429), "two counted: the third is refused");
+    assert_eq!(rig.host.count(Stat::Shape(ShapeStat::Full)), 1);
+    for id in [a, b] {
+        rig.request_body(id, br#"{"max_tokens": 1}"#, true);
+    }
+    rig.settle();
+    assert_eq!(rig.store.executed, 2, "only the two counted reached the store");
+}
