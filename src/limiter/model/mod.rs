@@ -177,6 +177,12 @@ impl Model {
         }
     }
 
+    /// The latest slot recorded in `check`'s bucket (0 if none): an extra
+    /// charge ([`Model::adjust`]) at an earlier `now` lands there.
+    pub fn last_slot(&self, check: &Check) -> u64 {
+        self.bucket(check).map_or(0, |b| b.last_slot(&check.windows))
+    }
+
     /// Forgets `key` (a bucket, a flush's token key or a syncer set), as
     /// Valkey does when the key expires.
     pub fn expire(&mut self, key: &str) {
