@@ -112,7 +112,7 @@ local function flush(KEYS, ARGV, once)
     redis.call('SET', token_key, token, 'PX', ttl(longest, longest_s))
   end
 
-  local reply = report(keys, true)
+  local reply = report(keys, true, 'later')
   if seen then reply[1] = 0 end
   local r = #reply
   for i = 1, keys do
