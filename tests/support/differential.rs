@@ -261,7 +261,9 @@ impl<'a> Differential<'a> {
             if got.applied && e.units > 0 {
                 self.wrote(&e.check.key, c, ttl_ms(&e.check), now, sent);
             }
-            self.written.insert(tollgate::key::syncers_key(&e.check.key), (now, flush.horizon_ms));
+            let syncers = tollgate::key::syncers_key(&e.check.key);
+            let expiry = self.model.flush_key_expiry(&syncers).unwrap();
+            self.wrote(&syncers, now, expiry - now, now, sent);
         }
         if got.applied {
             let longest =
