@@ -7,8 +7,10 @@
 -- KEYS[k+i]     bucket i's syncer set: exactly KEYS[i] .. ':syncers' (a
 --               sorted set: syncer name -> its expiry, the time its latest
 --               flush plus its own horizon_ms, the latest it was given).
--- KEYS[2k+1]    the token key of the flush (the proxy names it; same hash
---               slot as KEYS[1], e.g. KEYS[1] .. ':flush:<syncer>').
+-- KEYS[2k+1]    the token key of the flush: exactly KEYS[1] .. ':flush:' ..
+--               <name>, a name of 1..64 bytes (the proxy's series, e.g. its
+--               syncer; key::flush_token_key), so a flush writes no other
+--               key of the slot.
 -- ARGV[1]       now, as for decide().
 -- ARGV[2]       the token: 1..64 bytes unique per flush. A worker whose reply
 --               was lost sends the same token, keys and units again.
@@ -38,7 +40,8 @@
 --               as adjust()'s reply), then per bucket: syncers (active
 --               syncers, this one included), rank (how many of them sort
 --               before this one, bytewise: 0 <= rank < syncers) }
--- Errors        "ERR tollgate: ..." on malformed arguments, before any write.
+-- Errors        "ERR tollgate: ..." on malformed arguments, before any write
+--               ("ERR tollgate: bad token key" for a token key not as above).
 -- Commands      per syncer set ZREMRANGEBYSCORE, ZRANGE (WITHSCORES), ZADD
 --               unless the syncer's expiry is later already, PEXPIRE (no
 --               ZADD GT: Redis 6 runs the script too).
@@ -108,6 +111,11 @@ local function flush(KEYS, ARGV, once)
   if keys < 1 or keys % 1 ~= 0 then
     return redis.error_reply('ERR tollgate: KEYS must be buckets, their syncer sets, the token key')
   end
+  local token_key, prefix = KEYS[2 * keys + 1], KEYS[1] .. ':flush:'
+  local name_bytes = #token_key - #prefix
+  if name_bytes < 1 or name_bytes > 64 or string.sub(token_key, 1, #prefix) ~= prefix then
+    return redis.error_reply('ERR tollgate: bad token key')
+  end
 
   local a = 5
   for i = 1, keys do
@@ -122,7 +130,6 @@ local function flush(KEYS, ARGV, once)
     return redis.error_reply('ERR tollgate: argument count does not match KEYS')
   end
 
-  local token_key = KEYS[2 * keys + 1]
   local seen = redis.call('GET', token_key) == token
   local longest, longest_s = 0, nil
   for i = 1, keys do

@@ -3,7 +3,7 @@
 //! cases per algorithm (resent tokens, several syncers, a token outliving
 //! nothing but its longest period, charges far past the limits), syncers
 //! of different horizons (each stays for its own; a short owed flush never
-//! shortens a long entry), malformed arguments, then random
+//! shortens a long entry), malformed arguments and token keys, then random
 //! traces mixing decisions with flushes (some owed, with a short horizon)
 //! and resends by syncers of different horizons. Model and Lua must agree
 //! on every reply, on the log's stored entries and on every TTL written;
@@ -21,6 +21,7 @@ use support::Valkey;
 use tollgate::key::flush_token_key;
 use tollgate::limiter::script::{encode_flush, limiter};
 use tollgate::limiter::{Algorithm, Check, Flush, FlushEntry};
+use tollgate::model::store::ModelStore;
 use tollgate::resp::Value;
 
 /// The horizon of a worker's owed flushes (`failure_mode: local`).
@@ -115,6 +116,50 @@ fn syncers_stay_for_their_own_horizons() {
 fn owed_flush(checks: &[&Check], units: &[u64], token: &str, syncer: &str) -> Flush {
     let f = flush(checks, units, token, syncer, OWED_HORIZON_MS);
     Flush { token_key: flush_token_key(&checks[0].key, &format!("{syncer}.owed")), ..f }
+}
+
+/// A token key that is not the first bucket's key, `:flush:`, then a name
+/// of 1 to 64 bytes is refused with `ERR tollgate: bad token key` before
+/// any write, through both paths, as the model store (`ModelStore`) refuses
+/// it: the key it names and the bucket are untouched.
+#[test]
+fn a_bad_token_key_is_refused_before_any_write() {
+    let valkey = Valkey::start();
+    let c = check(Algorithm::SlidingLog, 0, "b:{x}:r:log", &[(5, 1_000)], 1);
+    let good = flush(&[&c], &[3], "t", "w", 1_000);
+    let other = check(Algorithm::FixedWindow, 1, "b:{x}:other:fw", &[(5, 1_000)], 1);
+    let bad = [
+        "b:{x}:other:fw".to_string(),
+        "b:{x}:r:log".to_string(),
+        "b:{x}:r:log:syncers".to_string(),
+        "b:{x}:r:log:flush:".to_string(),
+        flush_token_key(&c.key, &"n".repeat(65)),
+        flush_token_key(&other.key, "w"),
+        "b:{x}:r:log:flushed:w".to_string(),
+    ];
+    for path in Path::ALL {
+        for token_key in &bad {
+            valkey.cmd(&["FLUSHALL"]);
+            valkey.cmd(&["SET", token_key, "precious"]);
+            let f = Flush { token_key: token_key.clone(), ..good.clone() };
+            let encode = |body: &mut Vec<u8>, how| encode_flush(body, limiter(), how, &f, Some(1_000));
+            let reply = encoded_via(&valkey, path, encode);
+            let expected = Value::Error(b"ERR tollgate: bad token key".to_vec());
+            assert_eq!(reply, expected, "{path:?}: {token_key}");
+            let mut body = Vec::new();
+            encode(&mut body, path.invocations()[1]);
+            let (Value::Array(args), _) = tollgate::resp::decode(&body, &Default::default()).unwrap() else { panic!() };
+            let mut store = ModelStore::default();
+            assert_eq!(store.run(&args, 1_000), expected, "{path:?}: the model store, {token_key}");
+            assert_eq!(store.executed, 0);
+            assert_eq!(valkey.cmd(&["GET", token_key]), Value::Bulk(b"precious".to_vec()), "{path:?}: {token_key}");
+            assert_eq!(valkey.int(&["DBSIZE"]), 1, "{path:?}: {token_key}: nothing else written");
+        }
+        // The longest name, 64 bytes, is a token key.
+        valkey.cmd(&["FLUSHALL"]);
+        let longest = Flush { token_key: flush_token_key(&c.key, &"n".repeat(64)), ..good.clone() };
+        Differential::via(&valkey, path).flush(&longest, 1_000);
+    }
 }
 
 /// Malformed arguments are refused with `ERR tollgate: ...` through both

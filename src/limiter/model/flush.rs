@@ -1,12 +1,17 @@
 //! [`Model::flush`], the model of `flush.lua`: a worker's flush records what
 //! it admitted locally per bucket, once per token, as [`Model::adjust`]'s
 //! extra charge (from 0); every flush notes its syncer as active in each
-//! bucket's syncer set, for that syncer's own horizon.
+//! bucket's syncer set, for that syncer's own horizon. A flush whose token
+//! key is not its first bucket's ([`Model::flush_error`]) is refused before
+//! any write.
 
 use super::Model;
 use crate::key::syncers_key;
 use crate::limiter::{Adjustment, Flush, FlushReply};
 use std::collections::BTreeMap;
+
+/// What a token key's name (after `<first key>:flush:`) may be: 1 to 64 bytes.
+const MAX_NAME: usize = 64;
 
 /// What flushes keep in the store besides the buckets, with the expiry
 /// Valkey gives each key.
@@ -50,8 +55,10 @@ impl Flushes {
 }
 
 impl Model {
-    /// Applies `flush` at `now_ms` (`flush.lua`). Unless its token key holds
-    /// its token (unexpired), each entry's units are charged as [`Model::adjust`] from
+    /// Applies `flush` at `now_ms` (`flush.lua`), which must be well-formed
+    /// (the store refuses it otherwise before any write:
+    /// [`Model::flush_error`]). Unless its token key holds its token
+    /// (unexpired), each entry's units are charged as [`Model::adjust`] from
     /// 0 to `units`, and the token is kept for the longest period of all
     /// entries; a flush already applied records nothing. Either way each
     /// bucket's syncer set notes the syncer until `now_ms + horizon_ms` (this
@@ -81,6 +88,20 @@ impl Model {
             .map(|e| self.flushes.note(&syncers_key(&e.check.key), &flush.syncer, flush.horizon_ms, now_ms))
             .collect();
         FlushReply { applied: !seen, state, syncers }
+    }
+
+    /// The error `flush.lua` answers, before any write, for a flush whose
+    /// token key is not exactly its first bucket's key, `:flush:`, then a
+    /// name of 1 to 64 bytes ([`crate::key::flush_token_key`]): a token key
+    /// elsewhere could overwrite any key of the slot. (Its other argument
+    /// checks are the encoder's types.)
+    pub fn flush_error(flush: &Flush) -> Option<&'static str> {
+        let first = flush.entries.first().map_or("", |e| e.check.key.as_str());
+        let name = flush.token_key.strip_prefix(first).and_then(|rest| rest.strip_prefix(":flush:"));
+        match name {
+            Some(name) if (1..=MAX_NAME).contains(&name.len()) => None,
+            _ => Some("ERR tollgate: bad token key"),
+        }
     }
 
     /// When `key`, a flush's token key or syncer set, expires (what its

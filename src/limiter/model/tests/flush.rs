@@ -1,6 +1,6 @@
 //! `Model::flush`: a token records once until it expires, units 0 only
 //! read, syncers count as active each for its own horizon and rank by
-//! name.
+//! name; a token key that is not the first key's is refused.
 
 use crate::key::flush_token_key;
 use crate::limiter::model::Model;
@@ -120,4 +120,20 @@ fn a_short_flush_never_shortens_a_long_entry() {
     assert_eq!(m.flush_key_expiry(&crate::key::syncers_key("p:{k}:b")), Some(T + 13_001));
     assert_eq!(m.flush(&flush_for(a, "6", "y", 0, 300), T + 13_000).syncers, vec![(2, 1)]);
     assert_eq!(m.flush(&flush_for(a, "7", "y", 0, 300), T + 13_001).syncers, vec![(1, 0)]);
+}
+
+/// The token key must be the first bucket's key, `:flush:`, then a name of
+/// 1 to 64 bytes ([`flush_token_key`]): any other is refused.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn only_the_first_keys_token_key_is_accepted() {
+    let good = flush(Algorithm::Gcra, "t", "w", 1);
+    assert_eq!(Model::flush_error(&good), None);
+    let long = flush_token_key("p:{k}:b", &"n".repeat(64));
+    assert_eq!(Model::flush_error(&Flush { token_key: long, ..good.clone() }), None);
+    for bad in ["p:{k}:b:flush:", "p:{k}:b", "p:{k}:other:flush:w", "p:{k}:flush:w", "p:{k}:b:flushw", "x"] {
+        let refused = Flush { token_key: bad.into(), ..good.clone() };
+        assert_eq!(Model::flush_error(&refused), Some("ERR tollgate: bad token key"), "{bad}");
+    }
+    let too_long = flush_token_key("p:{k}:b", &"n".repeat(65));
+    assert_eq!(Model::flush_error(&Flush { token_key: too_long, ..good }), Some("ERR tollgate: bad token key"));
 }
