@@ -15,15 +15,27 @@
 --           recorded (0 if it only checked); `to`: the units it should
 --           have recorded (0 to 2^32).
 -- Per bucket, after the usual housekeeping:
---   to > from  an extra charge: to - from units are recorded now, as a
---              commit that checks nothing (the log records at most its
---              largest limit; a gcra debt at most a full window).
+--   to > from  an extra charge: to - from units are recorded at c = the
+--              later of now and the bucket's last slot (charge_at: the
+--              log's newest entry, gcra's latest "at", the counters' field
+--              "s"), as a commit at c that checks nothing (the log records
+--              at most its largest limit; a gcra debt at most a full
+--              window): the state read at c, gcra's at = c, the counters'
+--              "s" written when c > now, as a shaped commit does. A slot a
+--              shaped call gave in the future keeps its record, and later
+--              slots come after the charge. The key's TTL is its longest
+--              period after c, never shorter than a record still stored
+--              needs. With no slot after now, c = now: as a decision's
+--              commit (the counters read "s" in the same HMGET; the log
+--              counts its entries after now unless a window counted none).
 --   to < from  a refund: from - to units come back from the decision's own
 --              record, where it can still be told apart (each algorithm's
 --              refund() says where); otherwise nothing comes back, so a
 --              refund never frees more than the decision took.
 -- Reply     as decide()'s: { 1, now_ms, then remaining, reset_ms, 0 per
---           window }, the state after the change.
+--           window }, the state after the change; a bucket charged at
+--           c > now reports as a shaped call does (at now, counting its
+--           records at future slots).
 -- Errors    "ERR tollgate: ..." on malformed arguments.
 
 -- An amount of units (from, to): an integer in [0, 2^32].
@@ -34,18 +46,30 @@ local function units_of(s)
 end
 
 -- Changes bucket b from b.from to b.to units (as above) for a decision
--- made at `at`, and readies it for report(). flush() charges through it too.
+-- made at `at`, and readies it for report(): b.later when it was charged
+-- at a slot later than now. flush() charges through it too.
 local function change(b, at)
   local algorithm = b.algorithm
-  -- Reads the state (and keeps house), as phase 1 of a decision of 1 unit.
+  local charge = b.to > b.from
+  -- Reads the state (and keeps house), as phase 1 of a decision of 1 unit
+  -- (and, before a charge, the counters' last slot in the same HMGET).
   b.cost = 1
-  algorithm.check(b)
-  b.committed = false
-  if b.to > b.from then
+  algorithm.check(b, nil, charge)
+  b.committed, b.later = false, false
+  if charge then
     local units = b.to - b.from
     if algorithm.max_charge then units = algorithm.max_charge(b, units) end
+    -- A commit at c = the later of now and the bucket's last slot, as a
+    -- shaped commit at c: the state read at c, the TTL from c, the
+    -- counters' "s" noted when c > now.
+    local c = algorithm.charge_at(b)
+    if c > now then
+      slot, b.later = c, true
+      if algorithm.at_slot then algorithm.at_slot(b) end
+    end
     b.cost, b.committed = units, true
     algorithm.commit(b)
+    slot = now
   elseif b.to < b.from then
     algorithm.refund(b, at, b.from - b.to)
     algorithm.check(b)
@@ -100,5 +124,5 @@ local function adjust(KEYS, ARGV, once)
   end
 
   for i = 1, keys do change(BUCKETS[i], at) end
-  return report(keys, true)
+  return report(keys, true, 'later')
 end

@@ -66,9 +66,10 @@ end
 
 -- Phase 3: statistics per window of every key, after the decision (a
 -- bucket's `committed`: whether phase 2 recorded its cost): the reply
--- { allowed, now, then remaining, reset, retry per window }. (The
--- reply is made at its final size when that is 1 or 2 windows: growing a
--- table costs.)
+-- { allowed, now, then remaining, reset, retry per window }. `shaped`:
+-- true for shaping's stats in every bucket, 'later' in the buckets that
+-- adjust() charged at a slot later than now (b.later). (The reply is made
+-- at its final size when that is 1 or 2 windows: growing a table costs.)
 local function report(keys, allowed, shaped)
   local flag, reply = allowed and 1 or 0, nil
   local windows = 0
@@ -84,7 +85,7 @@ local function report(keys, allowed, shaped)
   for i = 1, keys do
     local b = BUCKETS[i]
     local stats = b.algorithm.stats
-    if shaped then stats = b.algorithm.shaped_stats end
+    if shaped == true or (shaped == 'later' and b.later) then stats = b.algorithm.shaped_stats end
     for w = 1, b.n do
       local win = b[w]
       local remaining, reset = stats(b, win, b.committed)

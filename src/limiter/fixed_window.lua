@@ -13,18 +13,21 @@
 --           window fits at t0 + retry at t0; the commit counts in the
 --           slot's window, TTL = longest period after the slot; stats at
 --           the later of now and the last slot.
+-- adjust    an extra charge reads "s" in its HMGET and commits at the
+--           later of now and it (the state read there).
 -- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
 MAKE_ALGORITHM.fw = function() return {
-  -- The state at t (default now).
-  check = function(b, t)
+  -- The state at t (default now); with `charge`, the last slot too.
+  check = function(b, t, charge)
     t = t or now
     for w = 1, b.n do
       local win = b[w]
       name_fields(win, 'fw', win.period_s, ':k', ':c')
       win.k = idiv(t, win.period)
     end
-    local v = hmget(b, 2)
+    local v = hmget(b, 2, charge)
+    if charge then b.last0 = tonumber(v[2 * b.n + 1]) or 0 end
     local fits = true
     for w = 1, b.n do
       local win = b[w]
@@ -58,8 +61,9 @@ MAKE_ALGORITHM.fw = function() return {
   earliest = COUNTER_SHAPING.earliest,
   at_slot = COUNTER_SHAPING.at_slot,
   restat = COUNTER_SHAPING.restat,
+  charge_at = COUNTER_SHAPING.charge_at,
 
-  -- The state was read at b.from (at_slot, restat): reset counts from now.
+  -- The state was read at b.stats_at (at_slot, restat): reset counts from now.
   shaped_stats = function(b, w)
     local remaining = w.limit - w.count
     if remaining < 0 then remaining = 0 end

@@ -5,34 +5,46 @@
 --
 -- KEYS[1..k]    the buckets, as for decide().
 -- KEYS[k+i]     bucket i's syncer set: exactly KEYS[i] .. ':syncers' (a
---               sorted set: syncer name -> time of its last flush).
--- KEYS[2k+1]    the token key of the flush (the proxy names it; same hash
---               slot as KEYS[1], e.g. KEYS[1] .. ':flush:<syncer>').
+--               sorted set: syncer name -> its expiry, the time its latest
+--               flush plus its own horizon_ms, the latest it was given).
+-- KEYS[2k+1]    the token key of the flush: exactly KEYS[1] .. ':flush:' ..
+--               <name>, a name of 1..64 bytes (the proxy's series, e.g. its
+--               syncer; key::flush_token_key), so a flush writes no other
+--               key of the slot.
 -- ARGV[1]       now, as for decide().
 -- ARGV[2]       the token: 1..64 bytes unique per flush. A worker whose reply
 --               was lost sends the same token, keys and units again.
 -- ARGV[3]       the syncer: 1..64 bytes naming the worker (the same for all
 --               its flushes).
--- ARGV[4]       horizon_ms: a syncer counts as active for this long after
---               its last flush (an integer in [1, 2^53)).
+-- ARGV[4]       horizon_ms: this syncer's horizon: it counts as active for
+--               this long after this flush (an integer in [1, 2^53)), or
+--               longer if an earlier flush of its gave it a later expiry.
 -- ARGV[5..]     for each bucket, in KEYS order: algorithm, units, n, then n
 --               pairs limit, period_ms. units (0 to 2^32): what the worker
 --               admitted in the bucket since its last flush (0: only read).
 -- Behaviour     If the token key holds the token, the flush was applied
 --               already: nothing is recorded. Else units are recorded in each
---               bucket as adjust()'s extra charge (from 0: now, checking
---               nothing, with its caps), and the token key is set to the token
---               for the longest period of all buckets: a flush resent later
---               is not recognised (and would be counted again).
---               In both cases each syncer set notes the syncer at now, drops
---               syncers whose last flush is horizon_ms or more ago, and lives
---               horizon_ms.
+--               bucket as adjust()'s extra charge (from 0: at now, or the
+--               bucket's last slot if later; checking nothing, with its
+--               caps), and the token key is set to the token for the
+--               longest period of all buckets: a flush resent later is not
+--               recognised (and would be counted again).
+--               In both cases each syncer set notes the syncer until
+--               now + horizon_ms (an expiry it already has that is later
+--               stays: a short owed flush never shortens a synced one's),
+--               drops the syncers whose expiry is now or earlier (each
+--               syncer stays for its own horizon, whoever flushes), and
+--               lives until its latest member's expiry.
 -- Reply         { applied (1 = recorded now, 0 = applied before), now_ms,
 --               then remaining, reset_ms, 0 per window (the state after,
 --               as adjust()'s reply), then per bucket: syncers (active
 --               syncers, this one included), rank (how many of them sort
 --               before this one, bytewise: 0 <= rank < syncers) }
--- Errors        "ERR tollgate: ..." on malformed arguments, before any write.
+-- Errors        "ERR tollgate: ..." on malformed arguments, before any write
+--               ("ERR tollgate: bad token key" for a token key not as above).
+-- Commands      per syncer set ZREMRANGEBYSCORE, ZRANGE (WITHSCORES), ZADD
+--               unless the syncer's expiry is later already, PEXPIRE (no
+--               ZADD GT: Redis 6 runs the script too).
 
 -- A token or syncer name: 1 to 64 bytes.
 local function short_name(s)
@@ -51,18 +63,32 @@ local function bytes_before(a, b)
   return #a < #b
 end
 
--- Notes `syncer` in the sorted set `key` at now, drops those older than
--- the horizon: the number of active syncers and the rank of `syncer`.
+-- Notes `syncer` in the sorted set `key` (syncer -> expiry) until
+-- now + horizon unless its expiry is later already, drops the syncers
+-- whose expiry is now or earlier, and makes the set live until its latest
+-- expiry: the number of active syncers and the rank of `syncer`.
 local function note_syncer(key, syncer, horizon, horizon_s)
-  redis.call('ZADD', key, now_str(), syncer)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - horizon))
-  redis.call('PEXPIRE', key, ttl(horizon, horizon_s))
-  local members = redis.call('ZRANGE', key, 0, -1)
-  local rank = 0
-  for j = 1, #members do
-    if bytes_before(members[j], syncer) then rank = rank + 1 end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now_str())
+  local members = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local expiry = now + horizon
+  local latest, count, rank, mine = expiry, 1, 0, nil
+  for j = 1, #members, 2 do
+    local name, until_ = members[j], tonumber(members[j + 1])
+    if name == syncer then
+      mine = until_
+    else
+      count = count + 1
+      if bytes_before(name, syncer) then rank = rank + 1 end
+    end
+    if until_ > latest then latest = until_ end
   end
-  return #members, rank
+  if not mine or mine < expiry then redis.call('ZADD', key, num(expiry), syncer) end
+  if latest == expiry then
+    redis.call('PEXPIRE', key, ttl(horizon, horizon_s))
+  else
+    redis.call('PEXPIRE', key, ttl(latest - now))
+  end
+  return count, rank
 end
 
 local function flush(KEYS, ARGV, once)
@@ -85,6 +111,11 @@ local function flush(KEYS, ARGV, once)
   if keys < 1 or keys % 1 ~= 0 then
     return redis.error_reply('ERR tollgate: KEYS must be buckets, their syncer sets, the token key')
   end
+  local token_key, prefix = KEYS[2 * keys + 1], KEYS[1] .. ':flush:'
+  local name_bytes = #token_key - #prefix
+  if name_bytes < 1 or name_bytes > 64 or string.sub(token_key, 1, #prefix) ~= prefix then
+    return redis.error_reply('ERR tollgate: bad token key')
+  end
 
   local a = 5
   for i = 1, keys do
@@ -99,7 +130,6 @@ local function flush(KEYS, ARGV, once)
     return redis.error_reply('ERR tollgate: argument count does not match KEYS')
   end
 
-  local token_key = KEYS[2 * keys + 1]
   local seen = redis.call('GET', token_key) == token
   local longest, longest_s = 0, nil
   for i = 1, keys do
@@ -112,7 +142,7 @@ local function flush(KEYS, ARGV, once)
     redis.call('SET', token_key, token, 'PX', ttl(longest, longest_s))
   end
 
-  local reply = report(keys, true)
+  local reply = report(keys, true, 'later')
   if seen then reply[1] = 0 end
   local r = #reply
   for i = 1, keys do

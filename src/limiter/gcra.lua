@@ -16,6 +16,9 @@
 --           t0 + retry at t0 (t0 >= at); the commit records at = the slot,
 --           d = the debt at the slot + cost * P; stats are taken at the later
 --           of now and at, reset_ms adding the wait until at.
+-- adjust    an extra charge commits at the later of now and the latest
+--           "at" (read by check: no command more), d = the debt there +
+--           cost * P, at most P * L.
 -- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
 -- The debt of window w (its stored at0, d0) at time t >= at0.
@@ -43,6 +46,7 @@ MAKE_ALGORITHM.gcra = function() return {
       local win = b[w]
       local limit, period = win.limit, win.period
       local at, d = tonumber(v[2 * w - 1]), tonumber(v[2 * w])
+      win.at0, win.d0 = at, d
       local debt = 0
       if at and d then
         local elapsed = now - at
@@ -77,6 +81,7 @@ MAKE_ALGORITHM.gcra = function() return {
       win.debt = debt
       win.v1, win.v2 = slot_str(), num(debt)
     end
+    b.committed_at = slot
     hset_expire(b, 2, commit_ttl(b))
   end,
 
@@ -98,6 +103,16 @@ MAKE_ALGORITHM.gcra = function() return {
       end
     end
     if m > 0 then redis.call('HSET', b.key, unpack(ARGS, 1, m)) end
+  end,
+
+  -- adjust(): the latest "at" read by check, if later than now.
+  charge_at = function(b)
+    local c = now
+    for w = 1, b.n do
+      local win = b[w]
+      if win.at0 and win.d0 and win.at0 > c then c = win.at0 end
+    end
+    return c
   end,
 
   last = function(b)
@@ -131,7 +146,7 @@ MAKE_ALGORITHM.gcra = function() return {
   shaped_stats = function(b, w)
     local from, debt = now, 0
     if b.committed then
-      from, debt = slot, w.debt
+      from, debt = b.committed_at, w.debt
     elseif w.at0 and w.d0 then
       if w.at0 > now then from = w.at0 end
       debt = gcra_debt_at(w, from)

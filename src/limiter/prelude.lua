@@ -11,7 +11,8 @@
 -- (each registers one algorithm in MAKE_ALGORITHM and states its per-bucket
 -- contract), decide.lua (decide(KEYS, ARGV, once): argument parsing and the
 -- three phases), adjust.lua (adjust(KEYS, ARGV, once): changes what a
--- decision recorded; its own contract) and flush.lua (flush(KEYS, ARGV,
+-- decision recorded, an extra charge never before a bucket's last slot;
+-- its own contract) and flush.lua (flush(KEYS, ARGV,
 -- once): records what a worker admitted locally; its own contract).
 -- src/limiter/script.rs ships it as scripts (the definitions, then `return
 -- decide(KEYS, ARGV, true)`, or adjust, or flush, for EVAL/EVALSHA) and as a
@@ -75,8 +76,9 @@
 -- state; expiry only collects idle keys).
 local now, now_s, ttl_slack = 0, nil, 0
 
--- The time a commit records at: now, or a shaped request's slot (set by
--- decide(); read_clock() makes it now).
+-- The time a commit records at: now, a shaped request's slot (set by
+-- decide()), or an extra charge's c (adjust.lua's change()); read_clock()
+-- makes it now.
 local slot = 0
 
 -- An integer (|x| < 2^53) as a decimal string, never an exponent. ('%d' is
@@ -113,7 +115,9 @@ end
 -- records do not say when they were made: the bucket's field "s" holds the
 -- last slot given later than its call's now. `check(b, t)` reads the state
 -- at time t (default now), so the slot is found, recorded and reported at
--- the time it concerns.
+-- the time it concerns; `check(b, nil, true)` also reads "s" into b.last0
+-- (for adjust()'s charge_at). b.stats_at: the time the state was read at,
+-- for shaped_stats.
 local COUNTER_SHAPING = {
   last = function(b)
     b.last0 = tonumber(redis.call('HGET', b.key, 's')) or 0
@@ -131,14 +135,19 @@ local COUNTER_SHAPING = {
   -- Before a commit at the slot: the state at the slot.
   at_slot = function(b)
     b.algorithm.check(b, slot)
-    b.from = slot
+    b.stats_at = slot
   end,
   -- Not committed: the state at the later of now and its last slot.
   restat = function(b)
     local from = now
     if b.last0 > from then from = b.last0 end
     b.algorithm.check(b, from)
-    b.from = from
+    b.stats_at = from
+  end,
+  -- adjust(): an extra charge records at the later of now and the last slot.
+  charge_at = function(b)
+    if b.last0 > now then return b.last0 end
+    return now
   end,
 }
 
@@ -199,10 +208,11 @@ local function name_fields(w, id, base, s1, s2, s3)
 end
 
 -- HMGET of `per` (2 or 3) fields of every window w of bucket b, named w.f1,
--- w.f2 (, w.f3): one command for all windows; values in window order.
-local function hmget(b, per)
+-- w.f2 (, w.f3): one command for all windows; values in window order, then
+-- (with_last) the counters' field "s".
+local function hmget(b, per, with_last)
   local w1 = b[1]
-  if b.n == 1 then
+  if b.n == 1 and not with_last then
     if per == 2 then return redis.call('HMGET', b.key, w1.f1, w1.f2) end
     return redis.call('HMGET', b.key, w1.f1, w1.f2, w1.f3)
   end
@@ -212,6 +222,10 @@ local function hmget(b, per)
     ARGS[m + 1], ARGS[m + 2] = w.f1, w.f2
     if per == 3 then ARGS[m + 3] = w.f3 end
     m = m + per
+  end
+  if with_last then
+    ARGS[m + 1] = 's'
+    m = m + 1
   end
   return redis.call('HMGET', b.key, unpack(ARGS, 1, m))
 end
@@ -242,12 +256,17 @@ end
 -- The algorithms, by id. Each is a table of functions over a bucket
 -- b = { key, cost, n, max_period, max_period_s, [1..n] = windows }, a window
 -- w = { limit, period, limit_s, period_s (as sent), retry, ... }:
---   check(b)             phase 1: read the bucket's state, set w.retry for
+--   check(b, t, charge)  phase 1: read the bucket's state, set w.retry for
 --                        every window (ms until b.cost fits, 0 = fits now);
 --                        true if every window fits. No writes, except
---                        housekeeping that never changes a decision.
---   commit(b)            phase 2: record b.cost in every window, set the TTL
---                        (not called for a key that only checks)
+--                        housekeeping that never changes a decision. (t:
+--                        the counters read at t, default now; charge: also
+--                        read what charge_at needs, when it costs nothing
+--                        more than a field.)
+--   commit(b)            phase 2: record b.cost in every window at the slot
+--                        (now, unless shaped or charge_at says later), set
+--                        the TTL: the longest period after the slot (not
+--                        called for a key that only checks)
 --   stats(b, w, allowed) phase 3: remaining, reset_ms of window w after the
 --                        decision
 -- and, for shaping (decide.lua's shape()):
@@ -258,6 +277,12 @@ end
 --   at_slot(b)           (optional) before a commit at the slot
 --   restat(b)            (optional) before stats, when not committed
 --   shaped_stats(b, w)   as stats, at now, with state at future slots
+-- and, for adjust():
+--   charge_at(b)         after check(b, nil, true): the time an extra charge
+--                        records at, the later of now and the bucket's last
+--                        slot (what last(b) finds)
+--   max_charge(b, units) (optional) the units an extra charge records
+--   refund(b, at, units) takes units back from a decision at `at`
 -- Each algorithm file registers a function making its table in
 -- MAKE_ALGORITHM; the table is made on first use, so a script (which makes
 -- everything again on every call) makes only the algorithms it uses.

@@ -18,6 +18,9 @@
 --           ZCOUNT after now (and the newest entry if any), per window ZCOUNT (and the entry it waits
 --           for), when admitted ZCOUNT at the slot, ZADD, PEXPIRE; per window
 --           ZCOUNT and the oldest counted entry for stats.
+-- adjust    an extra charge records its entries at the later of now and
+--           the newest entry: ZCOUNT after now (and the newest entry if
+--           any), unless a window counted none.
 -- Commands  ZREMRANGEBYSCORE, then ZCOUNT for the longest window, and for
 --           each shorter one unless the longest counted none (windows are
 --           nested: then none counts any); when admitted ZADD and PEXPIRE
@@ -37,6 +40,17 @@ local function log_oldest(b, w)
   local e = redis.call('ZRANGEBYSCORE', b.key, w.from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   w.oldest = tonumber(e[2])
   return w.oldest
+end
+
+-- The newest entry of `key` later than now, or 0 if none. (Only a slot
+-- after now matters: t0 = max(now, last). ZCOUNT and ZRANGEBYSCORE, not
+-- ZRANGE: the limiter's ACL allows no more.)
+local function log_newest_after_now(key)
+  local after = '(' .. now_str()
+  local m = redis.call('ZCOUNT', key, after, '+inf')
+  if m == 0 then return 0 end
+  local e = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', m - 1, 1)
+  return tonumber(e[2])
 end
 
 MAKE_ALGORITHM.log = function() return {
@@ -138,16 +152,19 @@ MAKE_ALGORITHM.log = function() return {
     end
   end,
 
+  -- adjust(): the newest entry if later than now, else now (after check:
+  -- a window that counted none proves there is none after now).
+  charge_at = function(b)
+    if b.empty then return now end
+    local c = log_newest_after_now(b.key)
+    if c > now then return c end
+    return now
+  end,
+
   last = function(b)
-    local key = b.key
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - b.max_period))
+    redis.call('ZREMRANGEBYSCORE', b.key, '-inf', num(now - b.max_period))
     b.empty = false
-    -- Only a slot after now matters (t0 = max(now, last)).
-    local after = '(' .. now_str()
-    local m = redis.call('ZCOUNT', key, after, '+inf')
-    if m == 0 then return 0 end
-    local e = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', m - 1, 1)
-    return tonumber(e[2])
+    return log_newest_after_now(b.key)
   end,
 
   earliest = function(b, w, t0)

@@ -19,6 +19,8 @@
 --           window fits at t0 + retry at t0; the commit counts in the
 --           slot's window, TTL = twice the longest period after the slot;
 --           stats at the later of now and the last slot.
+-- adjust    an extra charge reads "s" in its HMGET and commits at the
+--           later of now and it (the state read there).
 -- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
 -- The smallest e in [0, P) with prev * (P - e) <= room * P, or nil.
@@ -48,15 +50,16 @@ local function sw_stats(w, t)
 end
 
 MAKE_ALGORITHM.sw = function() return {
-  -- The state at t (default now).
-  check = function(b, t)
+  -- The state at t (default now); with `charge`, the last slot too.
+  check = function(b, t, charge)
     t = t or now
     for w = 1, b.n do
       local win = b[w]
       name_fields(win, 'sw', win.period_s, ':k', ':c', ':p')
       win.k = idiv(t, win.period)
     end
-    local v = hmget(b, 3)
+    local v = hmget(b, 3, charge)
+    if charge then b.last0 = tonumber(v[3 * b.n + 1]) or 0 end
     local fits = true
     for w = 1, b.n do
       local win = b[w]
@@ -108,7 +111,8 @@ MAKE_ALGORITHM.sw = function() return {
   earliest = COUNTER_SHAPING.earliest,
   at_slot = COUNTER_SHAPING.at_slot,
   restat = COUNTER_SHAPING.restat,
-  shaped_stats = function(b, w) return sw_stats(w, b.from) end,
+  charge_at = COUNTER_SHAPING.charge_at,
+  shaped_stats = function(b, w) return sw_stats(w, b.stats_at) end,
 
   -- adjust(): from the count of `at`'s window: the stored current count
   -- if it is still that window, the stored previous one if it is the one

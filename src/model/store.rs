@@ -130,6 +130,7 @@ impl ModelStore {
                     Entry::Flush => self.flush(args, now_ms),
                 };
                 match reply {
+                    Some(reply) if reply.is_error() => reply,
                     Some(reply) => {
                         self.executed += 1;
                         reply
@@ -211,7 +212,8 @@ impl ModelStore {
     }
 
     /// `numkeys, buckets..., their syncer sets..., token key, now, token,
-    /// syncer, horizon, (algorithm, units, n, (limit, period)...)...`
+    /// syncer, horizon, (algorithm, units, n, (limit, period)...)...`; a
+    /// token key not the first bucket's is refused (`Model::flush_error`).
     fn flush(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
         let mut args = args.iter().map(text);
         let (keys, now) = keys_and_clock(&mut args, now_ms)?;
@@ -229,6 +231,9 @@ impl ModelStore {
             entries.push(FlushEntry { check, units });
         }
         let flush = Flush { entries, token, syncer, horizon_ms, token_key };
+        if let Some(refused) = Model::flush_error(&flush) {
+            return Some(error(refused));
+        }
         let answer = self.model.flush(&flush, now);
         let Value::Array(mut items) = reply(&answer.state) else { return None };
         if let Some(first) = items.first_mut() {

@@ -1,10 +1,13 @@
 //! `flush` (src/limiter/flush.lua) against its model (`Model::flush`) in a
 //! real Valkey, through both invocation paths, with injected time: named
 //! cases per algorithm (resent tokens, several syncers, a token outliving
-//! nothing but its longest period, charges far past the limits), malformed
-//! arguments, then random traces mixing decisions with flushes and resends
-//! by several syncers. Model and Lua must agree on every reply and on the
-//! log's stored entries; decisions in between read the flushed state.
+//! nothing but its longest period, charges far past the limits), syncers
+//! of different horizons (each stays for its own; a short owed flush never
+//! shortens a long entry), malformed arguments and token keys, then random
+//! traces mixing decisions with flushes (some owed, with a short horizon)
+//! and resends by syncers of different horizons. Model and Lua must agree
+//! on every reply, on the log's stored entries and on every TTL written;
+//! decisions in between read the flushed state.
 
 use crate::support;
 
@@ -18,7 +21,11 @@ use support::Valkey;
 use tollgate::key::flush_token_key;
 use tollgate::limiter::script::{encode_flush, limiter};
 use tollgate::limiter::{Algorithm, Check, Flush, FlushEntry};
+use tollgate::model::store::ModelStore;
 use tollgate::resp::Value;
+
+/// The horizon of a worker's owed flushes (`failure_mode: local`).
+const OWED_HORIZON_MS: u64 = 300;
 
 /// A flush of `units[i]` in `checks[i]` by `syncer`, with a token key
 /// derived from the first key.
@@ -69,6 +76,92 @@ fn named_cases_agree() {
     }
 }
 
+/// Syncers of different horizons, per algorithm and path: "l" (3 s) and
+/// "s" (300 ms) each stay in the set for their own horizon, whoever
+/// flushes; "x"'s owed flush (series `x.owed`, 300 ms) after its synced one
+/// (3 s) leaves its entry at 3 s; a longer horizon extends it, and the set
+/// lives until its latest member's expiry (the harness checks its PTTL).
+#[test]
+fn syncers_stay_for_their_own_horizons() {
+    let valkey = Valkey::start();
+    for path in Path::ALL {
+        for algorithm in Algorithm::ALL {
+            let key = |name: &str| format!("h:{{{path:?}:{algorithm:?}}}:{name}:{}", algorithm.id());
+            let a = check(algorithm, 0, &key("a"), &[(6, 1_000), (20, 5_000)], 1);
+            let mut d = Differential::via(&valkey, path);
+            let t = 1_800_000_000_000u64;
+            assert_eq!(d.flush(&flush(&[&a], &[1], "l1", "l", 3_000), t).syncers, vec![(1, 0)]);
+            let short = d.flush(&flush(&[&a], &[1], "s1", "s", 300), t + 1_000);
+            assert_eq!(short.syncers, vec![(2, 1)], "{path:?} {algorithm:?}: l counts until t + 3 s");
+            assert_eq!(d.flush(&flush(&[&a], &[0], "l2", "l", 3_000), t + 1_299).syncers, vec![(2, 0)]);
+            assert_eq!(d.flush(&flush(&[&a], &[0], "l3", "l", 3_000), t + 1_300).syncers, vec![(1, 0)]);
+
+            let b = check(algorithm, 1, &key("b"), &[(4, 2_000)], 1);
+            let t = t + 10_000;
+            assert_eq!(d.flush(&flush(&[&b, &a], &[1, 1], "x1", "x", 3_000), t).syncers, vec![(1, 0), (1, 0)]);
+            let owed = owed_flush(&[&b, &a], &[2, 0], "x2", "x");
+            assert_eq!(d.flush(&owed, t + 100).syncers, vec![(1, 0), (1, 0)]);
+            let y = d.flush(&flush(&[&b], &[0], "y1", "y", OWED_HORIZON_MS), t + 2_999);
+            assert_eq!(y.syncers, vec![(2, 1)], "{path:?} {algorithm:?}: x until t + 3 s, not t + 400");
+            assert_eq!(d.flush(&flush(&[&b], &[0], "y2", "y", 300), t + 3_000).syncers, vec![(1, 0)]);
+            assert_eq!(d.flush(&flush(&[&b], &[0], "x3", "x", 60_000), t + 3_001).syncers, vec![(2, 0)]);
+            assert_eq!(d.flush(&owed_flush(&[&b], &[1], "x4", "x"), t + 3_002).syncers, vec![(2, 0)]);
+            assert_eq!(d.flush(&flush(&[&b], &[0], "y3", "y", 300), t + 40_000).syncers, vec![(2, 1)]);
+        }
+    }
+}
+
+/// A flush of what `syncer` owes (`failure_mode: local`): series
+/// `<syncer>.owed`, the short horizon.
+fn owed_flush(checks: &[&Check], units: &[u64], token: &str, syncer: &str) -> Flush {
+    let f = flush(checks, units, token, syncer, OWED_HORIZON_MS);
+    Flush { token_key: flush_token_key(&checks[0].key, &format!("{syncer}.owed")), ..f }
+}
+
+/// A token key that is not the first bucket's key, `:flush:`, then a name
+/// of 1 to 64 bytes is refused with `ERR tollgate: bad token key` before
+/// any write, through both paths, as the model store (`ModelStore`) refuses
+/// it: the key it names and the bucket are untouched.
+#[test]
+fn a_bad_token_key_is_refused_before_any_write() {
+    let valkey = Valkey::start();
+    let c = check(Algorithm::SlidingLog, 0, "b:{x}:r:log", &[(5, 1_000)], 1);
+    let good = flush(&[&c], &[3], "t", "w", 1_000);
+    let other = check(Algorithm::FixedWindow, 1, "b:{x}:other:fw", &[(5, 1_000)], 1);
+    let bad = [
+        "b:{x}:other:fw".to_string(),
+        "b:{x}:r:log".to_string(),
+        "b:{x}:r:log:syncers".to_string(),
+        "b:{x}:r:log:flush:".to_string(),
+        flush_token_key(&c.key, &"n".repeat(65)),
+        flush_token_key(&other.key, "w"),
+        "b:{x}:r:log:flushed:w".to_string(),
+    ];
+    for path in Path::ALL {
+        for token_key in &bad {
+            valkey.cmd(&["FLUSHALL"]);
+            valkey.cmd(&["SET", token_key, "precious"]);
+            let f = Flush { token_key: token_key.clone(), ..good.clone() };
+            let encode = |body: &mut Vec<u8>, how| encode_flush(body, limiter(), how, &f, Some(1_000));
+            let reply = encoded_via(&valkey, path, encode);
+            let expected = Value::Error(b"ERR tollgate: bad token key".to_vec());
+            assert_eq!(reply, expected, "{path:?}: {token_key}");
+            let mut body = Vec::new();
+            encode(&mut body, path.invocations()[1]);
+            let (Value::Array(args), _) = tollgate::resp::decode(&body, &Default::default()).unwrap() else { panic!() };
+            let mut store = ModelStore::default();
+            assert_eq!(store.run(&args, 1_000), expected, "{path:?}: the model store, {token_key}");
+            assert_eq!(store.executed, 0);
+            assert_eq!(valkey.cmd(&["GET", token_key]), Value::Bulk(b"precious".to_vec()), "{path:?}: {token_key}");
+            assert_eq!(valkey.int(&["DBSIZE"]), 1, "{path:?}: {token_key}: nothing else written");
+        }
+        // The longest name, 64 bytes, is a token key.
+        valkey.cmd(&["FLUSHALL"]);
+        let longest = Flush { token_key: flush_token_key(&c.key, &"n".repeat(64)), ..good.clone() };
+        Differential::via(&valkey, path).flush(&longest, 1_000);
+    }
+}
+
 /// Malformed arguments are refused with `ERR tollgate: ...` through both
 /// paths, and write nothing.
 #[test]
@@ -113,19 +206,21 @@ fn malformed_flushes_are_refused() {
 }
 
 /// A step: a decision of the rules in `mask`; a flush by syncer `syncer` of
-/// the rules in `mask` with units `units` (a fresh token); the syncer's last
+/// the rules in `mask` with units `units` (a fresh token), or of what it
+/// owes (`owed`: its `.owed` series, the short horizon); the syncer's last
 /// flush sent again.
 #[derive(Debug, Clone)]
 enum Op {
     Decide(u8),
-    Flush { syncer: u8, mask: u8, units: [u8; 4] },
+    Flush { syncer: u8, mask: u8, units: [u8; 4], owed: bool },
     Resend { syncer: u8 },
 }
 
 fn ops() -> impl Strategy<Value = Vec<(u64, Op)>> {
+    let flush = (0..3u8, 1..16u8, any::<[u8; 4]>(), prop::bool::weighted(0.3));
     let op = prop_oneof![
         2 => (1..16u8).prop_map(Op::Decide),
-        3 => (0..3u8, 1..16u8, any::<[u8; 4]>()).prop_map(|(syncer, mask, units)| Op::Flush { syncer, mask, units }),
+        3 => flush.prop_map(|(syncer, mask, units, owed)| Op::Flush { syncer, mask, units, owed }),
         1 => (0..3u8).prop_map(|syncer| Op::Resend { syncer }),
     ];
     prop::collection::vec((prop::sample::select(GAPS.to_vec()), op), 1..50)
@@ -141,7 +236,8 @@ fn units_of(choice: u8) -> u64 {
     }
 }
 
-fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], horizon_ms: u64, start: u64, ops: &[(u64, Op)]) {
+/// `horizons[s]`: syncer `s`'s horizon (its owed flushes: 300 ms).
+fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], horizons: &[u64], start: u64, ops: &[(u64, Op)]) {
     static CASE: AtomicU64 = AtomicU64::new(0);
     let case = CASE.fetch_add(1, Ordering::Relaxed);
     // One hash tag per trace: every flush's keys share the token key's slot.
@@ -165,13 +261,18 @@ fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], horizon_ms: u64, start
                     diff.step(&decided, now);
                 }
             }
-            Op::Flush { syncer, mask, units } => {
+            Op::Flush { syncer, mask, units, owed } => {
                 let keys = chosen(*mask);
                 if keys.is_empty() {
                     continue;
                 }
                 let units: Vec<u64> = units.iter().map(|&u| units_of(u)).collect();
-                let f = flush(&keys, &units, &format!("{syncer}-{n}"), &format!("w{syncer}"), horizon_ms);
+                let (token, name) = (format!("{syncer}-{n}"), format!("w{syncer}"));
+                let f = if *owed {
+                    owed_flush(&keys, &units, &token, &name)
+                } else {
+                    flush(&keys, &units, &token, &name, horizons[usize::from(*syncer)])
+                };
                 diff.flush(&f, now);
                 last.insert(*syncer, f);
             }
@@ -196,13 +297,13 @@ fn random_traces_with_flushes_agree() {
     });
     let strategy = (
         prop::collection::vec(rule(), 1..=4),
-        prop::sample::select(vec![1u64, 500, 3_000, 60_000]),
+        prop::collection::vec(prop::sample::select(vec![1u64, 300, 500, 3_000, 60_000]), 3),
         1_600_000_000_000u64..1_900_000_000_000,
         ops(),
     );
-    let result = runner.run(&strategy, |(rules, horizon_ms, start, ops)| {
+    let result = runner.run(&strategy, |(rules, horizons, start, ops)| {
         for path in Path::ALL {
-            run_trace(&valkey, path, &rules, horizon_ms, start, &ops);
+            run_trace(&valkey, path, &rules, &horizons, start, &ops);
         }
         Ok(())
     });

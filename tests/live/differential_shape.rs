@@ -4,10 +4,11 @@
 //! given back (`adjust` at the slot), calls that may not wait (`max_delay`
 //! 0: a request also matching a rule without `shape`), calls with a floor
 //! (`~max_delay:floor`: a request held across slots), unshaped calls of
-//! other keys between them, and random traces. Model and Lua must agree on
-//! every reply (delay included) and on the log's stored entries. A key of a
-//! shaping rule only ever gets shaped calls (docs/shaping.md), so no trace
-//! sends it an unshaped one.
+//! other keys between them, extra charges (`adjust`, `flush`) of keys with
+//! slots in the future, and random traces. Model and Lua must agree on
+//! every reply (delay included), on the log's stored entries and on every
+//! TTL written. A key of a shaping rule only ever gets shaped calls
+//! (docs/shaping.md), so no trace sends it an unshaped one.
 
 use crate::support;
 
@@ -15,13 +16,92 @@ use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use support::differential::{check, Differential, Path};
 use support::Valkey;
-use tollgate::limiter::{Adjustment, Algorithm, Check};
+use tollgate::key::flush_token_key;
+use tollgate::limiter::{Adjustment, Algorithm, Check, Flush, FlushEntry};
 
 const SHAPING: [Algorithm; 4] = Algorithm::ALL;
 const T: u64 = 1_800_000_000_000;
 
 fn give_back(c: &Check) -> Adjustment {
     Adjustment { check: c.clone(), from: c.cost.get(), to: 0 }
+}
+
+fn change(c: &Check, from: u64, to: u64) -> Adjustment {
+    Adjustment { check: c.clone(), from, to }
+}
+
+/// A flush of `units` in `c` alone by syncer `w` (a fresh token each time).
+fn flush(c: &Check, units: u64, token: &str) -> Flush {
+    let entries = vec![FlushEntry { check: c.clone(), units }];
+    Flush {
+        entries,
+        token: token.into(),
+        syncer: "w".into(),
+        horizon_ms: 3_000,
+        token_key: flush_token_key(&c.key, "w"),
+    }
+}
+
+/// Extra charges of keys given slots in the future land at the bucket's
+/// last slot, not at now (src/limiter/model/tests/adjust.rs): after the
+/// seed's burst, a charge at now keeps the future window's count, gcra's
+/// `at` and the TTL of the slot; the next burst is placed after it. Then a
+/// settlement at the slot, a charge of two keys (one with future slots,
+/// one without) in one call, a flush of a shaped key, a give-back after a
+/// charge, and a charge once every slot has passed (at now again).
+#[test]
+fn extra_charges_land_at_the_last_slot() {
+    let valkey = Valkey::start();
+    for path in Path::ALL {
+        valkey.cmd(&["FLUSHALL"]);
+        for algorithm in SHAPING {
+            let key = |name: &str| format!("x:{{{path:?}:{name}}}:{}", algorithm.id());
+            let c = check(algorithm, 0, &key("burst"), &[(5, 1_000)], 1);
+            let mut d = Differential::via(&valkey, path);
+            for _ in 0..10 {
+                d.step_shaped(std::slice::from_ref(&c), 2_000, T);
+            }
+            let charged = d.adjust(&[change(&c, 0, 2)], T + 10, T + 10);
+            assert_eq!(charged.windows[0].remaining, 0, "{path:?} {algorithm:?}");
+            let second: Vec<u64> =
+                (0..5).map(|_| d.step_shaped(std::slice::from_ref(&c), 9_000, T + 20).delay_ms).collect();
+            let expected = match algorithm {
+                Algorithm::SlidingLog | Algorithm::FixedWindow => vec![1_980; 5],
+                Algorithm::Gcra => vec![1_180, 1_380, 1_580, 1_780, 1_980],
+                Algorithm::SlidingWindow => vec![2_730, 2_980, 3_230, 3_480, 3_730],
+            };
+            assert_eq!(second, expected, "{path:?} {algorithm:?}");
+            // A settlement of the last request, at its slot, higher.
+            d.adjust(&[change(&c, 1, 4)], T + 20 + second[4], T + 30);
+            // Two keys in one call: one with slots ahead, one without.
+            let a = check(algorithm, 0, &key("a"), &[(3, 500), (8, 4_000)], 2);
+            let plain = check(algorithm, 1, &key("plain"), &[(4, 700)], 1);
+            for i in 0..6 {
+                d.step_shaped(std::slice::from_ref(&a), 3_000, T + 100 + i);
+            }
+            d.step_shaped(std::slice::from_ref(&plain), 3_000, T + 100);
+            assert!(d.model.last_slot(&a) > T + 120, "{path:?} {algorithm:?}: slots ahead");
+            d.adjust(&[change(&a, 0, 3), change(&plain, 1, 3)], T + 100, T + 110);
+            d.flush(&flush(&a, 2, "f1"), T + 120);
+            d.flush(&flush(&a, 0, "f2"), T + 130);
+            let mut last = T;
+            for i in 0..4 {
+                let now = T + 140 + 11 * i;
+                let got = d.step_shaped(std::slice::from_ref(&a), 6_000, now);
+                if got.allowed {
+                    last = now + got.delay_ms;
+                }
+            }
+            // The last slot given back after a charge landed there too.
+            d.adjust(&[change(&a, 0, 1)], T + 200, T + 200);
+            d.adjust(&[give_back(&a)], last, T + 210);
+            d.step_shaped(std::slice::from_ref(&a), 6_000, T + 220);
+            // Every slot passed: charges at now again.
+            d.adjust(&[change(&a, 0, 2), change(&c, 0, 1)], T + 60_000, T + 60_000);
+            d.flush(&flush(&c, 1, "f3"), T + 60_010);
+            d.step_shaped(std::slice::from_ref(&c), 2_000, T + 60_020);
+        }
+    }
 }
 
 /// The seed's burst (10 against 5/s, max_delay 2 s), a slot given back, the
@@ -101,7 +181,9 @@ fn floored_calls_agree() {
 }
 
 /// Random traces: bursts of one or two keys at random gaps, shaped with a
-/// random max_delay (0: may not wait), sometimes a slot given back.
+/// random max_delay (0: may not wait), sometimes a slot given back, and
+/// extra charges: at now (a rule counted on the response), a settlement of
+/// the last slot above its cost, a flush.
 #[test]
 fn random_traces_agree() {
     let valkey = Valkey::start();
@@ -112,7 +194,7 @@ fn random_traces_agree() {
     });
     let windows = prop::collection::vec((1..=6u64, prop::sample::select(vec![50u64, 300, 1_000, 4_000])), 1..=2);
     let step = (
-        0..5u8,
+        0..8u8,
         prop::sample::select(vec![0u64, 0, 1, 20, 150, 900]),
         prop::sample::select(vec![0u64, 100, 800, 3_000]),
         prop::sample::select(vec![0u64, 1, 60, 400, 1_200, 5_000]),
@@ -121,6 +203,7 @@ fn random_traces_agree() {
     let run = std::sync::atomic::AtomicU64::new(0);
     let delayed = std::sync::atomic::AtomicU64::new(0);
     let floored = std::sync::atomic::AtomicU64::new(0);
+    let charged_later = std::sync::atomic::AtomicU64::new(0);
     runner
         .run(&case, |(algorithm, windows, cost, steps)| {
             let n = run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -132,9 +215,23 @@ fn random_traces_agree() {
             let mut d = Differential::via(&valkey, path);
             let mut now = T;
             let mut last_slot = None;
-            for (kind, gap, max_delay, floor) in steps {
+            for (i, (kind, gap, max_delay, floor)) in steps.into_iter().enumerate() {
                 now += gap;
+                if kind >= 5 && d.model.last_slot(&c) > now {
+                    charged_later.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 match kind {
+                    5 => {
+                        d.adjust(&[change(&c, 0, 1 + max_delay % 3), change(&o, 0, 1)], now, now);
+                    }
+                    6 => {
+                        if let Some(slot) = last_slot {
+                            d.adjust(&[change(&c, c.cost.get(), c.cost.get() + 2)], slot, now);
+                        }
+                    }
+                    7 => {
+                        d.flush(&flush(&c, 1 + floor % 4, &format!("t{i}")), now);
+                    }
                     0 => {
                         d.step_shaped(&[c.clone(), o.clone()], 0, now);
                     }
@@ -173,4 +270,5 @@ fn random_traces_agree() {
         .unwrap();
     assert!(delayed.into_inner() > 50, "the traces delay requests");
     assert!(floored.into_inner() > 50, "the traces place requests at floors");
+    assert!(charged_later.into_inner() > 50, "the traces charge keys with slots ahead");
 }

@@ -9,6 +9,7 @@ use super::valkey_stats::Conn;
 use super::{try_command, Valkey};
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
+use std::time::Instant;
 use tollgate::limiter::model::Model;
 use tollgate::limiter::script::{
     encode_adjust, encode_call, encode_floored_call, encode_flush, encode_load, is_loaded, is_missing, limiter,
@@ -190,9 +191,14 @@ pub fn ttl_ms(check: &Check) -> u64 {
     }
 }
 
+/// What the script adds to every TTL when the clock is injected
+/// (`ttl_slack` in prelude.lua).
+pub const TTL_SLACK_MS: u64 = 60_000;
+
 /// Model and script side by side. Keys whose TTL has run out in injected
 /// time are deleted from Valkey only, as real expiry would: the model keeps
-/// its stale state, so agreement proves the TTLs are long enough.
+/// its stale state, so agreement proves the TTLs are long enough. Every key
+/// a step writes is checked to live exactly as long as expected (`PTTL`).
 pub struct Differential<'a> {
     pub valkey: &'a Valkey,
     pub path: Path,
@@ -217,17 +223,20 @@ impl<'a> Differential<'a> {
     /// asserts identical answers and stored entries.
     pub fn adjust(&mut self, adjustments: &[Adjustment], at: u64, now: u64) -> Decision {
         self.expire(now);
+        // An extra charge lands at the later of now and the bucket's last slot.
+        let charged_at: Vec<u64> = adjustments.iter().map(|a| now.max(self.model.last_slot(&a.check))).collect();
         let expected = self.model.adjust(adjustments, at, now);
+        let sent = Instant::now();
         let got = store_adjust_via(self.valkey, self.path, adjustments, at, Some(now));
         assert_eq!(
             got, expected,
             "{:?} step {} at {now} ms: store and model disagree on adjusting (at {at}) {adjustments:#?}",
             self.path, self.steps
         );
-        for a in adjustments {
+        for (a, c) in adjustments.iter().zip(charged_at) {
             self.check_entries(&a.check);
             if a.to > a.from {
-                self.written.insert(a.check.key.clone(), (now, ttl_ms(&a.check)));
+                self.wrote(&a.check.key, c, ttl_ms(&a.check), now, sent);
             }
         }
         self.steps += 1;
@@ -238,34 +247,69 @@ impl<'a> Differential<'a> {
     /// entries. The token key and syncer sets expire as Valkey's would.
     pub fn flush(&mut self, flush: &Flush, now: u64) -> FlushReply {
         self.expire(now);
+        let charged_at: Vec<u64> = flush.entries.iter().map(|e| now.max(self.model.last_slot(&e.check))).collect();
         let expected = self.model.flush(flush, now);
+        let sent = Instant::now();
         let got = store_flush_via(self.valkey, self.path, flush, Some(now));
         assert_eq!(
             got, expected,
             "{:?} step {} at {now} ms: store and model disagree on {flush:#?}",
             self.path, self.steps
         );
-        for e in &flush.entries {
+        for (e, c) in flush.entries.iter().zip(charged_at) {
             self.check_entries(&e.check);
             if got.applied && e.units > 0 {
-                self.written.insert(e.check.key.clone(), (now, ttl_ms(&e.check)));
+                self.wrote(&e.check.key, c, ttl_ms(&e.check), now, sent);
             }
-            self.written.insert(tollgate::key::syncers_key(&e.check.key), (now, flush.horizon_ms));
+            let syncers = tollgate::key::syncers_key(&e.check.key);
+            let expiry = self.model.flush_key_expiry(&syncers).unwrap();
+            self.wrote(&syncers, now, expiry - now, now, sent);
         }
         if got.applied {
             let longest =
                 flush.entries.iter().map(|e| e.check.windows.iter().map(|w| w.period_ms.get()).max().unwrap_or(0));
-            self.written.insert(flush.token_key.clone(), (now, longest.max().unwrap_or(0)));
+            self.wrote(&flush.token_key, now, longest.max().unwrap_or(0), now, sent);
         }
         self.steps += 1;
         got
     }
 
+    /// The log's stored entries: as many as the model's, at the same times
+    /// (compared when there are at most a few thousand).
     fn check_entries(&self, c: &Check) {
         if c.algorithm == Algorithm::SlidingLog {
             let zcard = self.valkey.int(&["ZCARD", &c.key]);
             assert_eq!(zcard as usize, self.model.entries(&c.key), "step {}: entries of {}", self.steps, c.key);
+            if zcard <= 4_096 {
+                let Value::Array(items) = self.valkey.cmd(&["ZRANGE", &c.key, "0", "-1", "WITHSCORES"]) else {
+                    panic!("ZRANGE {}", c.key)
+                };
+                let times: Vec<u64> = items
+                    .iter()
+                    .skip(1)
+                    .step_by(2)
+                    .map(|s| String::from_utf8_lossy(s.as_bytes().unwrap()).parse().unwrap())
+                    .collect();
+                assert_eq!(times, self.model.entry_times(&c.key), "step {}: entry times of {}", self.steps, c.key);
+            }
         }
+    }
+
+    /// `key` was written (its TTL set) at `at` by a call at `now` sent at
+    /// `sent`, to live `ttl` ms after `at`: it expires then in injected time,
+    /// and its `PTTL` is `at + ttl - now` plus the slack, less the real time
+    /// since the call was sent.
+    pub fn wrote(&mut self, key: &str, at: u64, ttl: u64, now: u64, sent: Instant) {
+        self.written.insert(key.to_string(), (at, ttl));
+        let pttl = self.valkey.int(&["PTTL", key]);
+        let expected = i64::try_from(at + ttl - now + TTL_SLACK_MS).unwrap();
+        let passed = i64::try_from(sent.elapsed().as_millis()).unwrap();
+        assert!(
+            pttl <= expected + 1 && pttl >= expected - passed - 1,
+            "{:?} step {} at {now} ms: {key} lives {pttl} ms, not {expected} ({passed} ms passed since)",
+            self.path,
+            self.steps
+        );
     }
 
     /// Deletes from Valkey the keys whose TTL ran out by `now`.
@@ -287,6 +331,7 @@ impl<'a> Differential<'a> {
     pub fn step(&mut self, checks: &[Check], now: u64) -> Decision {
         self.expire(now);
         let expected = self.model.decide(checks, now);
+        let sent = Instant::now();
         let got = store_decide_via(self.valkey, self.path, checks, Some(now));
         assert_eq!(
             got, expected,
@@ -296,7 +341,7 @@ impl<'a> Differential<'a> {
         for c in checks {
             self.check_entries(c);
             if got.allowed && !c.check_only {
-                self.written.insert(c.key.clone(), (now, ttl_ms(c)));
+                self.wrote(&c.key, now, ttl_ms(c), now, sent);
             }
         }
         self.steps += 1;
@@ -313,6 +358,7 @@ impl<'a> Differential<'a> {
     pub fn step_floored(&mut self, checks: &[Check], max_delay: u64, floor: u64, now: u64) -> Decision {
         self.expire(now);
         let expected = self.model.decide_floored(checks, max_delay, floor, now);
+        let sent = Instant::now();
         let got = store_shaped_via(self.valkey, self.path, checks, (max_delay, floor), Some(now));
         assert_eq!(
             got, expected,
@@ -322,7 +368,7 @@ impl<'a> Differential<'a> {
         for c in checks {
             self.check_entries(c);
             if got.allowed && !c.check_only {
-                self.written.insert(c.key.clone(), (now + got.delay_ms, ttl_ms(c)));
+                self.wrote(&c.key, now + got.delay_ms, ttl_ms(c), now, sent);
             }
         }
         self.steps += 1;

@@ -12,7 +12,9 @@
 //! * Shaping ([`super::shape`]): the bucket also stores the last slot given
 //!   later than its call's `now`; a window fits at `t0 + retry(t0)` (the
 //!   next window's start when full); the commit counts in the slot's
-//!   window; stats at the later of `now` and the last slot.
+//!   window; stats at the later of `now` and the last slot. An extra
+//!   charge ([`super::Model::adjust`]) commits at the later of `now` and
+//!   the last slot, as a shaped commit there.
 
 use super::{sat, Bucket};
 use crate::limiter::{Window, STATE_MAX};

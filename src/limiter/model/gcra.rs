@@ -22,6 +22,8 @@
 //! * Shaping ([`super::shape`]): the last slot is the latest `at` of the
 //!   check's windows; a window fits at `t0 + retry(t0)`; stats are taken at
 //!   the later of `now` and `at` (`reset_ms` adds the wait until `at`).
+//!   An extra charge ([`super::Model::adjust`]) commits at the later of
+//!   `now` and the latest `at`: the last admission never moves back.
 
 use super::{ceil_div, sat, Bucket};
 use crate::limiter::Window;

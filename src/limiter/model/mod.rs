@@ -177,6 +177,12 @@ impl Model {
         }
     }
 
+    /// The latest slot recorded in `check`'s bucket (0 if none): an extra
+    /// charge ([`Model::adjust`]) at an earlier `now` lands there.
+    pub fn last_slot(&self, check: &Check) -> u64 {
+        self.bucket(check).map_or(0, |b| b.last_slot(&check.windows))
+    }
+
     /// Forgets `key` (a bucket, a flush's token key or a syncer set), as
     /// Valkey does when the key expires.
     pub fn expire(&mut self, key: &str) {
@@ -197,42 +203,70 @@ impl Model {
     }
 
     /// Changes what requests decided at `at_ms` recorded, at `now_ms`, all
-    /// at once (`adjust.lua`). Per bucket, after the usual housekeeping: an
-    /// extra charge (`to > from`) is recorded now, as a commit of `to -
-    /// from` units that checks nothing (the log records at most its largest
-    /// limit); a refund (`to < from`) takes `from - to` units back from the
-    /// request's own record ([`Bucket::refund`]). The reply is the buckets'
-    /// state afterwards, as a decision that admits.
+    /// at once (`adjust.lua`). Per bucket, after the usual housekeeping:
+    ///
+    /// * an extra charge (`to > from`) is recorded as a commit of `to - from`
+    ///   units that checks nothing (the log records at most its largest
+    ///   limit), at **c** = the later of `now_ms` and the bucket's last slot
+    ///   ([`Bucket::last_slot`]): never before a slot a shaped call already
+    ///   gave, so a future window keeps its count and the order of slots is
+    ///   kept; when `c > now_ms` the counters note it as their last slot, as
+    ///   a shaped commit does. The key's TTL runs from `c` (the script's
+    ///   `PEXPIRE`): its longest period after it, never shorter than any
+    ///   record still stored needs;
+    /// * a refund (`to < from`) takes `from - to` units back from the
+    ///   request's own record ([`Bucket::refund`]).
+    ///
+    /// The reply is the buckets' state afterwards, as a decision that
+    /// admits; a bucket charged at `c > now_ms` reports as a shaped call
+    /// does ([`Bucket::shaped_stats`]: at now, counting its future slots).
     pub fn adjust(&mut self, adjustments: &[Adjustment], at_ms: u64, now_ms: u64) -> Decision {
+        let mut later = Vec::with_capacity(adjustments.len());
         for a in adjustments {
             let windows = &a.check.windows;
             let bucket = self.state_mut(&a.check).bucket_mut();
             bucket.prepare(windows, now_ms);
+            let mut at_c = false;
             if a.to > a.from {
                 let mut units = (a.to - a.from).min(ADJUST_MAX);
                 if a.check.algorithm == Algorithm::SlidingLog {
                     units = units.min(windows.iter().map(|w| w.limit.get()).max().unwrap_or(0));
                 }
-                bucket.commit(windows, units, now_ms);
+                let c = now_ms.max(bucket.last_slot(windows));
+                bucket.commit(windows, units, c);
+                if c > now_ms {
+                    bucket.note_slot(c);
+                    at_c = true;
+                }
             } else if a.from > a.to {
                 bucket.refund(windows, at_ms, (a.from - a.to).min(ADJUST_MAX), now_ms);
             }
+            later.push(at_c);
         }
         let checks: Vec<&Check> = adjustments.iter().map(|a| &a.check).collect();
         let retries = vec![0; checks.iter().map(|c| c.windows.len()).sum()];
-        self.outcome(&checks, true, retries, now_ms)
+        self.outcome_with(&checks, true, retries, now_ms, &later)
     }
 
     /// The decision's per-window outcome after phase 2.
     fn outcome(&self, checks: &[&Check], allowed: bool, retries: Vec<u64>, now_ms: u64) -> Decision {
-        self.outcome_with(checks, allowed, retries, now_ms, false)
+        self.outcome_with(checks, allowed, retries, now_ms, &[])
     }
 
-    /// [`Model::outcome`], with shaping's stats when `shaped`.
-    fn outcome_with(&self, checks: &[&Check], allowed: bool, retries: Vec<u64>, now_ms: u64, shaped: bool) -> Decision {
+    /// [`Model::outcome`], with shaping's stats for the checks whose
+    /// `shaped` is true (none when it is empty).
+    fn outcome_with(
+        &self,
+        checks: &[&Check],
+        allowed: bool,
+        retries: Vec<u64>,
+        now_ms: u64,
+        shaped: &[bool],
+    ) -> Decision {
         let mut windows = Vec::with_capacity(retries.len());
         let mut retry = retries.into_iter();
         for (ci, check) in checks.iter().enumerate() {
+            let shaped = shaped.get(ci).copied().unwrap_or(false);
             for (wi, w) in check.windows.iter().enumerate() {
                 let stats = |b: &dyn Bucket| if shaped { b.shaped_stats(w, now_ms) } else { b.stats(w, now_ms) };
                 let (remaining, reset_ms) = self.bucket(check).map_or((w.limit.get(), 0), stats);

@@ -68,7 +68,7 @@ impl Model {
         let limit = i128::from(now_ms) + i128::from(max_delay_ms);
         let retries = earliest.iter().map(|&e| sat(i128::from(e) - limit)).collect();
         let checks: Vec<&Check> = checks.iter().collect();
-        let mut decision = self.outcome_with(&checks, allowed, retries, now_ms, true);
+        let mut decision = self.outcome_with(&checks, allowed, retries, now_ms, &vec![true; checks.len()]);
         decision.delay_ms = if allowed { slot - now_ms } else { 0 };
         decision
     }

@@ -12,7 +12,9 @@
 //! * Housekeeping: entries at or before `now - longest period` are dropped.
 //! * Shaping ([`super::shape`]): the last slot is the newest entry; a
 //!   window fits at `t >= t0` once enough entries counted at `t0` left;
-//!   stats as above (entries at future slots count).
+//!   stats as above (entries at future slots count). An extra charge
+//!   ([`super::Model::adjust`]) records its entries at the later of `now`
+//!   and the newest entry.
 
 use super::{sat, Bucket};
 use crate::limiter::Window;

@@ -28,7 +28,9 @@
 //!   estimate only falls from there (within the window it is `cur` plus a
 //!   shrinking share of `prev`; in the next, a shrinking share of `cur`),
 //!   so fitting at the slot is fitting from then on. Stats at the later of
-//!   `now` and the last slot.
+//!   `now` and the last slot. An extra charge ([`super::Model::adjust`])
+//!   commits at the later of `now` and the last slot, as a shaped commit
+//!   there.
 
 use super::{ceil_div, sat, Bucket};
 use crate::limiter::{Window, STATE_MAX};

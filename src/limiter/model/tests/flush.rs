@@ -1,6 +1,8 @@
 //! `Model::flush`: a token records once until it expires, units 0 only
-//! read, syncers count as active for the horizon and rank by name.
+//! read, syncers count as active each for its own horizon and rank by
+//! name; a token key that is not the first key's is refused.
 
+use crate::key::flush_token_key;
 use crate::limiter::model::Model;
 use crate::limiter::{Algorithm, Flush, FlushEntry};
 use crate::testing::check;
@@ -9,13 +11,19 @@ const T: u64 = 1_800_000_000_000;
 
 /// A flush of `units` in one bucket (10 per s, 30 per 5 s) by `syncer`.
 fn flush(algorithm: Algorithm, token: &str, syncer: &str, units: u64) -> Flush {
+    flush_for(algorithm, token, syncer, units, 3_000)
+}
+
+/// [`flush`] with the syncer's horizon.
+fn flush_for(algorithm: Algorithm, token: &str, syncer: &str, units: u64, horizon_ms: u64) -> Flush {
     let check = check(algorithm, 0, "p:{k}:b", &[(10, 1_000), (30, 5_000)], 1);
+    let token_key = flush_token_key(&check.key, syncer);
     Flush {
         entries: vec![FlushEntry { check, units }],
         token: token.into(),
         syncer: syncer.into(),
-        horizon_ms: 3_000,
-        token_key: format!("p:{{k}}:flush:{syncer}"),
+        horizon_ms,
+        token_key,
     }
 }
 
@@ -80,4 +88,52 @@ fn syncers_are_active_for_the_horizon_and_ranked_by_name() {
     assert_eq!(m.flush(&flush(a, "7", "b", 0), T + 5_999).syncers, vec![(2, 0)]);
     assert_eq!(m.flush(&flush(a, "8", "b", 0), T + 6_000).syncers, vec![(1, 0)]);
     assert_eq!(m.flush(&flush(a, "9", "z", 0), T + 9_000).syncers, vec![(1, 0)]);
+}
+
+/// Two syncers, horizons 3 s ("l") and 300 ms ("s"): each stays in the set
+/// for its own horizon, whoever flushes; the short one's flush does not
+/// drop the long one.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn each_syncer_stays_for_its_own_horizon() {
+    let a = Algorithm::SlidingLog;
+    let mut m = Model::new();
+    assert_eq!(m.flush(&flush_for(a, "1", "l", 1, 3_000), T).syncers, vec![(1, 0)]);
+    assert_eq!(m.flush(&flush_for(a, "2", "s", 1, 300), T + 1_000).syncers, vec![(2, 1)], "l is active till T + 3 s");
+    assert_eq!(m.flush(&flush_for(a, "3", "l", 1, 3_000), T + 1_299).syncers, vec![(2, 0)]);
+    assert_eq!(m.flush(&flush_for(a, "4", "l", 1, 3_000), T + 1_300).syncers, vec![(1, 0)], "s left at T + 1.3 s");
+    assert_eq!(m.flush(&flush_for(a, "5", "s", 1, 300), T + 4_299).syncers, vec![(2, 1)]);
+    assert_eq!(m.flush(&flush_for(a, "6", "s", 1, 300), T + 4_300).syncers, vec![(1, 0)], "l left at T + 4.3 s");
+}
+
+/// A syncer's short flush (an owed flush: 300 ms) never shortens its long
+/// entry (3 s): another syncer still counts it until then.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_short_flush_never_shortens_a_long_entry() {
+    let a = Algorithm::FixedWindow;
+    let mut m = Model::new();
+    assert_eq!(m.flush(&flush_for(a, "1", "x", 1, 3_000), T).syncers, vec![(1, 0)]);
+    assert_eq!(m.flush(&flush_for(a, "2", "x", 2, 300), T + 100).syncers, vec![(1, 0)]);
+    assert_eq!(m.flush(&flush_for(a, "3", "y", 0, 300), T + 2_999).syncers, vec![(2, 1)], "x until T + 3 s");
+    assert_eq!(m.flush(&flush_for(a, "4", "y", 0, 300), T + 3_000).syncers, vec![(1, 0)]);
+    // A longer horizon extends it; the set lives as long as its latest member.
+    assert_eq!(m.flush(&flush_for(a, "5", "x", 0, 10_000), T + 3_001).syncers, vec![(2, 0)], "y until T + 3.3 s");
+    assert_eq!(m.flush_key_expiry(&crate::key::syncers_key("p:{k}:b")), Some(T + 13_001));
+    assert_eq!(m.flush(&flush_for(a, "6", "y", 0, 300), T + 13_000).syncers, vec![(2, 1)]);
+    assert_eq!(m.flush(&flush_for(a, "7", "y", 0, 300), T + 13_001).syncers, vec![(1, 0)]);
+}
+
+/// The token key must be the first bucket's key, `:flush:`, then a name of
+/// 1 to 64 bytes ([`flush_token_key`]): any other is refused.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn only_the_first_keys_token_key_is_accepted() {
+    let good = flush(Algorithm::Gcra, "t", "w", 1);
+    assert_eq!(Model::flush_error(&good), None);
+    let long = flush_token_key("p:{k}:b", &"n".repeat(64));
+    assert_eq!(Model::flush_error(&Flush { token_key: long, ..good.clone() }), None);
+    for bad in ["p:{k}:b:flush:", "p:{k}:b", "p:{k}:other:flush:w", "p:{k}:flush:w", "p:{k}:b:flushw", "x"] {
+        let refused = Flush { token_key: bad.into(), ..good.clone() };
+        assert_eq!(Model::flush_error(&refused), Some("ERR tollgate: bad token key"), "{bad}");
+    }
+    let too_long = flush_token_key("p:{k}:b", &"n".repeat(65));
+    assert_eq!(Model::flush_error(&Flush { token_key: too_long, ..good }), Some("ERR tollgate: bad token key"));
 }
