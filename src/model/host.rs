@@ -6,14 +6,29 @@
 //! `tollgate simulate` answers its outbox with the model store, and the
 //! fuzz target checks that every request was answered.
 
+use crate::limiter::Check;
 use crate::plan::RequestView;
 use crate::response::{Header, LocalReply};
-use crate::worker::{DecisionRecord, Gauge, Host, Level, Record, ResponseView, Stat};
+use crate::worker::{Answer, Decider, DecisionRecord, Gauge, Host, Level, Record, ResponseView, Stat};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// A stream opened: its token, cluster and metadata.
 pub type Opened = (u32, String, Vec<(String, String)>);
+
+/// A request decided over its checks, as the worker recorded it.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    pub id: u32,
+    pub decider: Decider,
+    pub answer: Answer,
+    pub checks: Vec<Check>,
+    /// The decision's time: the store's clock, or the proxy's for a
+    /// decision on the worker.
+    pub now_ms: u64,
+    /// A shaped admission's delay: its slot is `now_ms + delay_ms`.
+    pub delay_ms: u64,
+}
 
 /// Everything the worker asked of its host. Tokens count from 1.
 #[derive(Debug, Default)]
@@ -32,6 +47,10 @@ pub struct RecordingHost {
     pub replies: Vec<(u32, LocalReply)>,
     /// What was decided about each request, in order.
     pub decisions: Vec<(u32, DecisionRecord)>,
+    /// Of those decided over checks (by the store, the cache, the local
+    /// limiter or a synced rule): the checks and the decision's time and
+    /// delay, in order.
+    pub judged: Vec<Judged>,
     /// Held responses resumed, with the headers added.
     pub resumed: Vec<(u32, Vec<(String, String)>)>,
     pub removed_headers: Vec<String>,
@@ -154,6 +173,11 @@ impl Host for RecordingHost {
 
     fn decided(&mut self, id: u32, record: &Record<'_>) {
         self.decisions.push((id, record.to_record()));
+        if let Record::Decided { checks, decision, decider, answer, .. } = record {
+            let (now_ms, delay_ms) = (decision.now_ms, decision.delay_ms);
+            let judged = Judged { id, decider: *decider, answer: *answer, checks: checks.to_vec(), now_ms, delay_ms };
+            self.judged.push(judged);
+        }
     }
 
     fn resume_response(&mut self, id: u32, headers: &[Header]) {

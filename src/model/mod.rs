@@ -14,4 +14,5 @@
 
 pub mod cross;
 pub mod host;
+pub mod sim;
 pub mod store;

@@ -34,6 +34,25 @@ pub struct ModelStore {
     pub evals: usize,
     /// Every adjustment applied: its call's `at`, `from` and `to`.
     pub adjusted: Vec<(u64, u64, u64)>,
+    /// Every call of the limiter that ran, in order, when [`ModelStore::journal`]
+    /// is on (the whole-system simulator reads what was recorded from it).
+    pub ran: Vec<Ran>,
+    /// Whether calls are journaled in [`ModelStore::ran`].
+    pub journal: bool,
+}
+
+/// A call of the limiter the store ran, as it was asked and answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ran {
+    /// A decision at `now_ms`: its checks (a check's cost is what it
+    /// records, unless it only checks), whether it admitted, and a shaped
+    /// admission's delay (its slot is `now_ms + delay_ms`).
+    Decide { now_ms: u64, checks: Vec<Check>, allowed: bool, delay_ms: u64 },
+    /// An `adjust` at `now_ms` of what a decision at `at_ms` recorded.
+    Adjust { now_ms: u64, at_ms: u64, adjustments: Vec<Adjustment> },
+    /// A flush at `now_ms`: its token, its entries, whether it was applied
+    /// now (else it was before: read only).
+    Flush { now_ms: u64, token: String, entries: Vec<FlushEntry>, applied: bool },
 }
 
 impl Default for ModelStore {
@@ -48,6 +67,8 @@ impl Default for ModelStore {
             executed: 0,
             evals: 0,
             adjusted: Vec::new(),
+            ran: Vec::new(),
+            journal: false,
         }
     }
 }
@@ -185,8 +206,14 @@ impl ModelStore {
             };
             checks.push(Check { rule, key, windows: windows(&mut args)?.into(), cost, algorithm, check_only });
         }
-        let Some(max_delay) = max_delay else { return Some(reply(&self.model.decide(&checks, now))) };
+        let Some(max_delay) = max_delay else {
+            let decision = self.model.decide(&checks, now);
+            self.note(|| Ran::Decide { now_ms: now, checks, allowed: decision.allowed, delay_ms: 0 });
+            return Some(reply(&decision));
+        };
         let decision = self.model.decide_floored(&checks, max_delay, floor, now);
+        let (allowed, delay_ms) = (decision.allowed, decision.delay_ms);
+        self.note(|| Ran::Decide { now_ms: now, checks, allowed, delay_ms });
         let Value::Array(mut items) = reply(&decision) else { return None };
         items.push(Value::Integer(i64::try_from(decision.delay_ms).unwrap_or(i64::MAX)));
         Some(Value::Array(items))
@@ -208,7 +235,16 @@ impl ModelStore {
             adjustments.push(Adjustment { check, from, to });
             self.adjusted.push((at, from, to));
         }
-        Some(reply(&self.model.adjust(&adjustments, at, now)))
+        let decision = self.model.adjust(&adjustments, at, now);
+        self.note(|| Ran::Adjust { now_ms: now, at_ms: at, adjustments });
+        Some(reply(&decision))
+    }
+
+    /// Journals what `ran` makes, if the journal is on.
+    fn note(&mut self, ran: impl FnOnce() -> Ran) {
+        if self.journal {
+            self.ran.push(ran());
+        }
     }
 
     /// `numkeys, buckets..., their syncer sets..., token key, now, token,
@@ -235,6 +271,8 @@ impl ModelStore {
             return Some(error(refused));
         }
         let answer = self.model.flush(&flush, now);
+        let applied = answer.applied;
+        self.note(|| Ran::Flush { now_ms: now, token: flush.token, entries: flush.entries, applied });
         let Value::Array(mut items) = reply(&answer.state) else { return None };
         if let Some(first) = items.first_mut() {
             *first = Value::Integer(i64::from(answer.applied));

@@ -1,0 +1,241 @@
+//! The checks of a finished run, each a sentence when it fails:
+//!
+//! * every request was answered, or its client left, or its proxy died;
+//! * the admissions of every bucket keep every window within what its
+//!   algorithm allows ([`super::bounds`]): exactly for rules the store
+//!   decides (not counted on the response: a settlement below the
+//!   reservation frees room), within the synced bound
+//!   ([`super::synced::Excess`]) for synced ones;
+//! * the store never admits beyond its own records (a decision's windows,
+//!   at its slot, with what was recorded before it: the log and fixed
+//!   windows, including rules counted on the response);
+//! * shaping: a held request is never released before its slot; every
+//!   recorded slot belongs to a request released or given back (beyond
+//!   those whose reply or give-back was lost, or whose proxy died); and a
+//!   worker never has more than `max_waiting` slots recorded ahead.
+
+use super::bounds::first_over;
+use super::ledger::{admissions, cut_of, records_ledger, Records};
+use super::synced::Excess;
+use super::trace::{Mode, Trace};
+use super::world::Run;
+use crate::limiter::Algorithm;
+use crate::model::store::Ran;
+use crate::worker::{Decider, ShapeStat, Stat};
+
+/// A syncer counts as active for this many of its intervals after its
+/// last flush (`crate::worker`'s synced room says the same).
+const HORIZON_INTERVALS: u64 = 3;
+use std::collections::BTreeMap;
+
+/// Everything that went wrong in `run` of `trace` (empty: nothing).
+pub fn check(trace: &Trace, run: &Run) -> Vec<String> {
+    let mut out = Vec::new();
+    answered(run, &mut out);
+    let rule = &trace.rule;
+    if rule.count.is_none() {
+        let admitted = admissions(run);
+        for (key, ledger) in &admitted {
+            let excess = match rule.mode {
+                Mode::Synced => Excess::new(trace, run, key, &admitted),
+                _ => Excess::exact(trace, run, key),
+            };
+            for &w in &rule.windows {
+                if let Some(over) = first_over(rule.algorithm, w, ledger, &|from, to| excess.of(from, to, w.0)) {
+                    out.push(format!("{key} {}/{}ms: {over:?} {}", w.0, w.1, excess.describe()));
+                }
+            }
+        }
+    }
+    if rule.mode == Mode::Synced {
+        views_counted(trace, run, &mut out);
+    }
+    if rule.mode != Mode::Synced && matches!(rule.algorithm, Algorithm::SlidingLog | Algorithm::FixedWindow) {
+        within_records(trace, run, &mut out);
+    }
+    if let Mode::Shaped { max_waiting, .. } = rule.mode {
+        released_at_slots(run, &mut out);
+        if rule.count.is_none() {
+            slots_accounted(run, &mut out);
+        }
+        waiting_bounded(run, max_waiting, &mut out);
+    }
+    out
+}
+
+/// A worker decides a bucket on its own only while the store counts it
+/// among the bucket's syncers (it noted the worker's flush less than the
+/// worker's horizon ago), or while a flush of the bucket is on its way:
+/// else the store has given its part to the others. Checked while the
+/// store answers the worker (a worker keeps deciding from its view while
+/// its flushes fail: the bound's term for workers cut off).
+fn views_counted(trace: &Trace, run: &Run, out: &mut Vec<String>) {
+    // Per node and bucket: (cut, noted by the store) of every flush.
+    let mut flushes: BTreeMap<(usize, &str), Vec<(u64, u64)>> = BTreeMap::new();
+    for (ran, &node) in run.store.ran.iter().zip(&run.ran_by) {
+        if let Ran::Flush { now_ms, token, entries, .. } = ran {
+            let cut = cut_of(token).unwrap_or(*now_ms);
+            for e in entries {
+                flushes.entry((node, e.check.key.as_str())).or_default().push((cut, *now_ms));
+            }
+        }
+    }
+    for (i, n) in run.nodes.iter().enumerate() {
+        let Some(interval) = trace.proxies.get(n.proxy).and_then(|p| p.interval_ms) else { continue };
+        let horizon = interval * HORIZON_INTERVALS;
+        let troubled = |t: u64| {
+            run.troubles
+                .iter()
+                .any(|&(from, to, who)| who.is_none_or(|w| w == i) && from <= t && t < to + horizon + interval)
+        };
+        for j in n.host.judged.iter().filter(|j| j.decider == Decider::Sync && !troubled(j.now_ms)) {
+            for c in &j.checks {
+                let seen = flushes.get(&(i, c.key.as_str())).map(Vec::as_slice).unwrap_or_default();
+                let t = j.now_ms;
+                let counted =
+                    seen.iter().any(|&(cut, noted)| (noted <= t && t < noted + horizon) || (cut <= t && t < noted));
+                if !counted {
+                    out.push(format!("worker {i} decided {} at {t} on a view the store no longer counts", c.key));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn answered(run: &Run, out: &mut Vec<String>) {
+    for (id, r) in &run.requests {
+        let alive = run.nodes.get(r.node).is_some_and(|n| n.alive);
+        if alive && !r.gone && r.released_ms.is_none() && r.refused.is_none() {
+            out.push(format!("request {id} (sent at {}) never answered", r.sent_ms));
+        }
+    }
+}
+
+/// The store's decisions, replayed over its records, until the store
+/// restarts without its state (then a refund of a record it forgot can
+/// free another's units: no bound holds, docs/reliability.md).
+fn within_records(trace: &Trace, run: &Run, out: &mut Vec<String>) {
+    let mut records = Records::default();
+    let wiped = run.wipes.first().copied().unwrap_or(u64::MAX);
+    let algorithm = trace.rule.algorithm;
+    for ran in &run.store.ran {
+        let now = match ran {
+            Ran::Decide { now_ms, .. } | Ran::Adjust { now_ms, .. } | Ran::Flush { now_ms, .. } => *now_ms,
+        };
+        if now >= wiped {
+            return;
+        }
+        records.apply(ran, |r, slot, checks| {
+            for c in checks {
+                for w in c.windows.iter() {
+                    let (limit, period) = (w.limit.get(), w.period_ms.get());
+                    let (from, to) = match algorithm {
+                        Algorithm::FixedWindow => (slot / period * period, slot / period * period + period - 1),
+                        _ => ((slot + 1).saturating_sub(period), slot),
+                    };
+                    let there = r.units(&c.key, from, to);
+                    if there + c.cost.get() > limit {
+                        out.push(format!(
+                            "{} {limit}/{period}ms: admitted {} at {slot} over {there} recorded in [{from}, {to}]",
+                            c.key,
+                            c.cost.get()
+                        ));
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn released_at_slots(run: &Run, out: &mut Vec<String>) {
+    for n in &run.nodes {
+        for j in n.host.judged.iter().filter(|j| j.decider == Decider::Store && j.delay_ms > 0) {
+            let released = run.requests.get(&j.id).and_then(|r| r.released_ms);
+            if released.is_some_and(|at| at < j.now_ms + j.delay_ms) {
+                out.push(format!(
+                    "request {} released at {released:?} before its slot {}",
+                    j.id,
+                    j.now_ms + j.delay_ms
+                ));
+            }
+        }
+    }
+}
+
+/// What calls may have left a slot recorded that nobody uses: replies
+/// lost (the outcome unknown), give-backs lost, and requests held by a
+/// proxy that died.
+fn unaccounted(run: &Run) -> u64 {
+    let lost: u64 = run
+        .nodes
+        .iter()
+        .map(|n| n.host.count(Stat::UnknownOutcome) + n.host.count(Stat::Shape(ShapeStat::GiveBackFailed)))
+        .sum();
+    // Requests of a proxy that died before they were released or
+    // refused: their call, or their give-back, may have run.
+    let dead = run
+        .requests
+        .values()
+        .filter(|r| r.released_ms.is_none() && r.refused.is_none())
+        .filter(|r| run.nodes.get(r.node).is_some_and(|n| !n.alive))
+        .count() as u64;
+    lost + dead
+}
+
+fn slots_accounted(run: &Run, out: &mut Vec<String>) {
+    let mut records = Records::default();
+    for ran in &run.store.ran {
+        records.apply(ran, |_, _, _| {});
+    }
+    let recorded = records_ledger(&records);
+    let admitted = admissions(run);
+    let mut extra = 0;
+    for (key, rec) in &recorded {
+        let adm: BTreeMap<u64, u64> =
+            admitted.get(key).into_iter().flatten().fold(BTreeMap::new(), |mut m, &(t, u)| {
+                *m.entry(t).or_default() += u;
+                m
+            });
+        let rec: BTreeMap<u64, u64> = rec.iter().copied().collect();
+        for (t, u) in &adm {
+            let there = rec.get(t).copied().unwrap_or(0);
+            if *u > there {
+                out.push(format!("{key}: {u} released at {t}, {there} recorded there"));
+            }
+        }
+        extra += rec.values().sum::<u64>().saturating_sub(adm.values().sum());
+    }
+    let allowed = unaccounted(run);
+    if extra > allowed {
+        out.push(format!("{extra} recorded for requests neither released nor given back (at most {allowed} unknown)"));
+    }
+}
+
+/// Per worker, the slots of its decisions recorded ahead of each decision
+/// that gives one (a gone request's give-back removes its slot).
+fn waiting_bounded(run: &Run, max_waiting: u64, out: &mut Vec<String>) {
+    let mut ahead: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for (ran, &node) in run.store.ran.iter().zip(&run.ran_by) {
+        let slots = ahead.entry(node).or_default();
+        match ran {
+            Ran::Decide { now_ms, allowed: true, delay_ms, .. } if *delay_ms > 0 => {
+                slots.push(now_ms + delay_ms);
+                let n = slots.iter().filter(|&&s| s > *now_ms).count() as u64;
+                // Slots whose reply or give-back was lost stay, uncounted.
+                let lost = run.nodes.get(node).map_or(0, |n| {
+                    n.host.count(Stat::UnknownOutcome) + n.host.count(Stat::Shape(ShapeStat::GiveBackFailed))
+                });
+                if n > max_waiting + lost {
+                    out.push(format!("worker {node}: {n} slots ahead at {now_ms}, max_waiting {max_waiting}"));
+                }
+            }
+            Ran::Adjust { at_ms, adjustments, .. } if adjustments.iter().all(|a| a.to == 0) => {
+                if let Some(i) = slots.iter().position(|s| s == at_ms) {
+                    slots.swap_remove(i);
+                }
+            }
+            _ => {}
+        }
+    }
+}
