@@ -20,6 +20,8 @@ mod checks;
 mod ledger;
 pub mod node;
 pub mod random;
+#[cfg(test)]
+mod scenarios;
 pub mod shrink;
 mod synced;
 pub mod trace;
