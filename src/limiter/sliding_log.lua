@@ -132,7 +132,9 @@ MAKE_ALGORITHM.log = function() return {
   -- adjust(): the entries at `at` (entries of one instant are
   -- interchangeable), while stored. All of them are removed and the rest
   -- added again as <at>:0.., so that an instant's members stay <at>:0..m-1
-  -- and a later commit at `at` names its entries after them.
+  -- and a later commit at `at` names its entries after them; the key keeps
+  -- its expiry (removing every entry deletes it, and ZADD makes it again).
+  -- One more PTTL and PEXPIRE when some entries stay.
   refund = function(b, at, units)
     if at <= now - b.max_period then return end
     local key, at_s = b.key, num(at)
@@ -140,8 +142,11 @@ MAKE_ALGORITHM.log = function() return {
     local take = units
     if take > m then take = m end
     if take == 0 then return end
-    redis.call('ZREMRANGEBYSCORE', key, at_s, at_s)
     local keep, k = m - take, 0
+    -- Emptied by the removal, the key would come back without its expiry.
+    local pttl = 0
+    if keep > 0 then pttl = redis.call('PTTL', key) end
+    redis.call('ZREMRANGEBYSCORE', key, at_s, at_s)
     for n = 0, keep - 1 do
       ARGS[k + 1], ARGS[k + 2] = at_s, at_s .. ':' .. num(n)
       k = k + 2
@@ -150,6 +155,7 @@ MAKE_ALGORITHM.log = function() return {
         k = 0
       end
     end
+    if pttl > 0 then redis.call('PEXPIRE', key, pttl) end
   end,
 
   -- adjust(): the newest entry if later than now, else now (after check:

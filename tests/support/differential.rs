@@ -235,6 +235,7 @@ impl<'a> Differential<'a> {
         );
         for (a, c) in adjustments.iter().zip(charged_at) {
             self.check_entries(&a.check);
+            self.check_expires(&a.check.key);
             if a.to > a.from {
                 self.wrote(&a.check.key, c, ttl_ms(&a.check), now, sent);
             }
@@ -272,6 +273,13 @@ impl<'a> Differential<'a> {
         }
         self.steps += 1;
         got
+    }
+
+    /// A key the limiter wrote always expires (`PTTL` is -1 for a key
+    /// without an expiry, -2 for none).
+    fn check_expires(&self, key: &str) {
+        let pttl = self.valkey.int(&["PTTL", key]);
+        assert_ne!(pttl, -1, "{:?} step {}: {key} has no expiry", self.path, self.steps);
     }
 
     /// The log's stored entries: as many as the model's, at the same times
