@@ -29,12 +29,14 @@
 --               caps), and the token key is set to the token for the
 --               longest period of all buckets: a flush resent later is not
 --               recognised (and would be counted again).
---               In both cases each syncer set notes the syncer until
---               now + horizon_ms (an expiry it already has that is later
---               stays: a short owed flush never shortens a synced one's),
---               drops the syncers whose expiry is now or earlier (each
---               syncer stays for its own horizon, whoever flushes), and
---               lives until its latest member's expiry.
+--               In both cases each syncer set notes the syncer, as member
+--               '~' .. syncer, until now + horizon_ms (an expiry it already
+--               has that is later stays: a short owed flush never shortens
+--               a synced one's), drops the syncers whose expiry is now or
+--               earlier (each syncer stays for its own horizon, whoever
+--               flushes), and lives until its latest member's expiry. A
+--               member without '~' (written by an older version: its score
+--               is its last flush) is active for horizon_ms after it.
 -- Reply         { applied (1 = recorded now, 0 = applied before), now_ms,
 --               then remaining, reset_ms, 0 per window (the state after,
 --               as adjust()'s reply), then per bucket: syncers (active
@@ -42,9 +44,10 @@
 --               before this one, bytewise: 0 <= rank < syncers) }
 -- Errors        "ERR tollgate: ..." on malformed arguments, before any write
 --               ("ERR tollgate: bad token key" for a token key not as above).
--- Commands      per syncer set ZREMRANGEBYSCORE, ZRANGE (WITHSCORES), ZADD
---               unless the syncer's expiry is later already, PEXPIRE (no
---               ZADD GT: Redis 6 runs the script too).
+-- Commands      per syncer set ZREMRANGEBYSCORE, ZRANGE (WITHSCORES), ZREM
+--               of each '~' member that expired less than a horizon ago,
+--               ZADD unless the syncer's expiry is later already, PEXPIRE
+--               (no ZADD GT: Redis 6 runs the script too).
 
 -- A token or syncer name: 1 to 64 bytes.
 local function short_name(s)
@@ -63,26 +66,38 @@ local function bytes_before(a, b)
   return #a < #b
 end
 
--- Notes `syncer` in the sorted set `key` (syncer -> expiry) until
--- now + horizon unless its expiry is later already, drops the syncers
--- whose expiry is now or earlier, and makes the set live until its latest
--- expiry: the number of active syncers and the rank of `syncer`.
+-- Notes `syncer` in the sorted set `key` until now + horizon unless its
+-- expiry is later already, drops the syncers no longer active, and makes
+-- the set live as long as its members need: the number of active syncers
+-- and the rank of `syncer`. Members are written as '~' .. syncer, scored
+-- by their expiry; a member without '~' was written by an older version,
+-- scored by the time of its last flush, and stays active for this caller's
+-- horizon after it (as that version reads it: a rollout mixes both).
 local function note_syncer(key, syncer, horizon, horizon_s)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now_str())
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - horizon))
+  local me = '~' .. syncer
   local members = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   local expiry = now + horizon
   local latest, count, rank, mine = expiry, 1, 0, nil
   for j = 1, #members, 2 do
-    local name, until_ = members[j], tonumber(members[j + 1])
-    if name == syncer then
-      mine = until_
+    local name, score = members[j], tonumber(members[j + 1])
+    local until_ = score
+    if string.byte(name, 1) ~= 126 then until_ = score + horizon end
+    if name == me then
+      mine = score
+    elseif until_ <= now then
+      redis.call('ZREM', key, name)
     else
       count = count + 1
-      if bytes_before(name, syncer) then rank = rank + 1 end
+      if bytes_before(name, me) then rank = rank + 1 end
+      if until_ > latest then latest = until_ end
     end
-    if until_ > latest then latest = until_ end
   end
-  if not mine or mine < expiry then redis.call('ZADD', key, num(expiry), syncer) end
+  if not mine or mine < expiry then
+    redis.call('ZADD', key, num(expiry), me)
+  elseif mine > latest then
+    latest = mine
+  end
   if latest == expiry then
     redis.call('PEXPIRE', key, ttl(horizon, horizon_s))
   else

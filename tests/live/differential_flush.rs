@@ -111,6 +111,27 @@ fn syncers_stay_for_their_own_horizons() {
     }
 }
 
+/// A syncer set written by a version before `~`-members (bare names scored
+/// by their last flush), as during a rollout: such a member counts for the
+/// reader's horizon after its score, in both; the harness checks the set's
+/// PTTL.
+#[test]
+fn a_set_of_an_older_version_reads_as_it_did() {
+    let valkey = Valkey::start();
+    for path in Path::ALL {
+        let a = check(Algorithm::FixedWindow, 0, &format!("o:{{{path:?}}}:a:fw"), &[(6, 1_000)], 1);
+        let set = tollgate::key::syncers_key(&a.key);
+        let mut d = Differential::via(&valkey, path);
+        let t = 1_800_000_000_000u64;
+        d.put_old_syncer(&set, "old", t);
+        assert_eq!(d.flush(&flush(&[&a], &[1], "n1", "new", 3_000), t + 2_999).syncers, vec![(2, 1)], "{path:?}");
+        assert_eq!(d.flush(&flush(&[&a], &[0], "n2", "new", 300), t + 3_000).syncers, vec![(1, 0)], "{path:?}");
+        d.put_old_syncer(&set, "zz", t + 4_000);
+        assert_eq!(d.flush(&flush(&[&a], &[0], "n3", "new", 300), t + 4_299).syncers, vec![(2, 1)], "{path:?}");
+        assert_eq!(d.flush(&flush(&[&a], &[0], "n4", "new", 300), t + 4_300).syncers, vec![(1, 0)], "{path:?}");
+    }
+}
+
 /// A flush of what `syncer` owes (`failure_mode: local`): series
 /// `<syncer>.owed`, the short horizon.
 fn owed_flush(checks: &[&Check], units: &[u64], token: &str, syncer: &str) -> Flush {

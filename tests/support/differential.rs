@@ -275,6 +275,15 @@ impl<'a> Differential<'a> {
         got
     }
 
+    /// Puts `member` in syncer set `set` scored `score` as a version before
+    /// `~`-members wrote it (its last flush, the set living 3 s), in both.
+    pub fn put_old_syncer(&mut self, set: &str, member: &str, score: u64) {
+        self.valkey.cmd(&["ZADD", set, &score.to_string(), member]);
+        self.valkey.cmd(&["PEXPIRE", set, &(3_000 + TTL_SLACK_MS).to_string()]);
+        self.model.put_syncer(set, member, score, score + 3_000);
+        self.written.insert(set.to_string(), (score, 3_000));
+    }
+
     /// A key the limiter wrote always expires (`PTTL` is -1 for a key
     /// without an expiry, -2 for none).
     fn check_expires(&self, key: &str) {

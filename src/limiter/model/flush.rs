@@ -37,19 +37,27 @@ impl Flushes {
     }
 
     /// Notes `syncer` at `now` in the set `key` until `now + horizon`,
-    /// unless it is there until later already, and drops those whose expiry
-    /// is `now` or earlier; the set lives until its latest member's expiry:
-    /// (active syncers, `syncer`'s rank among them by name, bytewise).
+    /// unless it is there until later already, and drops those no longer
+    /// active; the set lives as long as its members need: (active syncers,
+    /// `syncer`'s rank among them by member name, bytewise). Members are
+    /// stored as `~` + syncer, scored by their expiry; a member without
+    /// `~` (an older version's: scored by its last flush) is active for
+    /// `horizon` after its score.
     fn note(&mut self, key: &str, syncer: &str, horizon: u64, now: u64) -> (u64, u64) {
         let (members, expires) = self.syncers.entry(key.to_string()).or_default();
         if now >= *expires {
             members.clear();
         }
-        members.retain(|_, until| *until > now);
-        let until = members.entry(syncer.to_string()).or_insert(0);
+        let active_until = |name: &str, score: u64| match name.starts_with('~') {
+            true => score,
+            false => score.saturating_add(horizon),
+        };
+        let me = format!("~{syncer}");
+        members.retain(|name, score| *name == me || active_until(name, *score) > now);
+        let until = members.entry(me.clone()).or_insert(0);
         *until = (*until).max(now.saturating_add(horizon));
-        *expires = members.values().copied().max().unwrap_or(now);
-        let rank = members.keys().filter(|name| name.as_str() < syncer).count();
+        *expires = members.iter().map(|(name, &score)| active_until(name, score)).max().unwrap_or(now);
+        let rank = members.keys().filter(|name| name.as_str() < me.as_str()).count();
         (members.len() as u64, rank as u64)
     }
 }
@@ -108,5 +116,14 @@ impl Model {
     /// `PTTL` counts down to), if it is stored.
     pub fn flush_key_expiry(&self, key: &str) -> Option<u64> {
         self.flushes.expiry(key)
+    }
+
+    /// Puts `member` in syncer set `key` with `score`, as an older version
+    /// wrote it (`member` without `~`, scored by its last flush), the set
+    /// living until `expires`: for tests of a rollout.
+    pub fn put_syncer(&mut self, key: &str, member: &str, score: u64, expires: u64) {
+        let (members, until) = self.flushes.syncers.entry(key.to_string()).or_default();
+        members.insert(member.to_string(), score);
+        *until = (*until).max(expires);
     }
 }

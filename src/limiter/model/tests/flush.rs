@@ -137,3 +137,20 @@ fn only_the_first_keys_token_key_is_accepted() {
     let too_long = flush_token_key("p:{k}:b", &"n".repeat(65));
     assert_eq!(Model::flush_error(&Flush { token_key: too_long, ..good }), Some("ERR tollgate: bad token key"));
 }
+
+/// A set an older version wrote during a rollout, whose members are the
+/// bare syncer names scored by their last flush: such a member counts for
+/// the reader's horizon after it, as that version read it; the reader's
+/// own entry is `~` + its name.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_set_written_by_an_older_version_reads_as_it_did() {
+    let a = Algorithm::SlidingLog;
+    let mut m = Model::new();
+    let set = crate::key::syncers_key("p:{k}:b");
+    m.put_syncer(&set, "old", T, T + 3_000);
+    assert_eq!(m.flush(&flush_for(a, "1", "new", 0, 3_000), T + 2_999).syncers, vec![(2, 1)], "old < ~new");
+    assert_eq!(m.flush(&flush_for(a, "2", "new", 0, 300), T + 3_000).syncers, vec![(1, 0)], "old's last flush 3 s ago");
+    m.put_syncer(&set, "zz", T + 4_000, T + 4_300);
+    assert_eq!(m.flush(&flush_for(a, "3", "new", 0, 300), T + 4_299).syncers, vec![(2, 1)], "a 300 ms reader");
+    assert_eq!(m.flush(&flush_for(a, "4", "new", 0, 300), T + 4_300).syncers, vec![(1, 0)]);
+}
