@@ -87,7 +87,10 @@ fn proxies(rng: &mut Rng, rule: &Rule) -> Vec<Proxy> {
                 Mode::Synced => Some(base.max(10)),
                 _ => None,
             };
-            Proxy { workers: usize::try_from(rng.within(1, 2)).unwrap_or(1), interval_ms }
+            // A table of one or two buckets: keys beyond are decided by
+            // the store until one leaves.
+            let max_keys = (interval_ms.is_some() && rng.chance(25)).then(|| rng.within(1, 2));
+            Proxy { workers: usize::try_from(rng.within(1, 2)).unwrap_or(1), interval_ms, max_keys }
         })
         .collect()
 }

@@ -33,7 +33,7 @@ fn a_synced_log_under_a_rate_that_changes() {
     let trace = Trace {
         seed: 1,
         rule: Rule { algorithm: Algorithm::SlidingLog, windows: vec![(100, 10_000)], mode: Mode::Synced, count: None },
-        proxies: vec![Proxy { workers: 1, interval_ms: Some(100) }],
+        proxies: vec![Proxy { workers: 1, interval_ms: Some(100), max_keys: None }],
         net: Net { min_ms: 1, max_ms: 2 },
         timeout_ms: 200,
         inputs,
@@ -60,7 +60,7 @@ fn synced_workers_that_go_quiet_and_come_back() {
     let trace = Trace {
         seed: 2,
         rule: Rule { algorithm: Algorithm::FixedWindow, windows: vec![(100, 60_000)], mode: Mode::Synced, count: None },
-        proxies: vec![Proxy { workers: 1, interval_ms: Some(100) }; 6],
+        proxies: vec![Proxy { workers: 1, interval_ms: Some(100), max_keys: None }; 6],
         net: Net { min_ms: 1, max_ms: 2 },
         timeout_ms: 200,
         inputs,
@@ -91,7 +91,7 @@ fn a_shaped_request_whose_client_leaves_while_its_call_is_with_the_store() {
     let trace = Trace {
         seed: 3,
         rule: Rule { algorithm: Algorithm::SlidingLog, windows: vec![(5, 1_000)], mode: shape, count: None },
-        proxies: vec![Proxy { workers: 1, interval_ms: None }],
+        proxies: vec![Proxy { workers: 1, interval_ms: None, max_keys: None }],
         net: Net { min_ms: 1, max_ms: 2 },
         timeout_ms: 2_000,
         inputs,

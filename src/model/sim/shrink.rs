@@ -51,7 +51,7 @@ pub fn describe(trace: &Trace) -> String {
         trace.rule.windows,
         trace.rule.mode,
         trace.rule.count,
-        trace.proxies.iter().map(|p| (p.workers, p.interval_ms)).collect::<Vec<_>>(),
+        trace.proxies.iter().map(|p| (p.workers, p.interval_ms, p.max_keys)).collect::<Vec<_>>(),
         (trace.net.min_ms, trace.net.max_ms),
         trace.until_ms,
     );

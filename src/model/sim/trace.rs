@@ -40,11 +40,13 @@ impl Rule {
 }
 
 /// One Envoy: its workers, and its sync interval (`None`: its rule has no
-/// `sync`, an exact proxy beside synced ones, as in a rollout).
+/// `sync`, an exact proxy beside synced ones, as in a rollout) and
+/// `sync.max_keys` (`None`: the default).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proxy {
     pub workers: usize,
     pub interval_ms: Option<u64>,
+    pub max_keys: Option<u64>,
 }
 
 /// The network between workers and the store: one-way delays, uniform.
@@ -121,8 +123,10 @@ impl Trace {
                 fields.push(format!(r#""shape": {{ "max_delay": "{max_delay_ms}ms", "max_waiting": {max_waiting} }}"#))
             }
             Mode::Synced => {
-                if let Some(i) = self.proxies.get(proxy).and_then(|p| p.interval_ms) {
-                    fields.push(format!(r#""sync": {{ "interval": "{i}ms" }}"#));
+                if let Some(p) = self.proxies.get(proxy).filter(|p| p.interval_ms.is_some()) {
+                    let keys = p.max_keys.map(|k| format!(r#", "max_keys": {k}"#)).unwrap_or_default();
+                    let i = p.interval_ms.unwrap_or_default();
+                    fields.push(format!(r#""sync": {{ "interval": "{i}ms"{keys} }}"#));
                 }
             }
         }
