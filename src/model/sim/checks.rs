@@ -15,17 +15,13 @@
 //!   worker never has more than `max_waiting` slots recorded ahead.
 
 use super::bounds::first_over;
-use super::ledger::{admissions, cut_of, records_ledger, Records};
+use super::ledger::{admissions, records_ledger, Records};
 use super::synced::Excess;
 use super::trace::{Mode, Trace};
 use super::world::Run;
 use crate::limiter::Algorithm;
 use crate::model::store::Ran;
 use crate::worker::{Decider, ShapeStat, Stat};
-
-/// A syncer counts as active for this many of its intervals after its
-/// last flush (`crate::worker`'s synced room says the same).
-const HORIZON_INTERVALS: u64 = 3;
 use std::collections::BTreeMap;
 
 /// Everything that went wrong in `run` of `trace` (empty: nothing).
@@ -48,7 +44,7 @@ pub fn check(trace: &Trace, run: &Run) -> Vec<String> {
         }
     }
     if rule.mode == Mode::Synced {
-        views_counted(trace, run, &mut out);
+        super::views::counted(trace, run, &mut out);
     }
     if rule.mode != Mode::Synced && matches!(rule.algorithm, Algorithm::SlidingLog | Algorithm::FixedWindow) {
         within_records(trace, run, &mut out);
@@ -61,46 +57,6 @@ pub fn check(trace: &Trace, run: &Run) -> Vec<String> {
         waiting_bounded(run, max_waiting, &mut out);
     }
     out
-}
-
-/// A worker decides a bucket on its own only while the store counts it
-/// among the bucket's syncers (it noted the worker's flush less than the
-/// worker's horizon ago), or while a flush of the bucket is on its way:
-/// else the store has given its part to the others. Checked while the
-/// store answers the worker (a worker keeps deciding from its view while
-/// its flushes fail: the bound's term for workers cut off).
-fn views_counted(trace: &Trace, run: &Run, out: &mut Vec<String>) {
-    // Per node and bucket: (cut, noted by the store) of every flush.
-    let mut flushes: BTreeMap<(usize, &str), Vec<(u64, u64)>> = BTreeMap::new();
-    for (ran, &node) in run.store.ran.iter().zip(&run.ran_by) {
-        if let Ran::Flush { now_ms, token, entries, .. } = ran {
-            let cut = cut_of(token).unwrap_or(*now_ms);
-            for e in entries {
-                flushes.entry((node, e.check.key.as_str())).or_default().push((cut, *now_ms));
-            }
-        }
-    }
-    for (i, n) in run.nodes.iter().enumerate() {
-        let Some(interval) = trace.proxies.get(n.proxy).and_then(|p| p.interval_ms) else { continue };
-        let horizon = interval * HORIZON_INTERVALS;
-        let troubled = |t: u64| {
-            run.troubles
-                .iter()
-                .any(|&(from, to, who)| who.is_none_or(|w| w == i) && from <= t && t < to + horizon + interval)
-        };
-        for j in n.host.judged.iter().filter(|j| j.decider == Decider::Sync && !troubled(j.now_ms)) {
-            for c in &j.checks {
-                let seen = flushes.get(&(i, c.key.as_str())).map(Vec::as_slice).unwrap_or_default();
-                let t = j.now_ms;
-                let counted =
-                    seen.iter().any(|&(cut, noted)| (noted <= t && t < noted + horizon) || (cut <= t && t < noted));
-                if !counted {
-                    out.push(format!("worker {i} decided {} at {t} on a view the store no longer counts", c.key));
-                    return;
-                }
-            }
-        }
-    }
 }
 
 fn answered(run: &Run, out: &mut Vec<String>) {

@@ -25,6 +25,7 @@ mod scenarios;
 pub mod shrink;
 mod synced;
 pub mod trace;
+mod views;
 pub mod world;
 
 use crate::worker::{Decider, ShapeStat, Stat};

@@ -3,7 +3,9 @@
 //! host so far.
 
 use crate::config::Config;
+use crate::limiter::script::limiter;
 use crate::model::host::RecordingHost;
+use crate::resp::{decode_all, Limits, Value};
 use crate::worker::Worker;
 
 /// One worker of one proxy, from its start to its death.
@@ -69,4 +71,29 @@ impl Node {
         self.seen[3] = h.resumed.len();
         Asked { opened, outbox, cancelled, wake, retick, released, refused, resumed }
     }
+}
+
+/// The flushes in `bytes` (a message a worker sends): each one's token and
+/// bucket keys, whether or not it ever reaches the store.
+pub fn flushes_in(bytes: &[u8]) -> Vec<(String, Vec<String>)> {
+    let script = limiter();
+    let text = |v: &Value| v.as_bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+    let mut out = Vec::new();
+    for command in decode_all(bytes, &Limits::default()).unwrap_or_default() {
+        let Some(args) = command.as_array() else { continue };
+        let words: Vec<String> = args.iter().map(text).collect();
+        let (Some(verb), Some(target)) = (words.first(), words.get(1)) else { continue };
+        let flush = match verb.as_str() {
+            "FCALL" => *target == script.flush_function,
+            "EVALSHA" => *target == script.flush_sha,
+            "EVAL" => *target == script.flush_body,
+            _ => false,
+        };
+        let keys: usize = words.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+        if let (true, Some(token)) = (flush, words.get(4 + keys)) {
+            let buckets = words.iter().skip(3).take(keys.saturating_sub(1) / 2).cloned().collect();
+            out.push((token.clone(), buckets));
+        }
+    }
+    out
 }

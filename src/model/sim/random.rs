@@ -70,8 +70,16 @@ fn rule(rng: &mut Rng) -> Rule {
     };
     // gcra cannot give a reservation back (a configuration error): it
     // only checks, and is charged on the response.
-    let count =
-        (mode != Mode::Synced && rng.chance(30)).then(|| if algorithm == Algorithm::Gcra { 0 } else { rng.below(3) });
+    // A reservation is at most the smallest limit; gcra cannot give one
+    // back (a configuration error): it only checks, charged on the response.
+    let smallest = windows.iter().map(|w| w.0).min().unwrap_or(1);
+    let count = (mode != Mode::Synced && rng.chance(30)).then(|| {
+        if algorithm == Algorithm::Gcra {
+            0
+        } else {
+            rng.below(3).min(smallest)
+        }
+    });
     Rule { algorithm, windows, mode, count }
 }
 

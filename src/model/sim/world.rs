@@ -8,7 +8,7 @@
 //! silent stream), responses from the upstream, and contexts deleted
 //! when a client leaves or its request is done.
 
-use super::node::{Asked, Node};
+use super::node::{flushes_in, Asked, Node};
 use super::random::Rng;
 use super::trace::{Input, Leave, Trace, EPOCH_MS};
 use crate::config::Config;
@@ -88,6 +88,9 @@ pub struct Run {
     pub ran_by: Vec<usize>,
     /// When the store restarted without its state.
     pub wipes: Vec<u64>,
+    /// Every flush a node sent (reaching the store or not): when, its
+    /// token, its bucket keys.
+    pub flushes_sent: Vec<(usize, u64, String, Vec<String>)>,
     /// When the store could not answer a node (`None`: any node): paused,
     /// down, or the node's stream silent, as `(from, to)`.
     pub troubles: Vec<(u64, u64, Option<usize>)>,
@@ -134,6 +137,7 @@ impl<'t> World<'t> {
             ran_by: Vec::new(),
             wipes: Vec::new(),
             troubles: Vec::new(),
+            flushes_sent: Vec::new(),
             max_delay_ms: trace.net.max_ms,
             end_ms: 0,
         };
@@ -391,8 +395,8 @@ impl<'t> World<'t> {
             }
         }
         for (token, bytes) in outbox {
-            if bytes.is_empty() {
-                continue;
+            for (flush, keys) in flushes_in(&bytes) {
+                self.run.flushes_sent.push((node, self.now, flush, keys));
             }
             let d = self.delay();
             let Some(s) = self.streams.get_mut(&(node, token)).filter(|s| !s.dead) else { continue };

@@ -1,0 +1,62 @@
+//! A synced worker decides a bucket on its own only while the store counts
+//! it among the bucket's syncers (the store noted one of its flushes of the
+//! bucket less than its horizon ago), or while a flush of the bucket is on
+//! its way (sent, not yet noted: the worker keeps deciding from its view
+//! while the store cannot answer it, docs/sync.md "Store down"). Otherwise
+//! the store has shared the bucket among the others, and the worker would
+//! spend a share they were given. Not checked while the store could not
+//! answer the worker (paused, down, its stream silent) or shortly after.
+
+use super::ledger::cut_of;
+use super::trace::Trace;
+use super::world::Run;
+use crate::model::store::Ran;
+use crate::worker::Decider;
+use std::collections::BTreeMap;
+
+/// A syncer counts as active for this many of its intervals after its
+/// last flush (`crate::worker`'s synced room says the same).
+const HORIZON_INTERVALS: u64 = 3;
+
+pub fn counted(trace: &Trace, run: &Run, out: &mut Vec<String>) {
+    // When the store noted each flush by token (its first call), and per
+    // node and bucket every time it noted one.
+    let mut first: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut noted: BTreeMap<(usize, &str), Vec<u64>> = BTreeMap::new();
+    for (ran, &node) in run.store.ran.iter().zip(&run.ran_by) {
+        if let Ran::Flush { now_ms, token, entries, .. } = ran {
+            first.entry(token.as_str()).or_insert(*now_ms);
+            for e in entries {
+                noted.entry((node, e.check.key.as_str())).or_default().push(*now_ms);
+            }
+        }
+    }
+    // Per node and bucket, each flush sent: its cut and token.
+    let mut sent: BTreeMap<(usize, &str), Vec<(u64, &str)>> = BTreeMap::new();
+    for (node, _, token, keys) in &run.flushes_sent {
+        for k in keys {
+            sent.entry((*node, k.as_str())).or_default().push((cut_of(token).unwrap_or(0), token.as_str()));
+        }
+    }
+    for (i, n) in run.nodes.iter().enumerate() {
+        let Some(interval) = trace.proxies.get(n.proxy).and_then(|p| p.interval_ms) else { continue };
+        let horizon = interval * HORIZON_INTERVALS;
+        let troubled = |t: u64| {
+            let hit = |&&(from, _, who): &&(u64, u64, Option<usize>)| who.is_none_or(|w| w == i) && from <= t;
+            run.troubles.iter().filter(hit).any(|&(_, to, _)| t < to + horizon + interval)
+        };
+        for j in n.host.judged.iter().filter(|j| j.decider == Decider::Sync && !troubled(j.now_ms)) {
+            let t = j.now_ms;
+            for c in &j.checks {
+                let key = c.key.as_str();
+                let by_store = noted.get(&(i, key)).is_some_and(|v| v.iter().any(|&a| a <= t && t < a + horizon));
+                let last_sent = sent.get(&(i, key)).and_then(|v| v.iter().filter(|(cut, _)| *cut <= t).max());
+                let on_the_way = last_sent.is_some_and(|(_, token)| first.get(token).is_none_or(|&a| a > t));
+                if !by_store && !on_the_way {
+                    out.push(format!("worker {i} decided {key} at {t} on a view the store no longer counts"));
+                    return;
+                }
+            }
+        }
+    }
+}
