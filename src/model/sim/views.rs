@@ -7,7 +7,6 @@
 //! spend a share they were given. Not checked while the store could not
 //! answer the worker (paused, down, its stream silent) or shortly after.
 
-use super::ledger::cut_of;
 use super::trace::Trace;
 use super::world::Run;
 use crate::model::store::Ran;
@@ -19,23 +18,24 @@ use std::collections::BTreeMap;
 const HORIZON_INTERVALS: u64 = 3;
 
 pub fn counted(trace: &Trace, run: &Run, out: &mut Vec<String>) {
-    // When the store noted each flush by token (its first call), and per
-    // node and bucket every time it noted one.
-    let mut first: BTreeMap<&str, u64> = BTreeMap::new();
+    // When the store noted each flush, by token (a flush sent again is
+    // noted again), and per node and bucket every time it noted one.
+    let mut by_token: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     let mut noted: BTreeMap<(usize, &str), Vec<u64>> = BTreeMap::new();
     for (ran, &node) in run.store.ran.iter().zip(&run.ran_by) {
         if let Ran::Flush { now_ms, token, entries, .. } = ran {
-            first.entry(token.as_str()).or_insert(*now_ms);
+            by_token.entry(token.as_str()).or_default().push(*now_ms);
             for e in entries {
                 noted.entry((node, e.check.key.as_str())).or_default().push(*now_ms);
             }
         }
     }
-    // Per node and bucket, each flush sent: its cut and token.
+    // Per node and bucket, each flush sent (sent again too): when, and its
+    // token.
     let mut sent: BTreeMap<(usize, &str), Vec<(u64, &str)>> = BTreeMap::new();
-    for (node, _, token, keys) in &run.flushes_sent {
+    for (node, at, token, keys) in &run.flushes_sent {
         for k in keys {
-            sent.entry((*node, k.as_str())).or_default().push((cut_of(token).unwrap_or(0), token.as_str()));
+            sent.entry((*node, k.as_str())).or_default().push((*at, token.as_str()));
         }
     }
     for (i, n) in run.nodes.iter().enumerate() {
@@ -50,8 +50,11 @@ pub fn counted(trace: &Trace, run: &Run, out: &mut Vec<String>) {
             for c in &j.checks {
                 let key = c.key.as_str();
                 let by_store = noted.get(&(i, key)).is_some_and(|v| v.iter().any(|&a| a <= t && t < a + horizon));
-                let last_sent = sent.get(&(i, key)).and_then(|v| v.iter().filter(|(cut, _)| *cut <= t).max());
-                let on_the_way = last_sent.is_some_and(|(_, token)| first.get(token).is_none_or(|&a| a > t));
+                // The last flush sent by then had not reached the store.
+                let last_sent = sent.get(&(i, key)).and_then(|v| v.iter().filter(|(at, _)| *at <= t).max());
+                let reached =
+                    |at: u64, token: &str| by_token.get(token).is_some_and(|v| v.iter().any(|&a| a >= at && a <= t));
+                let on_the_way = last_sent.is_some_and(|&(at, token)| !reached(at, token));
                 if !by_store && !on_the_way {
                     out.push(format!("worker {i} decided {key} at {t} on a view the store no longer counts"));
                     return;

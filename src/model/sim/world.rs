@@ -210,6 +210,7 @@ impl<'t> World<'t> {
             Ev::Close { node, token, status } => {
                 if let Some(s) = self.streams.get_mut(&(node, token)).filter(|s| !s.dead) {
                     s.dead = true;
+                    self.lost_stream(node);
                     self.on(node, |w, h, now| w.on_stream_close(h, token, status, now));
                 }
             }
@@ -323,6 +324,15 @@ impl<'t> World<'t> {
         self.after(node);
     }
 
+    /// Node `node` lost a store stream (it gave up on it, or it closed):
+    /// the store could not answer it since the stream went quiet (at most
+    /// its timeout before), nor until it reconnects (the worker's backoff
+    /// reaches 800 ms).
+    fn lost_stream(&mut self, node: usize) {
+        let from = self.now.saturating_sub(4 * self.trace.timeout_ms);
+        self.run.troubles.push((from, self.now + 800, Some(node)));
+    }
+
     /// Request `id` goes on to the upstream, which answers it soon.
     fn released(&mut self, id: u32) {
         if let Some(r) = self.run.requests.get_mut(&id) {
@@ -393,6 +403,7 @@ impl<'t> World<'t> {
             if let Some(s) = self.streams.get_mut(&(node, token)) {
                 s.dead = true;
             }
+            self.lost_stream(node);
         }
         for (token, bytes) in outbox {
             for (flush, keys) in flushes_in(&bytes) {
