@@ -7,6 +7,7 @@
 //! spend a share they were given. Not checked while the store could not
 //! answer the worker (paused, down, its stream silent) or shortly after.
 
+use super::ledger::cut_of;
 use super::trace::Trace;
 use super::world::Run;
 use crate::model::store::Ran;
@@ -50,11 +51,17 @@ pub fn counted(trace: &Trace, run: &Run, out: &mut Vec<String>) {
             for c in &j.checks {
                 let key = c.key.as_str();
                 let by_store = noted.get(&(i, key)).is_some_and(|v| v.iter().any(|&a| a <= t && t < a + horizon));
-                // The last flush sent by then had not reached the store.
-                let last_sent = sent.get(&(i, key)).and_then(|v| v.iter().filter(|(at, _)| *at <= t).max());
+                // The last flush cut by then (sent at once, or queued behind
+                // others), or the last sent by then (perhaps again, after a
+                // lost reply), had not reached the store.
                 let reached =
                     |at: u64, token: &str| by_token.get(token).is_some_and(|v| v.iter().any(|&a| a >= at && a <= t));
-                let on_the_way = last_sent.is_some_and(|&(at, token)| !reached(at, token));
+                let flushes = sent.get(&(i, key)).map(Vec::as_slice).unwrap_or_default();
+                let cuts = flushes.iter().map(|&(_, token)| (cut_of(token).unwrap_or(0), token));
+                let last_cut = cuts.filter(|c| c.0 <= t).max();
+                let last_sent = flushes.iter().filter(|(at, _)| *at <= t).max();
+                let on_the_way = last_cut.is_some_and(|(cut, token)| !reached(cut, token))
+                    || last_sent.is_some_and(|&(at, token)| !reached(at, token));
                 if !by_store && !on_the_way {
                     out.push(format!("worker {i} decided {key} at {t} on a view the store no longer counts"));
                     return;
