@@ -162,4 +162,7 @@ pub struct FlushCall {
     /// When the flush was cut (proxy clock): it is dropped, not sent again,
     /// once its longest period has passed.
     pub cut_ms: u64,
+    /// A join (nothing to record: the store only notes the syncer); its
+    /// reply gives no view, and it is not sent again.
+    pub join: bool,
 }

@@ -51,19 +51,32 @@ impl Worker {
         }
         let owed = self.synced.take_owed(now_ms);
         if !owed.is_empty() {
-            self.queue_flushes(None, owed, super::OWED_INTERVAL_MS, now_ms);
+            self.queue_flushes(None, owed, (super::OWED_INTERVAL_MS, false), now_ms);
         }
         for rule in 0..self.config.rules.len() {
-            let Some(table) = self.synced.table(rule).filter(|t| t.due(now_ms)) else { continue };
+            let Some(table) = self.synced.table(rule) else { continue };
             let interval_ms = table.interval_ms();
-            let cut = table.cut(now_ms);
-            self.queue_flushes(Some(rule), cut, interval_ms, now_ms);
+            let joins: Vec<(Check, u64)> = table.joins().into_iter().map(|c| (c, 0)).collect();
+            let cut = if table.due(now_ms) { table.cut(now_ms) } else { Vec::new() };
+            if !joins.is_empty() {
+                self.queue_flushes(Some(rule), joins, (interval_ms, true), now_ms);
+            }
+            if !cut.is_empty() {
+                self.queue_flushes(Some(rule), cut, (interval_ms, false), now_ms);
+            }
         }
     }
 
     /// Queues the flushes of `cut` (of synced rule `rule`, or owed by the
-    /// local limiter): one call per slot (one for a single store).
-    fn queue_flushes(&mut self, rule: Option<usize>, cut: Vec<(Check, u64)>, interval_ms: u64, now_ms: u64) {
+    /// local limiter; `join`: buckets joined, nothing to record): one call
+    /// per slot (one for a single store).
+    fn queue_flushes(
+        &mut self,
+        rule: Option<usize>,
+        cut: Vec<(Check, u64)>,
+        (interval_ms, join): (u64, bool),
+        now_ms: u64,
+    ) {
         let mut groups: Groups = BTreeMap::new();
         for (check, units) in cut {
             let slot = self.route(std::slice::from_ref(&check)).1;
@@ -82,6 +95,7 @@ impl Worker {
                     series: self.synced.series(rule),
                     horizon_ms: interval_ms.saturating_mul(HORIZON_INTERVALS),
                     cut_ms: now_ms,
+                    join,
                 };
                 let pending = Pending {
                     checks,
@@ -144,6 +158,11 @@ impl Worker {
             host.count(Stat::SyncDuplicate, 1);
         }
         host.count(Stat::SyncKeys, p.checks.len() as u64);
+        if call.join {
+            // The store counts this worker now; the bucket's read gives
+            // its share.
+            return;
+        }
         let Some(table) = call.rule.and_then(|r| self.synced.table(r)) else {
             return self.synced.owed_landed(&p.checks);
         };
@@ -167,6 +186,10 @@ impl Worker {
     ) {
         host.count(Stat::SyncFailure, 1);
         host.count(Stat::StoreError(failure.kind()), 1);
+        if matches!(&p.call, Call::Flush(call) if call.join) {
+            // The bucket's read notes this worker too.
+            return;
+        }
         let retry = self.flush_retry_at(&p, now_ms);
         self.synced.again.push((retry, id, p));
     }

@@ -45,6 +45,11 @@ struct Bucket {
     /// When the bucket was last in a cut: the store keeps this worker
     /// among its syncers for the horizon after that flush, no longer.
     cut_at_ms: u64,
+    /// Without a view (new, or stale): a join to send (a flush of nothing
+    /// that makes the store count this worker among the bucket's syncers
+    /// at once), and when the bucket is read (half an interval after).
+    joining: bool,
+    read_at_ms: u64,
 }
 
 impl Bucket {
@@ -113,18 +118,23 @@ impl Table {
                     rank: 0,
                     last_used_ms: now_ms,
                     cut_at_ms: now_ms,
+                    joining: true,
+                    read_at_ms: now_ms.saturating_add(self.policy.interval_ms / 2),
                 };
+                self.due_ms = self.due_ms.min(bucket.read_at_ms);
                 self.buckets.insert(check.key.clone(), bucket);
-                self.read_soon();
             }
             return None;
         };
         bucket.touched = true;
         bucket.last_used_ms = now_ms;
         if bucket.stale(now_ms, self.policy.interval_ms.saturating_mul(HORIZON_INTERVALS)) {
-            // Read again as a new bucket is; the store decides meanwhile.
+            // Joined and read again as a new bucket is; the store decides
+            // meanwhile.
             bucket.views.clear();
-            self.read_soon();
+            bucket.joining = true;
+            bucket.read_at_ms = now_ms.saturating_add(self.policy.interval_ms / 2);
+            self.due_ms = self.due_ms.min(bucket.read_at_ms);
             return None;
         }
         if bucket.views.len() != check.windows.len() {
@@ -168,10 +178,14 @@ impl Table {
         Some(all_fit)
     }
 
-    /// A bucket to read (new, or its view stale) is read a quarter interval
-    /// after the last cut, not a whole one.
-    fn read_soon(&mut self) {
-        self.due_ms = self.due_ms.min(self.cut_ms.saturating_add(self.policy.interval_ms / 4));
+    /// The buckets to join now (new, or their view stale): the store is to
+    /// count this worker among their syncers before any worker that joins
+    /// them at about the same time computes its share, so that the shares
+    /// are computed with the same number of syncers. Each is read (its share
+    /// given) half an interval later, at a cut.
+    pub fn joins(&mut self) -> Vec<Check> {
+        let joining = self.buckets.values_mut().filter_map(|b| std::mem::take(&mut b.joining).then_some(&b.check));
+        joining.cloned().collect()
     }
 
     /// Gives back `units` taken from `key`'s bucket by [`Table::see`]
@@ -189,7 +203,8 @@ impl Table {
     /// flush (or holding units), with the units it admitted since; the next
     /// one is due an interval later. Buckets idle for their longest period
     /// with nothing to send leave first. Buckets whose last flush is still
-    /// on the way are left for the next one.
+    /// on the way are left for the next one, as are buckets without a view
+    /// until their read time.
     pub fn cut(&mut self, now_ms: u64) -> Vec<(Check, u64)> {
         self.due_ms = now_ms.saturating_add(self.policy.interval_ms);
         self.cut_ms = now_ms;
@@ -199,6 +214,10 @@ impl Table {
         });
         let mut out = Vec::new();
         for b in self.buckets.values_mut() {
+            if b.views.is_empty() && now_ms < b.read_at_ms {
+                self.due_ms = self.due_ms.min(b.read_at_ms);
+                continue;
+            }
             if b.flushing > 0 || !(b.touched || b.pending > 0) {
                 continue;
             }

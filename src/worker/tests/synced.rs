@@ -39,18 +39,20 @@ fn after_its_first_sync_a_bucket_is_decided_on_the_worker_and_flushed() {
     assert_eq!(status(&mut rig), Some(200), "the first request of a bucket: the store decides");
     assert_eq!(rig.store.executed, 1);
     sync_for(&mut rig, 30);
-    assert_eq!(rig.store.executed, 2, "the new bucket read a quarter interval later");
+    assert_eq!(rig.store.executed, 2, "the new bucket joined at once (a flush of nothing)");
+    sync_for(&mut rig, 30);
+    assert_eq!(rig.store.executed, 3, "and read half an interval later");
     let local: Vec<Option<u32>> = (0..10).map(|_| status(&mut rig)).collect();
     assert_eq!(local[..9], [Some(200); 9], "9 remained, all this worker's: {local:?}");
     assert_eq!(local[9], Some(429), "the 10th is over the limit");
-    assert_eq!(rig.store.executed, 2, "no store call per request");
+    assert_eq!(rig.store.executed, 3, "no store call per request");
     assert_eq!(
         (rig.host.count(Stat::Synced { allowed: true }), rig.host.count(Stat::Synced { allowed: false })),
         (9, 1)
     );
     sync_for(&mut rig, 100);
     assert_eq!(rig.store.model.entries(KEY), 10, "the flush recorded the 9 in the store");
-    assert_eq!(rig.host.count(Stat::SyncFlush), 2);
+    assert_eq!(rig.host.count(Stat::SyncFlush), 3, "the join, the read, the flush of the 9");
     let denial = rig.host.replies.last().map(|(_, r)| r.clone()).unwrap();
     assert!(denial.headers.iter().any(|(k, v)| k == "ratelimit" && v.contains("r=0")), "{denial:?}");
 }

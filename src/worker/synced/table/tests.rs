@@ -48,18 +48,21 @@ fn a_new_bucket_is_read_first_then_decided_within_its_share() {
     let mut t = table(10);
     let c = check(Algorithm::SlidingLog, 0, "k", &[(20, 1_000)], 1);
     assert_eq!(seen(&mut t, &c, 1_000), None, "no view yet: the store decides");
-    assert!(t.due(1_000), "a new bucket is read at once");
-    assert_eq!(t.cut(1_000), vec![(c.clone(), 0)], "read, nothing to send");
-    assert!(!t.due(1_050));
-    t.synced("k", &[(10, 800)], 2, 0, 1_010);
+    assert_eq!(t.joins(), vec![c.clone()], "joined at once");
+    assert_eq!(t.joins(), vec![], "once");
+    assert_eq!(t.cut(1_000), vec![], "read half an interval later, not now");
+    assert!(!t.due(1_049));
+    assert!(t.due(1_050));
+    assert_eq!(t.cut(1_050), vec![(c.clone(), 0)], "read, nothing to send");
+    t.synced("k", &[(10, 800)], 2, 0, 1_060);
     for _ in 0..5 {
-        assert_eq!(fits(seen(&mut t, &c, 1_020)), Some(vec![true]));
-        admit(&mut t, &c, 1_020, 1);
+        assert_eq!(fits(seen(&mut t, &c, 1_070)), Some(vec![true]));
+        admit(&mut t, &c, 1_070, 1);
     }
-    let Some(w) = seen(&mut t, &c, 1_020) else { panic!("a view") };
+    let Some(w) = seen(&mut t, &c, 1_070) else { panic!("a view") };
     assert!(!w[0].1, "beyond its share of 10 among 2");
-    assert_eq!((w[0].0.remaining, w[0].0.retry_ms), (5, 80), "5 left elsewhere: wait for the next sync at 1,100");
-    assert_eq!(t.cut(1_100), vec![(c, 5)], "the 5 admitted go in the next flush");
+    assert_eq!((w[0].0.remaining, w[0].0.retry_ms), (5, 80), "5 left elsewhere: wait for the next sync at 1,150");
+    assert_eq!(t.cut(1_150), vec![(c, 5)], "the 5 admitted go in the next flush");
 }
 
 #[test]
@@ -149,10 +152,11 @@ fn a_view_not_flushed_for_the_horizon_is_dropped() {
     assert_eq!(t.cut(300), vec![]);
     assert!(seen(&mut t, &c, 399).is_some(), "within the horizon of its last flush");
     assert_eq!(seen(&mut t, &c, 400), None, "stale: the store decides");
-    assert!(t.due(425), "read again a quarter interval after the last cut");
-    assert_eq!(t.cut(425), vec![(c.clone(), 0)], "read, nothing to send");
-    t.synced("k", &[(30, 59_500)], 2, 1, 430);
-    assert_eq!(fits(seen(&mut t, &c, 431)), Some(vec![true]), "a fresh share");
+    assert_eq!(t.joins(), vec![c.clone()], "joined again at once");
+    assert!(t.due(450), "read again half an interval later");
+    assert_eq!(t.cut(450), vec![(c.clone(), 0)], "read, nothing to send");
+    t.synced("k", &[(30, 59_500)], 2, 1, 455);
+    assert_eq!(fits(seen(&mut t, &c, 456)), Some(vec![true]), "a fresh share");
 }
 
 /// While a flush of the bucket is on the way (sent again after a lost
