@@ -20,7 +20,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One request the upstream got.
 #[derive(Debug, Clone)]
@@ -29,6 +29,9 @@ pub struct Hit {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// When its headers arrived, in ms since the Unix epoch (the clock
+    /// Valkey's `TIME` reads on this machine).
+    pub received_ms: f64,
 }
 
 impl Hit {
@@ -167,7 +170,8 @@ fn read_request(reader: &mut BufReader<TcpStream>, state: &State) -> Option<Hit>
         headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
     }
     state.starts.fetch_add(1, Ordering::Relaxed);
-    let mut hit = Hit { method, path, headers, body: Vec::new() };
+    let received_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e3;
+    let mut hit = Hit { method, path, headers, body: Vec::new(), received_ms };
     if let Some(length) = hit.header("content-length").and_then(|l| l.parse::<usize>().ok()) {
         let mut body = vec![0; length];
         reader.read_exact(&mut body).ok()?;
