@@ -281,17 +281,21 @@ fn the_spurious_denial_window_and_what_a_proxy_killed_between_the_steps_leaves()
 
     // A proxy killed between the steps: `a`'s master is paused (its calls
     // wait), so every client's request has recorded `b` and waits for `a`;
-    // then the proxy is killed. The pause (3 s) ends, and the store timeout
-    // (4 s) undoes, only well after the kill, even on a loaded machine (an
-    // 800 ms pause once ended first: 6 records kept of 8); `b`'s window
-    // (10 s) keeps its records until they are counted.
-    let envoy = cluster.envoy(&pipelined(1, (100_000, "10s"), "4s"), 2);
+    // then the proxy is killed. Nothing but the test ends the wait before
+    // the kill, however loaded the machine: the pause (of writes, so of
+    // FCALL) lasts until the test lifts it after the kill, and the store
+    // timeout (30 s) is past the poll's deadline (8 s). (With a 3 s pause
+    // and a 4 s timeout, both had to outlast the poll; an 800 ms pause once
+    // ended first: 6 records kept of 8.) `b`'s window (10 s, also past the
+    // deadline) keeps its records until they are counted.
+    let envoy = cluster.envoy(&pipelined(1, (100_000, "10s"), "30s"), 2);
     let load = Load::start(envoy.port, Plan::keep_alive(CLIENTS, 100_000), Arc::new(request));
     wait_until("load on the second proxy", Duration::from_secs(30), || load.answered() >= 200);
-    cluster.masters[0].cmd(&["CLIENT", "PAUSE", "3000", "ALL"]);
+    cluster.masters[0].cmd(&["CLIENT", "PAUSE", "60000", "WRITE"]);
     let b_records = || -> i64 { users.iter().map(|u| cluster.masters[1].int(&["ZCARD", &key("b", u)])).sum() };
-    wait_until("every client's request recorded in b", Duration::from_millis(2_500), || b_records() == CLIENTS as i64);
+    wait_until("every client's request recorded in b", Duration::from_secs(8), || b_records() == CLIENTS as i64);
     drop(envoy);
+    cluster.masters[0].cmd(&["CLIENT", "UNPAUSE"]);
     let answers = load.stop().samples;
     assert!(answers.iter().all(|a| a.response.as_ref().is_none_or(|r| r.status == 429)), "nothing admitted");
     let kept = b_records();

@@ -59,13 +59,17 @@ fn rules_in_one_slot_shape_together_and_a_request_across_slots_is_held_on_every_
     assert_eq!(on_bob.len(), admitted.len(), "every moved record given back: {on_bob:?}");
     assert_within(&on_tenant, 3, 1_000);
     assert_within(&on_bob, 5, 1_000);
-    // Each request at one time on both slots, released at or after it.
+    // Each request at one time on both slots, released at or after it: its
+    // two records lie within its own life, from its send to its answer (a
+    // bound only records made for another request, or a release before
+    // the slot, can break; how far apart they are is printed).
     admitted.sort_by(|a, b| a.answered_epoch_ms.total_cmp(&b.answered_epoch_ms));
     let mut apart = 0;
     for ((t, b), shot) in on_tenant.iter().zip(&on_bob).zip(&admitted) {
         apart = apart.max(t.abs_diff(*b));
         let slot = (*t).max(*b) as f64;
         assert!(shot.answered_epoch_ms + 1.0 >= slot, "released before its slot: {slot} {shot:?}");
+        assert!((*t).min(*b) as f64 + 1.0 >= shot.sent_epoch_ms, "recorded before it was sent: {t} {b} {shot:?}");
     }
     let late: Vec<u64> =
         on_tenant.iter().zip(&admitted).map(|(t, s)| (s.answered_epoch_ms - *t as f64) as u64).collect();
@@ -74,6 +78,5 @@ fn rules_in_one_slot_shape_together_and_a_request_across_slots_is_held_on_every_
          released {late:?} ms after the tenant's record; {} moved",
         stat("shape.moved")
     );
-    assert!(apart <= 100, "{apart} ms between a request's two records");
     assert_eq!(stat("shape.delayed"), (held + held_across) as u64);
 }

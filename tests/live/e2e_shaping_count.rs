@@ -1,17 +1,24 @@
 //! Shaping with counting on the response, through a real Envoy and Valkey on
-//! their real clocks: each request reserves 2 units (of 10 per second) and
-//! its response (`x-tokens-used: 1`) settles 1. A burst of 10: five at
-//! once, five held and released in the order of their slots (the log's at
-//! +1 s, `sliding_window`'s 200 ms apart); after the responses
-//! Valkey holds each held request's settled unit at its slot.
+//! an injected clock (`testing.now_header`, so the slots are exact): each
+//! request reserves 2 units (of 10 per second) and its response
+//! (`x-tokens-used: 1`) settles 1. A burst of 10: five at once, five held to
+//! their slots (the log's at +1 s, `sliding_window`'s 200 ms apart) and, on
+//! the real clock, answered no earlier than their send plus their delay;
+//! after the responses Valkey holds each held request's settled unit at its
+//! slot.
 
 use crate::support;
 
 use std::time::Duration;
 use support::plugin::{plugin, rule, Plugin};
-use support::shaping::{burst, log_entries};
+use support::shaping::{assert_held_for_their_delays, burst, log_entries, quantile, Shot};
 use support::upstream::{demo_upstream, Upstream};
 use support::{wait_until, Envoy, EnvoyOptions, Valkey};
+
+/// The injected clock's header, and the burst's time on it: 300 ms into a
+/// second.
+const NOW: &str = "x-now-ms";
+const AT: u64 = 1_800_000_000_300;
 
 /// `/log/` and `/sw/`: 10 units per second per user, a reservation of 2
 /// settled by the response's `x-tokens-used`, held up to 2 s.
@@ -25,6 +32,7 @@ fn config() -> Plugin {
     plugin()
         .timeout("2s")
         .failure_mode("deny")
+        .now_header(NOW)
         .with(counted("log", "sliding_log").field(count).field(shape))
         .with(counted("sw", "sliding_window").field(count).field(shape))
 }
@@ -37,25 +45,30 @@ fn a_counted_burst_is_held_in_slot_order_and_settled_at_the_slots() {
     let port = upstream.port;
     let envoy = Envoy::try_start_edited(&options, &|text| demo_upstream(text, port)).unwrap();
     let stat = |name: &str| envoy.stat(&format!("wasmcustom.tollgate.{name}")).unwrap_or(0);
-    let headers = [("x-user-id", "alice"), ("x-max-tokens", "2"), ("x-demo-header", "x-tokens-used=1")];
-    for algorithm in ["log", "sw"] {
+    let at = AT.to_string();
+    let headers =
+        [("x-user-id", "alice"), ("x-max-tokens", "2"), ("x-demo-header", "x-tokens-used=1"), (NOW, at.as_str())];
+    // The held five's delays: the log's when the first five leave its
+    // window (+1 s); `sliding_window`'s each 200 ms from the next window's
+    // start, as the previous window's weight falls by a fifth (2 units),
+    // the last one when the window after begins.
+    for (algorithm, expected) in [("log", [1_000; 5]), ("sw", [900, 1_100, 1_300, 1_500, 1_700])] {
         let shots = burst(envoy.port, &format!("/{algorithm}/x"), &headers, 10, Duration::ZERO);
         assert!(shots.iter().all(|s| s.status == 200), "{algorithm}: {shots:?}");
         let held: Vec<_> = shots.iter().filter(|s| s.delay_ms.is_some()).collect();
         assert_eq!(held.len(), 5, "{algorithm}: five reservations of 2 fit now, five held {shots:?}");
-        // Released in the order of their slots (the log's five share one;
-        // sent at once, they reached the store a few ms apart).
-        let mut by_answer = held.clone();
-        by_answer.sort_by(|a, b| a.answered_epoch_ms.total_cmp(&b.answered_epoch_ms));
-        let delays: Vec<u64> = by_answer.iter().filter_map(|s| s.delay_ms).collect();
-        assert!(delays.windows(2).all(|p| p[0] <= p[1] + 5), "{algorithm}: released out of order: {delays:?}");
-        if algorithm == "sw" {
-            // Its slot: when it was sent plus its delay (the delay alone
-            // counts from its arrival, and under the suite's load the ten
-            // sent at once arrived up to 70 ms apart).
-            let slots: Vec<f64> = by_answer.iter().filter_map(|s| Some(s.sent_ms + s.delay_ms? as f64)).collect();
-            assert!(slots.windows(2).all(|p| p[1] >= p[0] + 150.0), "sw: slots 200 ms apart: {slots:.1?} {delays:?}");
-        }
+        let mut delays: Vec<u64> = held.iter().filter_map(|s| s.delay_ms).collect();
+        delays.sort_unstable();
+        assert_eq!(delays, expected, "{algorithm}: held to their slots: {shots:?}");
+        assert_held_for_their_delays(&shots);
+        let mut after: Vec<f64> = shots.iter().filter_map(Shot::after_its_delay_ms).collect();
+        println!(
+            "{algorithm}: held {delays:?} ms; answered after send + delay: p50 {:.1} ms, max {:.1} ms",
+            quantile(&mut after, 0.5),
+            quantile(&mut after, 1.0)
+        );
+        let hang = support::hang_bound(Duration::from_millis(5)).as_secs_f64() * 1e3;
+        assert!(after.iter().all(|a| *a < hang), "{algorithm}: a release hung: {after:.1?}");
         wait_until("settled", Duration::from_secs(10), || stat(&format!("rule.{algorithm}.settled")) == 10);
         assert_eq!(stat(&format!("rule.{algorithm}.refunded")), 10, "{algorithm}");
         if algorithm == "log" {
@@ -63,14 +76,7 @@ fn a_counted_burst_is_held_in_slot_order_and_settled_at_the_slots() {
             // one settled unit each, at the slot (a settlement at another
             // time would find no reservation there to take 1 back from).
             let slots = log_entries(&valkey, "tollgate:{log:alice}:log");
-            // (Each +1 s after one of the first five: a few ms apart.)
-            assert_eq!(slots.len(), 5, "{slots:?}");
-            assert!(slots[4] - slots[0] < 50, "{slots:?}");
-            let answered: Vec<f64> = by_answer.iter().map(|s| s.answered_epoch_ms).collect();
-            for (at, slot) in answered.iter().zip(&slots) {
-                let late = at - *slot as f64;
-                assert!((0.0..200.0).contains(&late), "released {late:.1} ms after its slot: {slots:?} {answered:?}");
-            }
+            assert_eq!(slots, [AT + 1_000; 5], "one settled unit per held request, at its slot");
         }
     }
     assert_eq!(stat("shape.delayed"), 10);

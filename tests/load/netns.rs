@@ -15,11 +15,15 @@ use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::load::{Load, Plan, Report, Request, Sample};
+use support::load::{Class, Load, Plan, Report, Request, Sample};
 use support::netns::NetPair;
 use support::{wait_until, Envoy, EnvoyOptions, Valkey};
 
 const WORKERS: u32 = 1;
+/// The plugins' `valkey.timeout` here.
+const TIMEOUT: Duration = Duration::from_millis(100);
+/// A worker's longest reconnect backoff (docs/reliability.md).
+const BACKOFF: Duration = Duration::from_millis(800);
 
 fn seconds() -> u64 {
     std::env::var("TOLLGATE_NETNS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12)
@@ -150,8 +154,17 @@ fn a_silently_cut_link_is_declared_dead_and_replaced_and_no_reply_goes_astray() 
     pair.cut();
     wait_until("two seconds of a cut link", Duration::from_secs(5), || cut_at.elapsed() >= Duration::from_secs(2));
     let restored_at = Instant::now();
+    // Nothing is decided while the link is cut: what the store decides from
+    // here on came through a stream opened after the restore.
+    let decided_at_restore = load.tally.count(Class::Decided);
     pair.restore();
-    wait_until("decisions after the restore", Duration::from_secs(10), || {
+    // A new stream decides again once the worker's backoff (at most 800 ms)
+    // has passed: polled, with ten backoffs as a hang detector; then two
+    // seconds of decisions.
+    wait_until("decisions after the restore", support::hang_bound(BACKOFF), || {
+        load.tally.count(Class::Decided) > decided_at_restore
+    });
+    wait_until("two seconds after the restore", Duration::from_secs(10), || {
         restored_at.elapsed() >= Duration::from_secs(2)
     });
     let answers = load.stop().samples;
@@ -170,10 +183,13 @@ fn a_silently_cut_link_is_declared_dead_and_replaced_and_no_reply_goes_astray() 
         stat(&envoy, "store.errors.timeout"),
     );
     assert!(answers.iter().all(|a| a.response.is_some()), "every request answered");
-    assert!(slowest <= Duration::from_millis(150), "every request within timeout + 50 ms: {slowest:?}");
+    // The slowest is printed (112 ms in docs/reliability.md); the bound is a
+    // hang detector: the stalled stream's requests end by the timeout, as
+    // `stream.resets.stalled` below shows, and a busy machine adds ms.
+    assert!(slowest < support::hang_bound(TIMEOUT), "a request hung: {slowest:?}");
     assert!(during > 0, "requests went on during the cut (failure_mode allow)");
     assert!(stat(&envoy, "stream.resets.stalled") >= 1, "the silent stream was declared stalled");
-    assert!(resumed_after.is_some_and(|d| d <= Duration::from_secs(1)), "a new stream decides again within 1 s");
+    assert!(resumed_after.is_some_and(|d| d < support::hang_bound(BACKOFF)), "a new stream decides again");
     // No reply went to another request: each thread's remaining stays in its
     // own rule's range.
     for a in answers.iter().filter(|a| a.decided()) {

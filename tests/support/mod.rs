@@ -131,6 +131,17 @@ pub fn alone() -> std::sync::MutexGuard<'static, ()> {
     ONE_LOAD_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// A hang detector for a wait the plugin bounds by `bound` (a
+/// `valkey.timeout`, a reconnect backoff, a shaping tick): ten times it, and
+/// at least 2 s. Not a latency figure: a busy machine stretches such a wait
+/// by milliseconds, so only a request the plugin forgot (left waiting for a
+/// store that never answers, or for a timer that never fires) runs past it.
+/// A test asserts why a wait ended (an order, a counter) and prints how long
+/// it took; this bound is only its backstop (docs/testing.md, "Timing").
+pub fn hang_bound(bound: Duration) -> Duration {
+    (bound * 10).max(Duration::from_secs(2))
+}
+
 /// Polls `ready` every 20 ms until it holds or `timeout` passes.
 pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();

@@ -15,6 +15,9 @@ use tollgate::resp::Value;
 pub struct Shot {
     /// ms after the burst's start.
     pub sent_ms: f64,
+    /// When it was sent, in ms since the Unix epoch (the clock of
+    /// `answered_epoch_ms`): the store decided it no earlier.
+    pub sent_epoch_ms: f64,
     pub answered_ms: f64,
     /// When it was answered, in ms since the Unix epoch (the clock Valkey's
     /// `TIME` reads on this machine).
@@ -22,6 +25,28 @@ pub struct Shot {
     pub status: u16,
     /// The delay the response reports, if it was held.
     pub delay_ms: Option<u64>,
+}
+
+impl Shot {
+    /// How much later than its send plus its delay it was answered: the
+    /// proxy holds an admission its delay after the store's reply, which
+    /// came after the send, so this is never negative (less 1 ms for the
+    /// clocks' rounding) whatever the machine's load; how far above 0 is the
+    /// machine's figure. `None` for one not held.
+    pub fn after_its_delay_ms(&self) -> Option<f64> {
+        Some(self.answered_epoch_ms - self.sent_epoch_ms - self.delay_ms? as f64)
+    }
+}
+
+/// Every held shot was answered no earlier than its send plus the delay its
+/// response reports: held, and for its whole delay (a lower bound a fast
+/// machine cannot break, only a release before its time).
+pub fn assert_held_for_their_delays(shots: &[Shot]) {
+    for shot in shots {
+        if let Some(after) = shot.after_its_delay_ms() {
+            assert!(after > -1.0, "answered {after:.1} ms before its send plus its delay: {shot:?}");
+        }
+    }
 }
 
 /// Fires `n` requests (`POST path`, `headers`) at `port` at once, `gap`
@@ -37,12 +62,13 @@ pub fn burst(port: u16, path: &str, headers: &[(&str, &str)], n: usize, gap: Dur
                 .spawn(move || {
                     barrier.wait();
                     std::thread::sleep(gap * u32::try_from(i).unwrap());
-                    let at = Instant::now();
                     let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    let epoch_ms =
+                        || SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e3;
+                    let (sent_epoch, at) = (epoch_ms(), Instant::now());
                     let resp = http(port, "POST", &path, &h);
                     let done = Instant::now();
-                    let epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-                    (at, done, epoch.as_secs_f64() * 1e3, resp)
+                    (at, done, (sent_epoch, epoch_ms()), resp)
                 })
                 .unwrap()
         })
@@ -52,11 +78,12 @@ pub fn burst(port: u16, path: &str, headers: &[(&str, &str)], n: usize, gap: Dur
     threads
         .into_iter()
         .map(|t| {
-            let (at, done, epoch_ms, resp) = t.join().unwrap();
+            let (at, done, (sent_epoch_ms, epoch_ms), resp) = t.join().unwrap();
             let ms = |i: Instant| i.saturating_duration_since(t0).as_secs_f64() * 1e3;
             match resp {
                 Ok(r) => Shot {
                     sent_ms: ms(at),
+                    sent_epoch_ms,
                     answered_ms: ms(done),
                     answered_epoch_ms: epoch_ms,
                     status: r.status,
@@ -64,6 +91,7 @@ pub fn burst(port: u16, path: &str, headers: &[(&str, &str)], n: usize, gap: Dur
                 },
                 Err(_) => Shot {
                     sent_ms: ms(at),
+                    sent_epoch_ms,
                     answered_ms: ms(done),
                     answered_epoch_ms: epoch_ms,
                     status: 0,
