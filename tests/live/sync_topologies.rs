@@ -13,12 +13,15 @@
 
 use crate::support;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 use support::cluster::ValkeyCluster;
+use support::load::{Load, Plan, Request};
 use support::plugin::{plugin, rule, Plugin};
 use support::sentinel::{self, topology, MASTER_NAME};
-use support::{wait_until, Envoy, Valkey};
+use support::{wait_until, Envoy, Response, Valkey};
 use tollgate::store::cluster::key_slot;
 
 const INTERVAL_MS: u64 = 100;
@@ -67,6 +70,38 @@ fn admit_locally(envoy: &Envoy, users: &[&str], n: u64) {
     assert_eq!(stat(envoy, "sync.allowed") - before, n * users.len() as u64, "every request decided on the worker");
 }
 
+/// Requests sent by a load, and those admitted with their `RateLimit`
+/// header (decided, never by `failure_mode`).
+#[derive(Default, Clone)]
+struct Counts {
+    sent: Arc<AtomicU64>,
+    admitted: Arc<AtomicU64>,
+}
+
+impl Counts {
+    fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    fn admitted(&self) -> u64 {
+        self.admitted.load(Ordering::Relaxed)
+    }
+
+    /// One client on `envoy` sending a request for `user` every `pace`.
+    fn load(&self, envoy: &Envoy, user: &str, pace: Duration) -> Load {
+        let counts = self.clone();
+        let on_answer = Arc::new(move |_: usize, _: usize, r: Option<&Response>| {
+            counts.sent.fetch_add(1, Ordering::Relaxed);
+            if r.is_some_and(|r| r.status == 200 && r.header("ratelimit").is_some()) {
+                counts.admitted.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let plan = Plan { pace: Some(pace), keep: false, ..Plan::closed(1, 1_000_000) }.on_answer(on_answer);
+        let request = Request::new("GET", "/", &[("x-user-id", user)]);
+        Load::start(envoy.port, plan, Arc::new(move |_: usize, _: usize| request.clone()))
+    }
+}
+
 fn count(node: &Valkey, user: &str) -> u64 {
     node.int(&["ZCARD", &key(user)]) as u64
 }
@@ -85,6 +120,13 @@ fn sentinel_flushes_reach_the_master_and_after_a_failover_the_new_one() {
     wait_until("the master and its replica to count every admission", Duration::from_secs(5), || {
         count(&master, "alice") == admitted && count(&replica, "alice") == admitted
     });
+    // Requests go on through the failover, one per 20 ms: a bucket with no
+    // request for 3 intervals is the store's again (docs/sync.md), and
+    // these are decided on the worker from its last view while its flushes
+    // fail.
+    let local_before = stat(&envoy, "sync.allowed");
+    let through = Counts::default();
+    let load = through.load(&envoy, "alice", Duration::from_millis(20));
     let store_requests = stat(&envoy, "store.requests");
 
     master.stop(); // SIGKILL
@@ -92,8 +134,18 @@ fn sentinel_flushes_reach_the_master_and_after_a_failover_the_new_one() {
         sentinels.iter().any(|s| s.master_port() == Some(replica.port))
     });
     // Decided on the worker from its last view; flushed to the new master.
-    admit_locally(&envoy, &["alice"], 40);
-    admitted += 40;
+    for _ in 0..40 {
+        admit(&envoy, "alice");
+    }
+    load.stop();
+    let (sent, kept) = (through.sent(), through.admitted());
+    assert_eq!(kept, sent, "every request through the failover admitted with its headers");
+    // Decided on the worker, but for the first few: the bucket had no
+    // request while the counts were read, more than 3 intervals, and is
+    // rejoined (read half an interval later: about 3 requests at this pace).
+    let local = stat(&envoy, "sync.allowed") - local_before;
+    assert!(local <= 40 + kept && local + 5 >= 40 + kept, "{local} of {} decided on the worker", 40 + kept);
+    admitted += 40 + kept;
     wait_until("the new master to count every admission", Duration::from_secs(15), || {
         count(&replica, "alice") == admitted
     });
@@ -144,7 +196,12 @@ fn cluster_masters_get_one_flush_per_slot_per_interval() {
     let calls_before: Vec<u64> = masters.iter().map(|m| fcalls(m)).collect();
     let (flushes_before, keys_before) = (stat(&envoy, "sync.flushes"), stat(&envoy, "sync.keys"));
     let requests_before = stat(&envoy, "store.requests");
+    let (decided_before, local_before) = (stat(&envoy, "rule.sync.allowed"), stat(&envoy, "sync.allowed"));
     let started = Instant::now();
+    // The buckets had no request while the counts settled: for more than 3
+    // intervals, the store's again (docs/sync.md). Rejoined and read: from
+    // here on every request is decided on the worker.
+    let rejoin = until_synced(&envoy, &users);
 
     // About a second of requests, every user in every interval.
     let mut rounds = 0;
@@ -152,14 +209,17 @@ fn cluster_masters_get_one_flush_per_slot_per_interval() {
         admit_locally(&envoy, &users, 1);
         rounds += 1;
     }
-    let admitted = warmup + rounds;
+    let admitted = warmup + rejoin + rounds;
     wait_until("each master to count what was admitted per user", Duration::from_secs(5), || {
         users.iter().all(|u| count(owner(u), u) == admitted)
     });
     let calls = || -> Vec<u64> { masters.iter().zip(&calls_before).map(|(m, b)| fcalls(m) - b).collect() };
     let flushes = || stat(&envoy, "sync.flushes") - flushes_before;
-    // Every store call since is a flush: each one run is answered.
-    wait_until("every flush answered", Duration::from_secs(5), || calls().iter().sum::<u64>() == flushes());
+    // Every store call since is a flush (each one run is answered), but for
+    // the decisions of the rejoin.
+    let by_store = stat(&envoy, "rule.sync.allowed") - decided_before - (stat(&envoy, "sync.allowed") - local_before);
+    assert!(by_store <= rejoin * users.len() as u64, "decided by the store only while rejoining: {by_store}");
+    wait_until("every flush answered", Duration::from_secs(5), || calls().iter().sum::<u64>() == flushes() + by_store);
     let (calls, flushes, keys) = (calls(), flushes(), stat(&envoy, "sync.keys") - keys_before);
     let intervals = started.elapsed().as_millis() as u64 / INTERVAL_MS;
     println!(
@@ -169,9 +229,13 @@ fn cluster_masters_get_one_flush_per_slot_per_interval() {
         stat(&envoy, "store.requests") - requests_before,
     );
     for (master, n) in masters.iter().zip(&calls) {
-        assert!((1..=intervals + 2).contains(n), "master {}: {n} flushes in {intervals} intervals", master.port);
+        // (Beside its flushes, a master decided the rejoin's first requests
+        // of its users: two for the shared slot's master.)
+        let most = intervals + 2 + 2 * rejoin;
+        assert!((1..=most).contains(n), "master {}: {n} flushes in {intervals} intervals", master.port);
     }
     // The shared slot's flushes carry both buckets, the others one each.
     assert!(keys > flushes && keys <= flushes + calls[0], "{keys} keys in {flushes} flushes");
-    assert_eq!(stat(&envoy, "store.requests") - requests_before, flushes, "no store call but the flushes");
+    let store_calls = stat(&envoy, "store.requests") - requests_before;
+    assert_eq!(store_calls, flushes + by_store, "no store call but the flushes (and the rejoin's)");
 }

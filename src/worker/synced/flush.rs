@@ -170,7 +170,7 @@ impl Worker {
             let windows: Vec<(u64, u64)> =
                 reply.state.windows.iter().filter(|w| w.check == i).map(|w| (w.remaining, w.reset_ms)).collect();
             let (syncers, rank) = reply.syncers.get(i).copied().unwrap_or((1, 0));
-            table.synced(&check.key, &windows, syncers, rank, now_ms);
+            table.synced_since(&check.key, (&windows, syncers, rank), p.arrival.local_ms, now_ms);
         }
     }
 

@@ -230,13 +230,24 @@ impl Table {
         out
     }
 
-    /// The store answered the flush for `key`: `windows` (remaining,
-    /// reset_ms per window, after the flushed units) and this worker's
-    /// place among the bucket's syncers (`syncers`, `rank`), at `now_ms`.
-    /// Units admitted since the flush was cut count against the new share.
+    /// [`Table::synced_since`] of a flush whose queueing is not known.
+    #[cfg(test)]
     pub fn synced(&mut self, key: &str, windows: &[(u64, u64)], syncers: u64, rank: u64, now_ms: u64) {
+        self.synced_since(key, (windows, syncers, rank), 0, now_ms);
+    }
+
+    /// The store answered the flush for `key`, last queued (sent again,
+    /// perhaps) at `queued_ms`: `reply` holds `windows` (remaining,
+    /// reset_ms per window, after the flushed units) and this worker's place
+    /// among the bucket's syncers (`syncers`, `rank`), at `now_ms`. Units
+    /// admitted since the flush was cut count against the new share. The
+    /// store noted this worker after `queued_ms`: the view lives the horizon
+    /// after that, whenever the flush was cut.
+    pub fn synced_since(&mut self, key: &str, reply: (&[(u64, u64)], u64, u64), queued_ms: u64, now_ms: u64) {
+        let (windows, syncers, rank) = reply;
         let Some(b) = self.buckets.get_mut(key) else { return };
         b.flushing = 0;
+        b.cut_at_ms = b.cut_at_ms.max(queued_ms.min(now_ms));
         if windows.len() != b.check.windows.len() {
             return;
         }

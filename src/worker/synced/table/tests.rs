@@ -174,3 +174,20 @@ fn a_view_with_a_flush_on_the_way_is_kept() {
     assert_eq!(t.cut(100), vec![(c.clone(), 1)]);
     assert!(seen(&mut t, &c, 1_000).is_some(), "the flush of 100 is still on the way");
 }
+
+/// A flush whose reply was lost and that was sent again (the store down
+/// for a while): the store noted this worker when the flush got through,
+/// so the view it gives lives the horizon from then, not from the cut.
+#[test]
+fn a_flush_answered_after_an_outage_gives_a_live_view() {
+    let mut t = table(10);
+    let c = check(Algorithm::FixedWindow, 0, "k", &[(60, 60_000)], 1);
+    seen(&mut t, &c, 0);
+    t.cut(50);
+    t.synced("k", &[(60, 0)], 1, 0, 55);
+    admit(&mut t, &c, 60, 1);
+    assert_eq!(t.cut(100), vec![(c.clone(), 1)]);
+    // Sent again until it got through at 5,000 (queued at 4,990).
+    t.synced_since("k", (&[(59, 55_000)], 1, 0), 4_990, 5_000);
+    assert_eq!(fits(seen(&mut t, &c, 5_010)), Some(vec![true]), "decided on the worker");
+}
