@@ -46,14 +46,33 @@ fn a_counted_burst_is_held_in_slot_order_and_settled_at_the_slots() {
     let envoy = Envoy::try_start_edited(&options, &|text| demo_upstream(text, port)).unwrap();
     let stat = |name: &str| envoy.stat(&format!("wasmcustom.tollgate.{name}")).unwrap_or(0);
     let at = AT.to_string();
-    let headers =
-        [("x-user-id", "alice"), ("x-max-tokens", "2"), ("x-demo-header", "x-tokens-used=1"), (NOW, at.as_str())];
+    // The upstream holds every response until the ten are decided: the
+    // first five's settlements (each gives a unit back) cannot reach the
+    // store before the last decision, however the machine spreads the
+    // burst (once, under load, one did, and the held slots moved).
+    let headers = [
+        ("x-user-id", "alice"),
+        ("x-max-tokens", "2"),
+        ("x-demo-header", "x-tokens-used=1"),
+        ("x-demo-hold", "1"),
+        (NOW, at.as_str()),
+    ];
+    let delayed = || envoy.stat_now("wasmcustom.tollgate.shape.delayed").unwrap_or(0);
     // The held five's delays: the log's when the first five leave its
     // window (+1 s); `sliding_window`'s each 200 ms from the next window's
     // start, as the previous window's weight falls by a fifth (2 units),
     // the last one when the window after begins.
     for (algorithm, expected) in [("log", [1_000; 5]), ("sw", [900, 1_100, 1_300, 1_500, 1_700])] {
-        let shots = burst(envoy.port, &format!("/{algorithm}/x"), &headers, 10, Duration::ZERO);
+        let (starts, held) = (upstream.starts(), delayed());
+        let shots = std::thread::scope(|scope| {
+            let shots = scope.spawn(|| burst(envoy.port, &format!("/{algorithm}/x"), &headers, 10, Duration::ZERO));
+            wait_until("the ten decided: five at the upstream, five held", Duration::from_secs(10), || {
+                upstream.starts() == starts + 5 && delayed() == held + 5
+            });
+            upstream.set_open(true);
+            shots.join().unwrap()
+        });
+        upstream.set_open(false);
         assert!(shots.iter().all(|s| s.status == 200), "{algorithm}: {shots:?}");
         let held: Vec<_> = shots.iter().filter(|s| s.delay_ms.is_some()).collect();
         assert_eq!(held.len(), 5, "{algorithm}: five reservations of 2 fit now, five held {shots:?}");

@@ -11,7 +11,7 @@
 //! | `x-demo-pad: 5000` | the JSON body padded with that many bytes |
 //! | `x-demo-sse: 35` | an event stream in chunks: three deltas, the usage event, `[DONE]` |
 //! | `x-demo-body: text` | that body (text/plain) |
-//! | `x-demo-hold: 1` | waits for [`Upstream::release`] first |
+//! | `x-demo-hold: 1` | waits for [`Upstream::release`] first (not while [`Upstream::set_open`]) |
 //!
 //! [`demo_upstream`] points the `demo_upstream` cluster of a rendered
 //! `envoy/envoy.yaml` at it.
@@ -49,6 +49,8 @@ struct State {
     released: Mutex<u64>,
     wake: Condvar,
     stop: AtomicBool,
+    /// `x-demo-hold` holds nothing while set.
+    open: AtomicBool,
 }
 
 pub struct Upstream {
@@ -90,6 +92,17 @@ impl Upstream {
     pub fn release(&self) {
         *self.state.released.lock().unwrap() += 1;
         self.state.wake.notify_all();
+    }
+
+    /// `true`: releases every request waiting with `x-demo-hold`, and
+    /// answers later ones at once, until set `false` again (for requests
+    /// that reach the upstream at times the test does not know, such as
+    /// shaped ones).
+    pub fn set_open(&self, open: bool) {
+        self.state.open.store(open, Ordering::SeqCst);
+        if open {
+            self.release();
+        }
     }
 }
 
@@ -141,7 +154,7 @@ fn serve(stream: TcpStream, state: &State) {
         if hit.header("x-demo-hold").is_some() {
             let mut released = state.released.lock().unwrap();
             let seen = *released;
-            while *released == seen && !state.stop.load(Ordering::Relaxed) {
+            while *released == seen && !state.stop.load(Ordering::Relaxed) && !state.open.load(Ordering::SeqCst) {
                 released = state.wake.wait(released).unwrap();
             }
         }
