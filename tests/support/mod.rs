@@ -30,7 +30,7 @@ pub mod valkey_stats;
 pub use envoy::{
     demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Extras, Ports,
 };
-pub use http::{admin_get, http, http_body, remaining, Response};
+pub use http::{admin_get, body_later, http, http_body, remaining, BodyLater, Response};
 pub use stats::{parse_stats, settled, TOLLGATE_STATS};
 pub use valkey::{try_command, Valkey};
 
@@ -129,6 +129,21 @@ pub fn replace_ports(text: &str, map: &[(u16, u16)]) -> String {
 pub fn alone() -> std::sync::MutexGuard<'static, ()> {
     static ONE_LOAD_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     ONE_LOAD_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Polls `ready` every 20 ms until it holds (true) or `timeout` passes
+/// (false): for a test that prints what it found before asserting it.
+pub fn poll_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Polls `ready` every 20 ms until it holds or `timeout` passes.

@@ -15,6 +15,8 @@ use tollgate::resp::Value;
 pub struct Shot {
     /// ms after the burst's start.
     pub sent_ms: f64,
+    /// When it was sent, in ms since the Unix epoch (as `answered_epoch_ms`).
+    pub sent_epoch_ms: f64,
     pub answered_ms: f64,
     /// When it was answered, in ms since the Unix epoch (the clock Valkey's
     /// `TIME` reads on this machine).
@@ -38,11 +40,12 @@ pub fn burst(port: u16, path: &str, headers: &[(&str, &str)], n: usize, gap: Dur
                     barrier.wait();
                     std::thread::sleep(gap * u32::try_from(i).unwrap());
                     let at = Instant::now();
+                    let sent = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
                     let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                     let resp = http(port, "POST", &path, &h);
                     let done = Instant::now();
                     let epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-                    (at, done, epoch.as_secs_f64() * 1e3, resp)
+                    (at, done, sent.as_secs_f64() * 1e3, epoch.as_secs_f64() * 1e3, resp)
                 })
                 .unwrap()
         })
@@ -52,11 +55,12 @@ pub fn burst(port: u16, path: &str, headers: &[(&str, &str)], n: usize, gap: Dur
     threads
         .into_iter()
         .map(|t| {
-            let (at, done, epoch_ms, resp) = t.join().unwrap();
+            let (at, done, sent_epoch_ms, epoch_ms, resp) = t.join().unwrap();
             let ms = |i: Instant| i.saturating_duration_since(t0).as_secs_f64() * 1e3;
             match resp {
                 Ok(r) => Shot {
                     sent_ms: ms(at),
+                    sent_epoch_ms,
                     answered_ms: ms(done),
                     answered_epoch_ms: epoch_ms,
                     status: r.status,
@@ -64,6 +68,7 @@ pub fn burst(port: u16, path: &str, headers: &[(&str, &str)], n: usize, gap: Dur
                 },
                 Err(_) => Shot {
                     sent_ms: ms(at),
+                    sent_epoch_ms,
                     answered_ms: ms(done),
                     answered_epoch_ms: epoch_ms,
                     status: 0,
