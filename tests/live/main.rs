@@ -46,6 +46,7 @@ mod request_cost;
 mod script_acl;
 mod script_cost;
 mod sentinel;
+mod shaping_bounds;
 mod store_errors;
 mod sync_topologies;
 mod tls_redis7;
