@@ -77,6 +77,42 @@ fn http_body_to(
     read_response(&mut stream)
 }
 
+/// A request whose head is sent and whose body is held back (a client
+/// slow to send it): [`BodyLater::send`] sends the body and reads the
+/// response.
+pub struct BodyLater {
+    stream: TcpStream,
+    body: Vec<u8>,
+}
+
+/// Sends the head of `method path` with `headers` and the `content-length`
+/// of `body` to 127.0.0.1:`port`, but not `body`.
+pub fn body_later(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<BodyLater> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+    let mut head = format!("{method} {path} HTTP/1.1\r\nconnection: close\r\nhost: tollgate.test\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
+    stream.write_all(head.as_bytes())?;
+    Ok(BodyLater { stream, body: body.to_vec() })
+}
+
+impl BodyLater {
+    /// Sends the body and reads the response.
+    pub fn send(mut self) -> std::io::Result<Response> {
+        self.stream.write_all(&self.body)?;
+        read_response(&mut self.stream)
+    }
+}
+
 /// Reads one response, complete by its framing (or at EOF).
 pub fn read_response(stream: &mut TcpStream) -> std::io::Result<Response> {
     let mut raw = Vec::new();

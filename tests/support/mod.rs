@@ -30,7 +30,7 @@ pub mod valkey_stats;
 pub use envoy::{
     demo_plugin_config, render_envoy_config, render_with_module, Bootstrap, Envoy, EnvoyOptions, Extras, Ports,
 };
-pub use http::{admin_get, http, http_body, remaining, Response};
+pub use http::{admin_get, body_later, http, http_body, remaining, BodyLater, Response};
 pub use stats::{parse_stats, settled, TOLLGATE_STATS};
 pub use valkey::{try_command, Valkey};
 
@@ -140,6 +140,21 @@ pub fn alone() -> std::sync::MutexGuard<'static, ()> {
 /// it took; this bound is only its backstop (docs/testing.md, "Timing").
 pub fn hang_bound(bound: Duration) -> Duration {
     (bound * 10).max(Duration::from_secs(2))
+}
+
+/// Polls `ready` every 20 ms until it holds (true) or `timeout` passes
+/// (false): for a test that prints what it found before asserting it.
+pub fn poll_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Polls `ready` every 20 ms until it holds or `timeout` passes.
