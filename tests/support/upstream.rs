@@ -13,6 +13,10 @@
 //! | `x-demo-body: text` | that body (text/plain) |
 //! | `x-demo-hold: 1` | waits for [`Upstream::release`] first |
 //!
+//! Each request is recorded with the time its headers arrived ([`Hit::at`]),
+//! on the clock Valkey's `TIME` reads on this machine: when an admitted
+//! request reached the service, which a busy client cannot distort.
+//!
 //! [`demo_upstream`] points the `demo_upstream` cluster of a rendered
 //! `envoy/envoy.yaml` at it.
 
@@ -20,7 +24,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One request the upstream got.
 #[derive(Debug, Clone)]
@@ -29,11 +33,18 @@ pub struct Hit {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// When its headers had arrived.
+    pub at: SystemTime,
 }
 
 impl Hit {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// [`Hit::at`] in ms since the Unix epoch (the clock of Valkey's `TIME`).
+    pub fn at_ms(&self) -> u64 {
+        self.at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
     }
 }
 
@@ -127,6 +138,9 @@ pub fn demo_upstream(text: String, port: u16) -> String {
 
 fn serve(stream: TcpStream, state: &State) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    // A response is written in parts (head, body): without this the body
+    // waits for the head's delayed ACK, about 40 ms per request.
+    let _ = stream.set_nodelay(true);
     let mut writer = match stream.try_clone() {
         Ok(w) => w,
         Err(_) => return,
@@ -167,7 +181,7 @@ fn read_request(reader: &mut BufReader<TcpStream>, state: &State) -> Option<Hit>
         headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
     }
     state.starts.fetch_add(1, Ordering::Relaxed);
-    let mut hit = Hit { method, path, headers, body: Vec::new() };
+    let mut hit = Hit { method, path, headers, body: Vec::new(), at: SystemTime::now() };
     if let Some(length) = hit.header("content-length").and_then(|l| l.parse::<usize>().ok()) {
         let mut body = vec![0; length];
         reader.read_exact(&mut body).ok()?;
