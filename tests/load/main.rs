@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bounds_sync;
 mod flood;
 mod netns;
 mod reload;
