@@ -22,6 +22,7 @@ pub mod props;
 pub mod sentinel;
 pub mod shaping;
 mod stats;
+pub mod timeline;
 pub mod tls;
 pub mod upstream;
 mod valkey;

@@ -134,6 +134,17 @@ impl Valkey {
         }
     }
 
+    /// Valkey's clock (`TIME`), in ms since the Unix epoch: what a call
+    /// that does not inject the time calls now.
+    pub fn time_ms(&self) -> u64 {
+        let reply = self.cmd(&["TIME"]);
+        let part = |i: usize| -> u64 {
+            let items = reply.as_array().unwrap_or_else(|| panic!("TIME gave {reply:?}"));
+            String::from_utf8_lossy(items[i].as_bytes().unwrap()).parse().unwrap()
+        };
+        part(0) * 1000 + part(1) / 1000
+    }
+
     /// The value of `field` in `INFO section` (e.g. `cmdstat_fcall`).
     pub fn info_stat(&self, section: &str, field: &str) -> Option<String> {
         let text = match self.cmd(&["INFO", section]) {
