@@ -51,6 +51,17 @@ impl Algorithm {
         Self::ALL.into_iter().find(|a| a.name() == name)
     }
 
+    /// Ms from a reply until every record a window counted then has left it:
+    /// the window's `reset_ms`, but for the log, whose `reset_ms` is when
+    /// only its oldest entry leaves, its period (0 when it counted none).
+    pub fn empty_ms(self, reset_ms: u64, period_ms: u64) -> u64 {
+        match (self, reset_ms) {
+            (_, 0) => 0,
+            (Self::SlidingLog, _) => period_ms,
+            _ => reset_ms,
+        }
+    }
+
     /// The script's algorithm id and the suffix of the bucket's key, so that
     /// switching a rule's algorithm never reads another algorithm's data.
     pub fn id(self) -> &'static str {

@@ -15,7 +15,7 @@
 //! recently used evicted first. Pure, time passed in.
 
 use crate::config::LocalLimiterConfig;
-use crate::limiter::{Algorithm, Check, Decision, WindowOutcome};
+use crate::limiter::{Check, Decision, WindowOutcome};
 use std::collections::{BTreeMap, HashMap};
 
 /// One window of a bucket, as this worker counts it.
@@ -66,7 +66,6 @@ impl LocalLimiter {
     /// store never saw it.
     pub fn learn(&mut self, checks: &[Check], decision: &Decision, now_ms: u64) {
         for (i, check) in checks.iter().enumerate() {
-            let log = check.algorithm == Algorithm::SlidingLog;
             let old = self.take(&check.key).unwrap_or_default();
             let windows = decision
                 .windows
@@ -75,7 +74,7 @@ impl LocalLimiter {
                 .enumerate()
                 .map(|(j, w)| {
                     let allowance = w.remaining.min(self.share(w.limit));
-                    let empty_ms = if log && w.reset_ms > 0 { w.period_ms } else { w.reset_ms };
+                    let empty_ms = check.algorithm.empty_ms(w.reset_ms, w.period_ms);
                     match old.get(j) {
                         Some(o) if now_ms < o.until_ms => Window { allowance, ..*o },
                         _ => Window { allowance, used: 0, until_ms: now_ms.saturating_add(empty_ms.max(1)) },

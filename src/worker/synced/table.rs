@@ -5,7 +5,7 @@
 
 use super::HORIZON_INTERVALS;
 use crate::config::SyncPolicy;
-use crate::limiter::{Algorithm, Check, WindowOutcome};
+use crate::limiter::{Check, WindowOutcome};
 use std::collections::HashMap;
 
 /// One window of a bucket, as the last sync left it.
@@ -118,11 +118,11 @@ impl Table {
                     rank: 0,
                     last_used_ms: now_ms,
                     cut_at_ms: now_ms,
-                    joining: true,
-                    read_at_ms: now_ms.saturating_add(self.policy.interval_ms / 2),
+                    joining: false,
+                    read_at_ms: 0,
                 };
-                self.due_ms = self.due_ms.min(bucket.read_at_ms);
-                self.buckets.insert(check.key.clone(), bucket);
+                let bucket = self.buckets.entry(check.key.clone()).or_insert(bucket);
+                join(bucket, &mut self.due_ms, self.policy.interval_ms, now_ms);
             }
             return None;
         };
@@ -132,9 +132,7 @@ impl Table {
             // Joined and read again as a new bucket is; the store decides
             // meanwhile.
             bucket.views.clear();
-            bucket.joining = true;
-            bucket.read_at_ms = now_ms.saturating_add(self.policy.interval_ms / 2);
-            self.due_ms = self.due_ms.min(bucket.read_at_ms);
+            join(bucket, &mut self.due_ms, self.policy.interval_ms, now_ms);
             return None;
         }
         if bucket.views.len() != check.windows.len() {
@@ -252,17 +250,14 @@ impl Table {
             return;
         }
         (b.syncers, b.rank) = (syncers.max(1), rank);
-        let log = b.check.algorithm == Algorithm::SlidingLog;
         b.views = windows
             .iter()
             .zip(b.check.windows.iter())
             .map(|(&(remaining, reset_ms), spec)| View {
                 remaining,
-                empty_at_ms: match (reset_ms, log) {
-                    (0, _) => 0,
-                    // Every entry counted at the sync lies at or before it.
-                    (_, true) => now_ms.saturating_add(spec.period_ms.get()),
-                    (_, false) => now_ms.saturating_add(reset_ms),
+                empty_at_ms: match b.check.algorithm.empty_ms(reset_ms, spec.period_ms.get()) {
+                    0 => 0,
+                    empty_ms => now_ms.saturating_add(empty_ms),
                 },
                 allowance: share(remaining, syncers, rank),
                 used: b.pending,
@@ -277,6 +272,14 @@ impl Table {
             b.flushing = 0;
         }
     }
+}
+
+/// Bucket `b`, without a view, joins at the next flushes and is read half
+/// an interval after `now_ms` (the table's next cut `due_ms` no later).
+fn join(b: &mut Bucket, due_ms: &mut u64, interval_ms: u64, now_ms: u64) {
+    b.joining = true;
+    b.read_at_ms = now_ms.saturating_add(interval_ms / 2);
+    *due_ms = (*due_ms).min(b.read_at_ms);
 }
 
 /// Syncer `rank`'s share of `remaining` among `syncers`: equal shares,
