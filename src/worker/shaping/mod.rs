@@ -70,10 +70,8 @@ pub struct Holding {
     /// Gone requests whose shaped call is with the store: what it checks,
     /// for giving back the slot its reply names.
     orphans: HashMap<u32, (Vec<Check>, Arrival)>,
-    /// Give-backs of gone requests on their way: whose, by give-back id,
-    /// and per gone request how many are.
+    /// Give-backs of gone requests on their way: whose, by give-back id.
     returning: HashMap<u32, u32>,
-    outstanding: HashMap<u32, usize>,
     /// The last give-back's id.
     next: u32,
 }
@@ -103,7 +101,7 @@ impl Holding {
             let own = |c: &u32| {
                 self.held.contains_key(c)
                     || self.orphans.contains_key(c)
-                    || self.outstanding.contains_key(c)
+                    || self.returning.values().any(|o| o == c)
                     || self.given.iter().any(|(g, _)| g == c)
             };
             let stale: Vec<u32> = self.counted.keys().copied().filter(|&c| !live(c) && !own(&c)).collect();
@@ -188,7 +186,6 @@ impl Holding {
         self.next = self.next.wrapping_add(1);
         if let Some(owner) = owner {
             self.returning.insert(self.next, owner);
-            *self.outstanding.entry(owner).or_default() += 1;
         }
         CallId::GiveBack(self.next)
     }
@@ -198,21 +195,14 @@ impl Holding {
     pub fn returned(&mut self, id: CallId) {
         let CallId::GiveBack(n) = id else { return };
         if let Some(owner) = self.returning.remove(&n) {
-            let left = self.outstanding.get_mut(&owner).map(|o| {
-                *o = o.saturating_sub(1);
-                *o
-            });
-            if left == Some(0) {
-                self.outstanding.remove(&owner);
-                self.leave(owner);
-            }
+            self.settle_gone(owner);
         }
     }
 
     /// Gone request `owner` has no give-back on its way (none could be
     /// sent, or none was needed): it is no longer counted.
     pub fn settle_gone(&mut self, owner: u32) {
-        if !self.outstanding.contains_key(&owner) {
+        if !self.returning.values().any(|&o| o == owner) {
             self.leave(owner);
         }
     }
