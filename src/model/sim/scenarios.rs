@@ -11,6 +11,36 @@ fn request(at: u64, proxy: usize) -> (u64, Input) {
     (at, Input::Request { proxy, worker: 0, key: 0, leave: Leave::Never, used: 1 })
 }
 
+/// A trace of `rule` on `proxies` of one worker each (their sync
+/// intervals: `None` for an exact proxy), a network of 1 to 2 ms,
+/// `valkey.timeout` 200 ms; its inputs sorted.
+fn trace(seed: u64, rule: Rule, intervals: &[Option<u64>], mut inputs: Vec<(u64, Input)>, until_ms: u64) -> Trace {
+    inputs.sort_by_key(|(at, _)| *at);
+    let proxies = intervals.iter().map(|&interval_ms| Proxy { workers: 1, interval_ms, max_keys: None }).collect();
+    Trace { seed, rule, proxies, net: Net { min_ms: 1, max_ms: 2 }, timeout_ms: 200, inputs, until_ms }
+}
+
+/// A synced rule of one window.
+fn synced(algorithm: Algorithm, limit: u64, period_ms: u64) -> Rule {
+    Rule { algorithm, windows: vec![(limit, period_ms)], mode: Mode::Synced, count: None }
+}
+
+/// Six synced proxies (interval 100 ms), `fixed_window` 100 per
+/// `period_ms`: all six send a request per 100 ms for 0.5 s; proxy 0 goes
+/// on at 20 a second (`steady` requests); the five others come back at
+/// each of `bursts` with 50 each, `gap` ms apart (a burster `7 × gap / 4`
+/// after the one before).
+fn quiet_then_back(seed: u64, period_ms: u64, steady: u64, bursts: &[u64], gap: u64, until_ms: u64) -> Trace {
+    let mut inputs: Vec<(u64, Input)> =
+        (0..6).flat_map(|p| (0..5).map(move |i| request(i * 100 + p as u64, p))).collect();
+    inputs.extend((0..steady).map(|i| request(500 + i * 50, 0)));
+    for &start in bursts {
+        let at = move |p: usize, i: u64| start + i * gap + p as u64 * gap * 7 / 4;
+        inputs.extend((1..6).flat_map(|p| (0..50u64).map(move |i| request(at(p, i), p))));
+    }
+    trace(seed, synced(Algorithm::FixedWindow, 100, period_ms), &[Some(100); 6], inputs, until_ms)
+}
+
 /// The most a bucket admitted in any span `(t - period_ms, t]` (the
 /// ledger of what reached the upstream, at its time).
 fn most_in_any_span(trace: &Trace, period_ms: u64) -> u64 {
@@ -30,15 +60,7 @@ fn most_in_any_span(trace: &Trace, period_ms: u64) -> u64 {
 #[test]
 fn a_synced_log_under_a_rate_that_changes() {
     let inputs = (0..100).map(|i| request(i * 100, 0)).chain((0..750).map(|i| request(10_000 + i * 20, 0))).collect();
-    let trace = Trace {
-        seed: 1,
-        rule: Rule { algorithm: Algorithm::SlidingLog, windows: vec![(100, 10_000)], mode: Mode::Synced, count: None },
-        proxies: vec![Proxy { workers: 1, interval_ms: Some(100), max_keys: None }],
-        net: Net { min_ms: 1, max_ms: 2 },
-        timeout_ms: 200,
-        inputs,
-        until_ms: 25_000,
-    };
+    let trace = trace(1, synced(Algorithm::SlidingLog, 100, 10_000), &[Some(100)], inputs, 25_000);
     let most = most_in_any_span(&trace, 10_000);
     println!("synced log, rate 10/s then 50/s: at most {most} in any 10 s span");
     // limit + r × (I + d) + N: 50/s × ~0.1 s + 1.
@@ -52,20 +74,7 @@ fn a_synced_log_under_a_rate_that_changes() {
 /// Before the fix: 144 in the minute (the quiet workers' stale shares).
 #[test]
 fn synced_workers_that_go_quiet_and_come_back() {
-    let mut inputs: Vec<(u64, Input)> =
-        (0..6).flat_map(|p| (0..5).map(move |i| request(i * 100 + p as u64, p))).collect();
-    inputs.extend((0..1_150).map(|i| request(500 + i * 50, 0)));
-    inputs.extend((1..6).flat_map(|p| (0..50).map(move |_| request(30_000, p))));
-    inputs.sort_by_key(|(at, _)| *at);
-    let trace = Trace {
-        seed: 2,
-        rule: Rule { algorithm: Algorithm::FixedWindow, windows: vec![(100, 60_000)], mode: Mode::Synced, count: None },
-        proxies: vec![Proxy { workers: 1, interval_ms: Some(100), max_keys: None }; 6],
-        net: Net { min_ms: 1, max_ms: 2 },
-        timeout_ms: 200,
-        inputs,
-        until_ms: 58_000,
-    };
+    let trace = quiet_then_back(2, 60_000, 1_150, &[30_000], 0, 58_000);
     let r = run(&trace).unwrap();
     let in_minute = |from: u64| {
         let admitted = admissions(&r);
@@ -88,15 +97,8 @@ fn a_shaped_request_whose_client_leaves_while_its_call_is_with_the_store() {
     let mut inputs: Vec<(u64, Input)> = (0..10).map(|i| request(i, 0)).collect();
     inputs.push((100, Input::Pause { ms: 600 }));
     inputs.push((110, Input::Request { proxy: 0, worker: 0, key: 0, leave: Leave::After(100), used: 1 }));
-    let trace = Trace {
-        seed: 3,
-        rule: Rule { algorithm: Algorithm::SlidingLog, windows: vec![(5, 1_000)], mode: shape, count: None },
-        proxies: vec![Proxy { workers: 1, interval_ms: None, max_keys: None }],
-        net: Net { min_ms: 1, max_ms: 2 },
-        timeout_ms: 2_000,
-        inputs,
-        until_ms: 3_000,
-    };
+    let rule = Rule { algorithm: Algorithm::SlidingLog, windows: vec![(5, 1_000)], mode: shape, count: None };
+    let trace = Trace { timeout_ms: 2_000, ..trace(3, rule, &[None], inputs, 3_000) };
     let r = run(&trace).unwrap();
     let key = "tollgate:{api:u0}:log";
     let entries = r.store.model.entry_times(key).len();
@@ -114,22 +116,7 @@ fn a_shaped_request_whose_client_leaves_while_its_call_is_with_the_store() {
 /// its first request): 121 and 134 admitted, shares of 29, 18, 13, 11, 9.
 #[test]
 fn synced_workers_that_rejoin_together_share_what_remains() {
-    let mut inputs: Vec<(u64, Input)> =
-        (0..6).flat_map(|p| (0..5).map(move |i| request(i * 100 + p as u64, p))).collect();
-    inputs.extend((0..380).map(|i| request(500 + i * 50, 0)));
-    for start in [2_500, 12_500] {
-        inputs.extend((1..6).flat_map(|p| (0..50u64).map(move |i| request(start + i * 4 + p as u64 * 7, p))));
-    }
-    inputs.sort_by_key(|(at, _)| *at);
-    let trace = Trace {
-        seed: 4,
-        rule: Rule { algorithm: Algorithm::FixedWindow, windows: vec![(100, 10_000)], mode: Mode::Synced, count: None },
-        proxies: vec![Proxy { workers: 1, interval_ms: Some(100), max_keys: None }; 6],
-        net: Net { min_ms: 1, max_ms: 2 },
-        timeout_ms: 200,
-        inputs,
-        until_ms: 20_000,
-    };
+    let trace = quiet_then_back(4, 10_000, 380, &[2_500, 12_500], 4, 20_000);
     let r = run(&trace).unwrap();
     let admitted = admissions(&r);
     let per = |w: u64| -> u64 {

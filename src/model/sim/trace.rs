@@ -113,7 +113,7 @@ impl Trace {
             rule.windows.iter().map(|(l, p)| format!(r#"{{ "limit": {l}, "period": "{p}ms" }}"#)).collect();
         let mut fields = vec![
             r#""name": "api""#.to_string(),
-            format!(r#""algorithm": "{}""#, algorithm_name(rule.algorithm)),
+            format!(r#""algorithm": "{}""#, rule.algorithm.name()),
             r#""key": [ { "header": "x-user-id" } ]"#.to_string(),
             format!(r#""limits": [ {} ]"#, limits.join(", ")),
         ];
@@ -140,14 +140,5 @@ impl Trace {
             self.timeout_ms,
             fields.join(", ")
         )
-    }
-}
-
-fn algorithm_name(a: Algorithm) -> &'static str {
-    match a {
-        Algorithm::SlidingLog => "sliding_log",
-        Algorithm::Gcra => "gcra",
-        Algorithm::SlidingWindow => "sliding_window",
-        Algorithm::FixedWindow => "fixed_window",
     }
 }
