@@ -13,15 +13,14 @@
 
 use crate::support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 use support::cluster::ValkeyCluster;
-use support::load::{Load, Plan, Request};
+use support::load::{Counts, Load, Plan, Request};
 use support::plugin::{plugin, rule, Plugin};
 use support::sentinel::{self, topology, MASTER_NAME};
-use support::{wait_until, Envoy, Response, Valkey};
+use support::{wait_until, Envoy, Valkey};
 use tollgate::store::cluster::key_slot;
 
 const INTERVAL_MS: u64 = 100;
@@ -70,36 +69,12 @@ fn admit_locally(envoy: &Envoy, users: &[&str], n: u64) {
     assert_eq!(stat(envoy, "sync.allowed") - before, n * users.len() as u64, "every request decided on the worker");
 }
 
-/// Requests sent by a load, and those admitted with their `RateLimit`
-/// header (decided, never by `failure_mode`).
-#[derive(Default, Clone)]
-struct Counts {
-    sent: Arc<AtomicU64>,
-    admitted: Arc<AtomicU64>,
-}
-
-impl Counts {
-    fn sent(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
-    }
-
-    fn admitted(&self) -> u64 {
-        self.admitted.load(Ordering::Relaxed)
-    }
-
-    /// One client on `envoy` sending a request for `user` every `pace`.
-    fn load(&self, envoy: &Envoy, user: &str, pace: Duration) -> Load {
-        let counts = self.clone();
-        let on_answer = Arc::new(move |_: usize, _: usize, r: Option<&Response>| {
-            counts.sent.fetch_add(1, Ordering::Relaxed);
-            if r.is_some_and(|r| r.status == 200 && r.header("ratelimit").is_some()) {
-                counts.admitted.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-        let plan = Plan { pace: Some(pace), keep: false, ..Plan::closed(1, 1_000_000) }.on_answer(on_answer);
-        let request = Request::new("GET", "/", &[("x-user-id", user)]);
-        Load::start(envoy.port, plan, Arc::new(move |_: usize, _: usize| request.clone()))
-    }
+/// One client on `envoy` sending a request for `user` every `pace`,
+/// counted in `counts`.
+fn load(counts: &Counts, envoy: &Envoy, user: &str, pace: Duration) -> Load {
+    let plan = Plan { pace: Some(pace), keep: false, ..Plan::closed(1, 1_000_000) }.on_answer(counts.on_answer());
+    let request = Request::new("GET", "/", &[("x-user-id", user)]);
+    Load::start(envoy.port, plan, Arc::new(move |_: usize, _: usize| request.clone()))
 }
 
 fn count(node: &Valkey, user: &str) -> u64 {
@@ -126,7 +101,7 @@ fn sentinel_flushes_reach_the_master_and_after_a_failover_the_new_one() {
     // fail.
     let local_before = stat(&envoy, "sync.allowed");
     let through = Counts::default();
-    let load = through.load(&envoy, "alice", Duration::from_millis(20));
+    let load = load(&through, &envoy, "alice", Duration::from_millis(20));
     let store_requests = stat(&envoy, "store.requests");
 
     master.stop(); // SIGKILL

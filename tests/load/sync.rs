@@ -10,12 +10,11 @@
 
 use crate::support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::load::{Connection, Load, Plan, Request};
+use support::load::{Connection, Counts, Load, Plan, Request};
 use support::plugin::{plugin, rule};
-use support::{wait_until, Envoy, EnvoyOptions, Response, Valkey};
+use support::{wait_until, Envoy, EnvoyOptions, Valkey};
 
 const LIMIT: u64 = 10_000;
 
@@ -36,49 +35,20 @@ fn stat(envoys: &[Envoy], name: &str) -> u64 {
     envoys.iter().map(|e| e.stat(&format!("wasmcustom.tollgate.{name}")).unwrap_or(0)).sum()
 }
 
-/// Requests answered and admitted (200 with a RateLimit header) by every
-/// load started from it.
-#[derive(Default, Clone)]
-struct Counts {
-    sent: Arc<AtomicU64>,
-    admitted: Arc<AtomicU64>,
-}
-
-impl Counts {
-    fn sent(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
-    }
-
-    fn admitted(&self) -> u64 {
-        self.admitted.load(Ordering::Relaxed)
-    }
-
-    /// `clients` keep-alive clients on `envoy`, each sending every `pace`
-    /// for tenant `t1`, counted here.
-    fn load(&self, envoy: &Envoy, clients: usize, pace: Duration) -> Load {
-        let counts = self.clone();
-        let on_answer = Arc::new(move |_: usize, _: usize, r: Option<&Response>| {
-            counts.sent.fetch_add(1, Ordering::Relaxed);
-            if r.is_some_and(|r| r.status == 200 && r.header("ratelimit").is_some()) {
-                counts.admitted.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-        let plan = Plan {
-            connection: Connection::KeepAlive,
-            pace: Some(pace),
-            keep: false,
-            ..Plan::closed(clients, 1_000_000)
-        }
-        .on_answer(on_answer);
-        Load::start(envoy.port, plan, Arc::new(|_: usize, _: usize| Request::new("GET", "/", &[("x-tenant", "t1")])))
-    }
+/// `clients` keep-alive clients on `envoy`, each sending every `pace` for
+/// tenant `t1`, counted in `counts`.
+fn load(counts: &Counts, envoy: &Envoy, clients: usize, pace: Duration) -> Load {
+    let plan =
+        Plan { connection: Connection::KeepAlive, pace: Some(pace), keep: false, ..Plan::closed(clients, 1_000_000) }
+            .on_answer(counts.on_answer());
+    Load::start(envoy.port, plan, Arc::new(|_: usize, _: usize| Request::new("GET", "/", &[("x-tenant", "t1")])))
 }
 
 /// `clients` clients per Envoy, each sending every `pace`, for `run`:
 /// (answered, admitted).
 fn drive(envoys: &[Envoy], clients: usize, pace: Duration, run: Duration) -> (u64, u64) {
     let counts = Counts::default();
-    let loads: Vec<Load> = envoys.iter().map(|e| counts.load(e, clients, pace)).collect();
+    let loads: Vec<Load> = envoys.iter().map(|e| load(&counts, e, clients, pace)).collect();
     let start = Instant::now();
     wait_until("the run", run + Duration::from_secs(5), || start.elapsed() >= run);
     for load in loads {
@@ -131,7 +101,7 @@ fn a_valkey_killed_and_restarted_mid_run_counts_nothing_twice() {
     };
     let envoys = vec![Envoy::start(&options)];
     let counts = Counts::default();
-    let load = counts.load(&envoys[0], 8, Duration::from_millis(5));
+    let load = load(&counts, &envoys[0], 8, Duration::from_millis(5));
     let start = Instant::now();
     let at =
         |t: u64| wait_until("the phase", Duration::from_secs(t + 10), || start.elapsed() >= Duration::from_secs(t));

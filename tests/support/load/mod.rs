@@ -16,11 +16,13 @@
 //!
 //! Every mode counts its answers by [`Class`] while it runs ([`Tally`]).
 
+mod counts;
 mod tally;
 
 pub use tally::{classify, raise_fd_limit, Class, Tally, CLASSES};
 
 use super::http::{read_response, Response};
+pub use counts::Counts;
 use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
