@@ -52,13 +52,13 @@
 mod calls;
 mod counting;
 pub mod cross;
-mod discovery;
 pub mod host;
+mod landed;
 mod reporting;
 mod request;
 mod shaping;
 pub mod stats;
-mod stream;
+mod streams;
 mod synced;
 
 #[cfg(test)]
@@ -73,26 +73,17 @@ pub use request::record::{Answer, Decider, DecisionRecord, Record, DECISION_PROP
 pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
 
 use crate::cache::DenialCache;
-use crate::config::{Config, Invoke};
-use crate::limiter::script::{
-    encode_adjust, encode_call, encode_floored_call, encode_flush, encode_shaped_call, limiter, Invocation, Script,
-};
+use crate::config::Config;
 use crate::plan::RequestView;
-use crate::store::Preamble;
-use calls::table::Calls;
-use calls::{Call, CallId, Part, Pending, ShardId};
+use calls::CallId;
 use counting::owed::Settlements;
 use cross::crossings::Crossings;
-use cross::protocol::undo;
-use discovery::cluster_lookup::ClusterLookup;
-use discovery::sentinel_lookup::SentinelLookup;
 use reporting::Reporting;
 use request::local::LocalLimiter;
 use request::verdict::Deliveries;
-use shaping::hold::give_back;
-use shaping::{max_delay, Holding};
+use shaping::Holding;
 use std::time::Duration;
-use stream::shards::Shards;
+use streams::Streams;
 use synced::Syncing;
 
 /// How often the worker looks at deadlines while it holds requests.
@@ -126,18 +117,8 @@ pub struct Worker {
     any_shadow: bool,
     timeout_ms: u64,
     max_wait_ms: u64,
-    script: &'static Script,
-    preamble: Preamble,
-    /// The calls held: requests' decisions, parts across slots, settlements.
-    calls: Calls,
-    /// The store streams: one, or one per cluster master.
-    shards: Shards,
-    /// The one shard of a single store or a Sentinel master (not in cluster
-    /// mode).
-    home: Option<ShardId>,
-    sentinels: Option<SentinelLookup>,
-    /// The slot map of a Valkey Cluster (`valkey.cluster_mode`).
-    cluster: Option<ClusterLookup>,
+    /// The store streams and the calls on them.
+    streams: Streams,
     cache: DenialCache,
     /// Stands in for the store under `failure_mode: local`.
     local: LocalLimiter,
@@ -145,14 +126,7 @@ pub struct Worker {
     settlements: Settlements,
     /// Verdicts beyond a VM entry's budget, and that budget.
     deliveries: Deliveries,
-    /// How the limiter is called: `valkey.invoke`, until the store refuses
-    /// `FUNCTION LOAD` (then the script, for good).
-    invoke: Invoke,
     tick: Duration,
-    /// Whether this worker has served a request (Envoy's main thread never
-    /// does, and cannot open streams to internal listeners).
-    serving: bool,
-    woken: bool,
     /// When stats reach the proxy.
     reporting: Reporting,
     log: Throttle,
@@ -168,29 +142,17 @@ impl Worker {
     pub fn new(config: Config) -> Worker {
         let any_shadow = config.shadow || config.rules.iter().any(|r| r.shadow);
         let timeout_ms = u64::try_from(config.valkey.timeout.as_millis()).unwrap_or(u64::MAX);
-        let preamble = Preamble::auth(config.valkey.auth.as_ref());
-        let cluster = config.valkey.cluster_mode.as_ref().map(|c| ClusterLookup::new(c, preamble.clone()));
-        let mut shards = Shards::default();
-        let home = cluster.is_none().then(|| shards.add(None));
+        let max_wait_ms = MAX_WAIT_MS.max(timeout_ms.saturating_mul(2));
         Worker {
             any_shadow,
             timeout_ms,
-            max_wait_ms: MAX_WAIT_MS.max(timeout_ms.saturating_mul(2)),
-            script: limiter(),
-            preamble,
-            calls: Calls::default(),
-            shards,
-            home,
-            sentinels: config.valkey.sentinel.as_ref().map(SentinelLookup::new),
-            cluster,
+            max_wait_ms,
+            streams: Streams::new(&config, max_wait_ms),
             cache: DenialCache::new(config.denial_cache_keys),
             local: LocalLimiter::new(&config.local_limiter),
             settlements: Settlements::new(&config),
             deliveries: Deliveries::default(),
-            invoke: config.valkey.invoke,
             tick: Duration::ZERO,
-            serving: false,
-            woken: false,
             reporting: Reporting::default(),
             log: Throttle::default(),
             crossings: Crossings::default(),
@@ -241,7 +203,7 @@ impl Worker {
     /// Whether request `id` is held for its decision (a request decided on
     /// the first `max_body_bytes` of its body: the rest waits with it).
     pub fn waiting(&self, id: u32) -> bool {
-        self.calls.get(CallId::Request(id)).is_some()
+        self.streams.holds(CallId::Request(id))
             || self.crossings.waits(id)
             || self.settlements.awaits_body(id)
             || self.deliveries.waits(id)
@@ -251,15 +213,9 @@ impl Worker {
     /// The request's context is gone (client reset, or done).
     pub fn on_gone(&mut self, id: u32) {
         self.cross_gone(id);
-        let mut sent = None;
-        if let Some(p) = self.calls.remove(CallId::Request(id)) {
-            if p.sent {
-                self.shards.abandon(p.shard, CallId::Request(id));
-                sent = Some(p);
-            }
-        }
+        let sent = self.streams.withdraw(CallId::Request(id));
         if self.holding.active() {
-            match sent.filter(|p| max_delay(&self.config, &p.checks).is_some()) {
+            match sent.filter(|p| shaping::max_delay(&self.config, &p.checks).is_some()) {
                 // Its call may give it a slot: given back when the reply
                 // comes (it stays counted until then).
                 Some(p) => self.holding.orphan(id, p.checks, p.arrival),
@@ -275,7 +231,7 @@ impl Worker {
 
     /// The worker was woken (its own callback).
     pub fn on_wake(&mut self, host: &mut dyn Host, now_ms: u64) {
-        self.woken = false;
+        self.streams.woke();
         self.begin(host, false);
         self.finish(host, Entry::Own, now_ms);
     }
@@ -291,29 +247,14 @@ impl Worker {
     /// Bytes arrived on stream `token`.
     pub fn on_stream_message(&mut self, host: &mut dyn Host, token: u32, bytes: &[u8], now_ms: u64) {
         self.begin(host, false);
-        if let Some(shard) = self.shards.by_token(token) {
-            self.on_store_bytes(host, shard, bytes, now_ms);
-        } else if let Some(s) = self.sentinels.as_mut().filter(|s| s.token() == Some(token)) {
-            let change = s.on_message(host, bytes, now_ms);
-            self.on_master(host, change, now_ms);
-        } else if let Some(c) = self.cluster.as_mut().filter(|c| c.token() == Some(token)) {
-            if c.on_message(host, bytes, now_ms) {
-                self.on_slot_map(host);
-            }
-        }
+        self.streams.on_message(host, token, bytes, now_ms);
         self.finish(host, Entry::Own, now_ms);
     }
 
     /// Stream `token` closed with gRPC `status`.
     pub fn on_stream_close(&mut self, host: &mut dyn Host, token: u32, status: u32, now_ms: u64) {
         self.begin(host, false);
-        if let Some(shard) = self.shards.by_token(token) {
-            self.on_store_close(host, shard, status, now_ms);
-        } else if let Some(s) = self.sentinels.as_mut().filter(|s| s.token() == Some(token)) {
-            s.on_close(host, status, now_ms);
-        } else if let Some(c) = self.cluster.as_mut().filter(|c| c.token() == Some(token)) {
-            c.on_close(host, status, now_ms);
-        }
+        self.streams.on_close(host, token, status, now_ms);
         self.finish(host, Entry::Own, now_ms);
     }
 
@@ -331,8 +272,9 @@ impl Worker {
     /// instead of being turned on and off for each.
     fn finish(&mut self, host: &mut dyn Host, entry: Entry, now_ms: u64) {
         let own = entry != Entry::Request;
+        self.land(host, now_ms);
         if own {
-            self.lookup(host, now_ms);
+            self.streams.lookup(host, now_ms);
         }
         if self.holding.active() {
             self.shape_step(host, now_ms);
@@ -344,23 +286,19 @@ impl Worker {
         match entry {
             Entry::Request => self.reporting.request_ends(host, self.tick, now_ms),
             Entry::Tick => {
-                let now = [self.shards.in_flight(), self.calls.len() + self.deliveries.len(), self.holding.len()];
+                let (held, in_flight) = self.streams.load();
+                let now = [in_flight, held + self.deliveries.len(), self.holding.len()];
                 self.reporting.tick_ends(host, now);
             }
             Entry::Own => {}
         }
         let want = if !self.deliveries.is_empty() {
             DEFERRED_TICK
-        } else if !self.calls.is_empty()
-            || self.shards.in_flight() > 0
-            || self.discovery_busy()
-            || !self.holding.is_empty()
-            || self.reporting.busy()
-        {
+        } else if self.streams.busy() || !self.holding.is_empty() || self.reporting.busy() {
             TICK
         } else if let Some(interval) = self.synced.tick() {
             interval
-        } else if (self.sentinels.is_some() || self.cluster.is_some()) && self.serving {
+        } else if self.streams.looks_up() {
             IDLE_TICK
         } else {
             Duration::ZERO
@@ -370,33 +308,5 @@ impl Worker {
             host.set_tick(want);
             self.tick = want;
         }
-    }
-}
-
-/// Writes held call `p` into `out`, invoked `how` (a decision shaped as
-/// `shaping`'s rules say, when some rule shapes). The composition's: the
-/// kinds of call come from five rooms (a decision, a step across slots, a
-/// settlement, a slot given back, a flush), and all go on the same streams.
-fn write_call(out: &mut Vec<u8>, script: &Script, how: Invocation, p: &Pending, shaping: Option<&Config>) {
-    let now_override = p.arrival.now_override;
-    match &p.call {
-        Call::Decide => match shaping.and_then(|config| max_delay(config, &p.checks)) {
-            Some(delay) => encode_shaped_call(out, script, how, &p.checks, delay, now_override),
-            None => encode_call(out, script, how, &p.checks, now_override),
-        },
-        // Across slots the shape is chosen when the part is queued
-        // (docs/shaping.md, "Across slots").
-        Call::Part(Part::Decide { shape: Some(shape), .. }) => {
-            encode_floored_call(out, script, how, &p.checks, *shape, now_override);
-        }
-        Call::Part(Part::Decide { shape: None, .. }) => encode_call(out, script, how, &p.checks, now_override),
-        Call::GiveBack(at_ms) => encode_adjust(out, script, how, &give_back(&p.checks), *at_ms, now_override),
-        Call::Part(Part::Undo { at_ms, .. }) => {
-            encode_adjust(out, script, how, &undo(&p.checks), *at_ms, now_override);
-        }
-        Call::Settle(call) => {
-            encode_adjust(out, script, how, &call.adjustments(&p.checks), call.at_ms, now_override);
-        }
-        Call::Flush(call) => encode_flush(out, script, how, &synced::flush::of(call, &p.checks), None),
     }
 }

@@ -13,7 +13,10 @@ pub(super) mod table;
 
 pub use clock::{epoch_ms, Arrival};
 
-use crate::limiter::{Adjustment, Check};
+use crate::limiter::script::{
+    encode_adjust, encode_call, encode_floored_call, encode_flush, encode_shaped_call, Invocation, Script,
+};
+use crate::limiter::{Adjustment, Check, Flush};
 use crate::worker::host::ResponseHeaders;
 
 /// A held call, by what it is for; each kind counts its own ids.
@@ -58,8 +61,60 @@ pub struct Pending {
     pub redirects: u8,
     /// Its call goes after `ASKING` (it follows an `ASK`).
     pub asking: bool,
-    /// What the call is.
+    /// What the call runs on the store, as the room that made it chose.
+    pub command: Command,
+    /// What the call is, for its owner.
     pub call: Call,
+}
+
+/// What a call runs on the store: the room that makes a call chooses it
+/// (how a decision is shaped, what an adjust changes, what a flush
+/// carries); the streams write it over the call's checks.
+#[derive(Debug, Clone)]
+pub enum Command {
+    /// `decide` over the checks: unshaped, shaped (the request may wait
+    /// up to `max_delay` ms for its slot), or floored across slots
+    /// (`(max_delay, floor)`, docs/shaping.md "Across slots").
+    Decide(Shape),
+    /// `adjust` of these records, decided at `at_ms` on the store's clock.
+    Adjust { adjustments: Vec<Adjustment>, at_ms: u64 },
+    /// `flush` of synced buckets.
+    Flush(Flush),
+}
+
+/// How a decision is shaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Unshaped,
+    Shaped(u64),
+    Floored(u64, u64),
+}
+
+impl Command {
+    /// Writes the command over `checks` into `out`, invoked `how`
+    /// (`now_override`: the request's test clock).
+    pub fn write(&self, out: &mut Vec<u8>, script: &Script, how: Invocation, checks: &[Check], now: Option<u64>) {
+        match self {
+            Command::Decide(Shape::Unshaped) => encode_call(out, script, how, checks, now),
+            Command::Decide(Shape::Shaped(delay)) => encode_shaped_call(out, script, how, checks, *delay, now),
+            Command::Decide(Shape::Floored(delay, floor)) => {
+                encode_floored_call(out, script, how, checks, (*delay, *floor), now);
+            }
+            Command::Adjust { adjustments, at_ms } => encode_adjust(out, script, how, adjustments, *at_ms, now),
+            Command::Flush(flush) => encode_flush(out, script, how, flush, None),
+        }
+    }
+
+    /// An `adjust` or a flush: its script has a SHA of its own, so after a
+    /// `NOSCRIPT` it goes as `EVAL` itself.
+    pub fn own_script(&self) -> bool {
+        !matches!(self, Command::Decide(_))
+    }
+
+    /// Its owner reads the reply itself (a flush's), unless it is an error.
+    pub fn raw_reply(&self) -> bool {
+        matches!(self, Command::Flush(_))
+    }
 }
 
 /// What a held call is.
@@ -72,29 +127,11 @@ pub enum Call {
     /// A settlement (`adjust` of `checks`) of a response.
     Settle(SettleCall),
     /// A gone held request's record taken back from its slot (`adjust` of
-    /// `checks` to 0, at this time on the store's clock; shaping).
-    GiveBack(u64),
+    /// `checks` to 0; shaping).
+    GiveBack,
     /// What a worker admitted in synced rules' buckets (`checks`), sent to
     /// the store, which answers their windows.
     Flush(FlushCall),
-}
-
-impl Call {
-    /// An `adjust` (an undo, a settlement) or a flush: its script has a
-    /// SHA of its own, so after a `NOSCRIPT` it goes as `EVAL` itself.
-    pub fn own_script(&self) -> bool {
-        match self {
-            Call::Decide => false,
-            Call::Part(part) => part.undo_at().is_some(),
-            Call::Settle(_) | Call::GiveBack(_) | Call::Flush(_) => true,
-        }
-    }
-
-    /// Not a request of its own: no request deadline applies (the request
-    /// it serves has its own, or a held response has).
-    pub fn serves_another(&self) -> bool {
-        !matches!(self, Call::Decide)
-    }
 }
 
 /// What a part of a request decided across slots does (its `Pending`'s
@@ -107,16 +144,6 @@ pub enum Part {
     Decide { parent: u32, group: usize, shape: Option<(u64, u64)> },
     /// The undo of that group, which the store decided at `at_ms` (its clock).
     Undo { parent: u32, group: usize, at_ms: u64 },
-}
-
-impl Part {
-    /// When the decision it undoes was made, for an undo.
-    pub fn undo_at(self) -> Option<u64> {
-        match self {
-            Part::Undo { at_ms, .. } => Some(at_ms),
-            Part::Decide { .. } => None,
-        }
-    }
 }
 
 /// A settlement on the store stream (the call of its [`Pending`]).

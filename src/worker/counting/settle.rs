@@ -32,10 +32,10 @@
 use crate::limiter::{Check, Decision};
 use crate::store::cluster::key_slot;
 use crate::store::FailureKind;
-use crate::worker::calls::{Call, Pending, SettleCall, PARKED};
+use crate::worker::calls::{Call, Command, Pending, SettleCall, PARKED};
 use crate::worker::counting::owed::{corrected, counts, Decided, Owed, Stage};
-use crate::worker::discovery::routing::Route;
 use crate::worker::host::{CountStat, Host, ResponseFlow, ResponseHeaders, Stat};
+use crate::worker::streams::discovery::Route;
 use crate::worker::Worker;
 
 impl Worker {
@@ -147,7 +147,7 @@ impl Worker {
             if from == to {
                 continue;
             }
-            let slot = if self.cluster.is_some() { key_slot(check.key.as_bytes()) } else { 0 };
+            let slot = if self.streams.clustered() { key_slot(check.key.as_bytes()) } else { 0 };
             let at_ms = owed.stored.get(i).copied().flatten().unwrap_or_else(|| owed.arrival.at(now_ms));
             match calls.iter_mut().find(|(k, _)| *k == (slot, at_ms)) {
                 Some((_, indices)) => indices.push(i),
@@ -200,14 +200,15 @@ impl Worker {
         call: SettleCall,
         now_ms: u64,
     ) -> bool {
-        let (route, slot) = self.route(&checks);
+        let (route, slot) = self.streams.route(&checks);
         let (shard, down) = match route {
-            Route::Shard(shard) => (shard, self.shards.down(shard, now_ms).map(|f| f.kind())),
+            Route::Shard(shard) => (shard, self.streams.down(shard, now_ms).map(|f| f.kind())),
             Route::Parked => (PARKED, None),
-            Route::Unserved(slot) => (PARKED, Some(self.unserved(slot, now_ms).kind())),
+            Route::Unserved(slot) => (PARKED, Some(self.streams.unserved(slot, now_ms).kind())),
             // (Never: a call's checks share a slot.)
             Route::CrossSlot => (PARKED, Some(FailureKind::Unavailable)),
         };
+        let command = Command::Adjust { adjustments: call.adjustments(&checks), at_ms: call.at_ms };
         let pending = Pending {
             checks,
             arrival: owed.arrival.on_behalf(now_ms),
@@ -218,6 +219,7 @@ impl Worker {
             slot,
             redirects: 0,
             asking: false,
+            command,
             call: Call::Settle(call),
         };
         if let Some(kind) = down {
@@ -226,7 +228,7 @@ impl Worker {
             return false;
         }
         let settle_id = self.settlements.next_id();
-        self.calls.push(settle_id, pending);
+        self.streams.push(settle_id, pending);
         true
     }
 

@@ -6,8 +6,8 @@
 use crate::idhash::IdMap;
 use crate::limiter::{Check, Decision};
 use crate::store::Failure;
-use crate::worker::calls::{Arrival, Call, CallId, Part, Pending, ShardId};
-use crate::worker::cross::protocol::{answer, fate, groups, Fate, Group, Step};
+use crate::worker::calls::{Arrival, Call, CallId, Command, Part, Pending, Shape, ShardId};
+use crate::worker::cross::protocol::{answer, fate, groups, undo, Fate, Group, Step};
 use crate::worker::cross::rounds::Rounds;
 use crate::worker::host::{ResponseHeaders, Throttle};
 use crate::worker::request::verdict::Verdict;
@@ -121,8 +121,14 @@ impl Crossing {
     /// A part's `Pending`: the checks of group `group`, for `shard`.
     pub fn pending(&self, group: usize, shard: ShardId, asking: bool, part: Part) -> Pending {
         let g = self.slices.get(group).map(|s| &s.group);
+        let checks = g.map(|g| g.of(&self.checks)).unwrap_or_default();
+        let command = match part {
+            Part::Decide { shape: Some((max_delay, floor)), .. } => Command::Decide(Shape::Floored(max_delay, floor)),
+            Part::Decide { shape: None, .. } => Command::Decide(Shape::Unshaped),
+            Part::Undo { at_ms, .. } => Command::Adjust { adjustments: undo(&checks), at_ms },
+        };
         Pending {
-            checks: g.map(|g| g.of(&self.checks)).unwrap_or_default(),
+            checks,
             arrival: self.arrival,
             noscripts: 0,
             headers: self.headers.clone(),
@@ -131,6 +137,7 @@ impl Crossing {
             slot: g.map(|g| g.slot),
             redirects: 0,
             asking,
+            command,
             call: Call::Part(part),
         }
     }

@@ -78,10 +78,10 @@ impl Worker {
         let Some(s) = c.slices.get(g) else { return };
         let Step::Decided(d) = &s.step else { return };
         let (checks, at_ms, arrival, slot) = (s.group.of(&c.checks), slot_of(d), c.arrival, s.group.slot);
-        let ran = s.ran.filter(|(shard, _)| self.shards.get(*shard).is_some());
+        let ran = s.ran.filter(|(shard, _)| self.streams.has_shard(*shard));
         let (shard, asking) = match ran {
             Some(ran) => ran,
-            None => (self.route_slot(slot, now_ms).unwrap_or(PARKED), false),
+            None => (self.streams.route_slot(slot, now_ms).unwrap_or(PARKED), false),
         };
         host.count(Stat::Shape(ShapeStat::Moved), 1);
         self.give_back(host, checks, at_ms, (arrival, None), now_ms);
@@ -95,7 +95,7 @@ impl Worker {
             s.part = Some(part);
             s.queued_ms = now_ms;
         }
-        self.calls.push(part, pending);
+        self.streams.push(part, pending);
     }
 
     /// Request `id` gave up: a `429` of its first shaping rule.

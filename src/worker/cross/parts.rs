@@ -15,7 +15,7 @@
 
 use crate::limiter::{Check, Decision};
 use crate::store::{Failure, Outcome};
-use crate::worker::calls::{Call, CallId, Part, Pending};
+use crate::worker::calls::{Call, Part, Pending};
 use crate::worker::cross::protocol::{slot_of, Fate, Step};
 use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, Stat};
@@ -24,22 +24,23 @@ use crate::worker::request::verdict::Verdict;
 use crate::worker::Worker;
 
 impl Worker {
-    /// The reply to part `id` (`p`, no longer held).
-    pub(in crate::worker) fn part_answered(
-        &mut self,
-        host: &mut dyn Host,
-        id: CallId,
-        p: Pending,
-        outcome: Outcome,
-        now_ms: u64,
-    ) {
-        let decision = match outcome {
-            Outcome::Decided(d) => d,
-            Outcome::NoScript => return self.fail_held(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
-            Outcome::Failed(f) => return self.fail_held(host, id, &p, &f, now_ms),
+    /// The reply to a part (`p`, no longer held).
+    pub(in crate::worker) fn part_answered(&mut self, host: &mut dyn Host, p: Pending, outcome: Outcome, now_ms: u64) {
+        let failure = match outcome {
+            Outcome::Decided(d) => Ok(d),
+            Outcome::NoScript => Err(Failure::NoScriptAfterEval),
+            Outcome::Failed(f) => Err(f),
         };
-        match p.call {
-            Call::Part(Part::Decide { parent, group, .. }) => {
+        let decision = match failure {
+            Ok(d) => d,
+            Err(f) => {
+                self.streams.suspect(&f, now_ms);
+                return self.part_failed(host, &p, &f, now_ms);
+            }
+        };
+        let Call::Part(part) = p.call else { return };
+        match part {
+            Part::Decide { parent, group, .. } => {
                 self.learn(&p, &decision, now_ms);
                 let kept = self.crossings.map.get(&parent).is_some_and(|c| c.answered == Some(true));
                 if kept && decision.allowed && self.settlements.active() {
@@ -58,7 +59,7 @@ impl Worker {
                 }
                 self.advance(host, parent, now_ms);
             }
-            Call::Part(Part::Undo { parent, group, .. }) => {
+            Part::Undo { parent, group, .. } => {
                 if let Some(s) = self.crossings.slice_mut(parent, group) {
                     s.undo = Some(decision);
                 }
@@ -67,14 +68,14 @@ impl Worker {
                 }
                 self.advance(host, parent, now_ms);
             }
-            Call::Decide | Call::Settle(_) | Call::GiveBack(_) | Call::Flush(_) => {}
         }
     }
 
     /// Part `p` failed with `failure` (no longer held).
     pub(in crate::worker) fn part_failed(&mut self, host: &mut dyn Host, p: &Pending, failure: &Failure, now_ms: u64) {
-        match p.call {
-            Call::Part(Part::Decide { parent, group, .. }) => {
+        let Call::Part(part) = p.call else { return };
+        match part {
+            Part::Decide { parent, group, .. } => {
                 if let Some(s) = self.crossings.slice_mut(parent, group) {
                     s.step = Step::Failed { may_have_run: failure.may_have_run() };
                     s.failure = Some(failure.clone());
@@ -82,22 +83,22 @@ impl Worker {
                 }
                 self.advance(host, parent, now_ms);
             }
-            Call::Part(Part::Undo { parent, .. }) => {
+            Part::Undo { parent, .. } => {
                 self.undo_failed(host, &p.checks, failure, now_ms);
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
                     c.undoing = c.undoing.saturating_sub(1);
                 }
                 self.advance(host, parent, now_ms);
             }
-            Call::Decide | Call::Settle(_) | Call::GiveBack(_) | Call::Flush(_) => {}
         }
     }
 
     /// Part `p` was refused as overload before it was sent (the request
     /// moves on at the end of this tick, [`Worker::expire_crossings`]).
     pub(in crate::worker) fn part_shed(&mut self, host: &mut dyn Host, p: &Pending) {
-        match p.call {
-            Call::Part(Part::Decide { parent, group, .. }) => {
+        let Call::Part(part) = p.call else { return };
+        match part {
+            Part::Decide { parent, group, .. } => {
                 if let Some(s) = self.crossings.slice_mut(parent, group) {
                     s.step = Step::NotSent;
                     s.part = None;
@@ -106,14 +107,13 @@ impl Worker {
                     c.shed = true;
                 }
             }
-            Call::Part(Part::Undo { parent, .. }) => {
+            Part::Undo { parent, .. } => {
                 let failure = Failure::Unavailable("the undo could not be sent in time (overload)".into());
                 self.undo_failed(host, &p.checks, &failure, p.arrival.local_ms);
                 if let Some(c) = self.crossings.map.get_mut(&parent) {
                     c.undoing = c.undoing.saturating_sub(1);
                 }
             }
-            Call::Decide | Call::Settle(_) | Call::GiveBack(_) | Call::Flush(_) => {}
         }
     }
 
@@ -147,10 +147,8 @@ impl Worker {
         if c.fate() == Some(Fate::Deny) || c.answered == Some(false) {
             // The groups still queued are not needed any more.
             for s in &mut c.slices {
-                if s.part.is_some_and(|id| self.calls.get(id).is_some_and(|p| !p.sent)) {
-                    if let Some(id) = s.part.take() {
-                        self.calls.remove(id);
-                    }
+                if s.part.is_some_and(|id| self.streams.drop_unsent(id)) {
+                    s.part = None;
                     s.step = Step::NotSent;
                 }
             }

@@ -12,8 +12,7 @@
 //! Past [`crate::worker::MAX_WAIT_MS`] it is answered at once (overload, or its
 //! denial with the undone windows given back) and its parts go on.
 
-use crate::store::Failure;
-use crate::worker::calls::{CallId, Part, Pending, ShardId, PARKED};
+use crate::worker::calls::{CallId, Part, Pending, PARKED};
 use crate::worker::cross::crossings::Crossing;
 use crate::worker::cross::protocol::{slot_of, Step};
 use crate::worker::host::{Host, Stat};
@@ -26,7 +25,7 @@ impl Worker {
     pub(super) fn part_id(&mut self) -> CallId {
         loop {
             let id = self.crossings.next_part();
-            if self.calls.get(id).is_none() {
+            if self.streams.get(id).is_none() {
                 return id;
             }
         }
@@ -36,7 +35,7 @@ impl Worker {
     /// its own callback: one part per slot group, queued for its master.
     pub(in crate::worker) fn cross_start(&mut self, host: &mut dyn Host, id: u32, p: Pending, now_ms: u64) -> Flow {
         host.count(Stat::ClusterCrossShard, 1);
-        if self.calls.queued() >= self.config.valkey.max_queue {
+        if self.streams.full(None) {
             let verdict = self.overloaded(host, id, &p.checks);
             return answer_now(host, id, verdict);
         }
@@ -56,15 +55,16 @@ impl Worker {
         let shapes = self.cross_shapes(&mut c, now_ms);
         for g in 0..c.slices.len() {
             let slot = c.slices.get(g).map_or(0, |s| s.group.slot);
-            let shard = self.route_slot(slot, now_ms).and_then(|shard| match self.shards.down(shard, now_ms) {
-                Some(failure) => Err(failure.clone()),
-                None => Ok(shard),
-            });
+            let shard =
+                self.streams.route_slot(slot, now_ms).and_then(|shard| match self.streams.down(shard, now_ms) {
+                    Some(failure) => Err(failure.clone()),
+                    None => Ok(shard),
+                });
             match shard {
                 Ok(shard) => {
                     let part = self.part_id();
                     let shape = shapes.get(g).copied().flatten();
-                    self.calls.push(part, c.pending(g, shard, false, Part::Decide { parent: id, group: g, shape }));
+                    self.streams.push(part, c.pending(g, shard, false, Part::Decide { parent: id, group: g, shape }));
                     if let Some(s) = c.slices.get_mut(g) {
                         s.part = Some(part);
                         s.queued_ms = now_ms;
@@ -99,15 +99,6 @@ impl Worker {
         Flow::Pause
     }
 
-    /// The shard of `slot`'s master, [`PARKED`] without a map, or why none.
-    pub(super) fn route_slot(&mut self, slot: u16, now_ms: u64) -> Result<ShardId, Failure> {
-        match self.cluster.as_ref().and_then(|c| c.map()).map(|m| m.owner(slot)) {
-            None => Ok(PARKED),
-            Some(Some(addr)) => Ok(self.shards.for_addr(addr)),
-            Some(None) => Err(self.unserved(slot, now_ms)),
-        }
-    }
-
     /// Queues the undo of group `g` of request `parent` (it recorded, at its
     /// slot): to where its call ran, or by the slot map if that shard is gone.
     pub(in crate::worker) fn send_undo(&mut self, host: &mut dyn Host, parent: u32, g: usize, now_ms: u64) {
@@ -115,11 +106,11 @@ impl Worker {
         let Some(slice) = c.slices.get(g).filter(|s| !s.undo_sent) else { return };
         let Step::Decided(d) = &slice.step else { return };
         let at_ms = slot_of(d);
-        let ran = slice.ran.filter(|(s, _)| self.shards.get(*s).is_some());
+        let ran = slice.ran.filter(|(s, _)| self.streams.has_shard(*s));
         let slot = slice.group.slot;
         let (shard, asking) = match ran {
             Some(ran) => ran,
-            None => (self.route_slot(slot, now_ms).unwrap_or(PARKED), false),
+            None => (self.streams.route_slot(slot, now_ms).unwrap_or(PARKED), false),
         };
         let id = self.part_id();
         let Some(c) = self.crossings.map.get_mut(&parent) else { return };
@@ -130,7 +121,7 @@ impl Worker {
             s.undo_sent = true;
         }
         c.undoing += 1;
-        self.calls.push(id, pending);
+        self.streams.push(id, pending);
         host.count(Stat::ClusterUndo, 1);
     }
 
@@ -142,10 +133,8 @@ impl Worker {
         let Some(c) = self.crossings.map.get_mut(&id) else { return };
         c.answered.get_or_insert(false);
         for s in &mut c.slices {
-            if s.part.is_some_and(|p| self.calls.get(p).is_some_and(|p| !p.sent)) {
-                if let Some(p) = s.part.take() {
-                    self.calls.remove(p);
-                }
+            if s.part.is_some_and(|p| self.streams.drop_unsent(p)) {
+                s.part = None;
                 s.step = Step::NotSent;
             }
         }

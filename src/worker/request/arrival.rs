@@ -5,13 +5,14 @@
 
 use crate::plan::{plan, RequestView};
 use crate::response::{DELAY_HEADER, SHADOW_HEADER};
-use crate::worker::calls::{Arrival, Call, CallId, Pending, PARKED};
-use crate::worker::discovery::routing::Route;
+use crate::worker::calls::{Arrival, Call, CallId, Command, Pending, Shape, PARKED};
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
 use crate::worker::request::fail::Failing;
 use crate::worker::request::record::Record;
 use crate::worker::request::rule::{self, answer_now};
 use crate::worker::request::ruling::deny_from_cache;
+use crate::worker::shaping;
+use crate::worker::streams::discovery::Route;
 use crate::worker::Worker;
 
 impl Worker {
@@ -45,7 +46,7 @@ impl Worker {
         if planned.checks.is_empty() {
             return Flow::Continue;
         }
-        self.serving = true;
+        self.streams.serve();
         let arrival = Arrival::new(now_override, now_ms);
         if let Some((ruling, record)) =
             deny_from_cache(&self.config, &planned.checks, &mut self.cache, arrival.request_ms)
@@ -74,6 +75,7 @@ impl Worker {
             slot: None,
             redirects: 0,
             asking: false,
+            command: Command::Decide(Shape::Unshaped),
             call: Call::Decide,
         };
         let Some(pending) = self.reserve(id, pending, request) else { return Flow::ReadBody };
@@ -92,32 +94,31 @@ impl Worker {
         if self.settlements.active() {
             self.owe(id, &pending);
         }
-        let (route, slot) = self.route(&pending.checks);
+        let (route, slot) = self.streams.route(&pending.checks);
         let request =
             Failing { id, checks: &pending.checks, at_ms: pending.arrival.request_ms, headers: &pending.headers };
         let shard = match route {
             Route::Shard(shard) => shard,
             Route::Parked => PARKED,
             Route::Unserved(slot) => {
-                let failure = self.unserved(slot, now_ms);
+                let failure = self.streams.unserved(slot, now_ms);
                 return self.fail_now(host, id, &failure, &request, now_ms);
             }
             Route::CrossSlot => return self.cross_start(host, id, pending, now_ms),
         };
-        let link = self.shards.get(shard).map(|s| s.link());
-        if let Some(failure) = link.and_then(|l| l.down(now_ms)).cloned() {
+        if let Some(failure) = self.streams.down(shard, now_ms) {
             return self.fail_now(host, id, &failure, &request, now_ms);
         }
         // The bound is on requests that must wait for room on the stream:
         // as many as the stream can take go out as soon as it is ready.
-        let room = self.config.valkey.max_in_flight.saturating_sub(link.map_or(0, |l| l.in_flight().0));
-        if self.calls.queued() >= self.config.valkey.max_queue.saturating_add(room) {
+        if self.streams.full(Some(shard)) {
             let verdict = self.overloaded(host, id, &pending.checks);
             return answer_now(host, id, verdict);
         }
         pending.shard = shard;
         pending.slot = slot;
-        self.calls.push(CallId::Request(id), pending);
+        pending.command = Command::Decide(shaping::shape(&self.config, &pending.checks));
+        self.streams.push(CallId::Request(id), pending);
         self.pump(host, false, now_ms);
         Flow::Pause
     }

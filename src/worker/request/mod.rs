@@ -6,7 +6,6 @@
 //! `failure_mode: local` ([`local::LocalLimiter`]).
 
 pub(super) mod arrival;
-pub(super) mod deadlines;
 pub(super) mod fail;
 pub(super) mod local;
 pub mod record;

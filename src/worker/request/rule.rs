@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::limiter::{Check, Decision};
+use crate::worker::calls::Pending;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
 use crate::worker::request::record::{Answer, Decider, Record};
 use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond, Action, Ruling};
@@ -21,7 +22,7 @@ impl Worker {
         for (rule, outcome) in &ruling.rules {
             host.count(Stat::Rule(*rule, *outcome), 1);
         }
-        if self.cluster.is_some() && self.config.rules.len() > 1 {
+        if self.streams.clustered() && self.config.rules.len() > 1 {
             cap_denials(&mut ruling.denials, arrival_ms);
         }
         remember(&mut self.cache, ruling.denials, arrival_ms);
@@ -33,6 +34,29 @@ impl Worker {
                 Verdict::Admit(shadow_denied)
             }
             Action::Deny(reply) => Verdict::Reply(reply),
+        }
+    }
+
+    /// The store decided request `id` (`p`, its call, answered after
+    /// `round_trip_ms`): its local limiter learns, its rules are ruled on,
+    /// shaping may hold it, and its verdict is delivered.
+    pub(in crate::worker) fn decided(
+        &mut self,
+        host: &mut dyn Host,
+        id: u32,
+        p: &Pending,
+        decision: &Decision,
+        round_trip_ms: u64,
+        now_ms: u64,
+    ) {
+        self.learn(p, decision, now_ms);
+        let (arrival_ms, round_trip) = (p.arrival.request_ms, Some(round_trip_ms));
+        let mut verdict = Some(self.rule_decided(host, id, &p.checks, decision, arrival_ms, &p.headers, round_trip));
+        if self.holding.active() {
+            verdict = verdict.and_then(|v| self.shaped(host, id, p, decision, v, now_ms));
+        }
+        if let Some(verdict) = verdict {
+            self.deliveries.deliver(host, id, verdict);
         }
     }
 

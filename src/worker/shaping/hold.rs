@@ -6,12 +6,12 @@ use crate::limiter::{Adjustment, Check, Decision, WindowOutcome};
 use crate::resp::Value;
 use crate::response::{denied, policy_names, SERVER_TIMING};
 use crate::store::{interpret_reply, Outcome};
-use crate::worker::calls::{Arrival, Call, CallId, Pending};
-use crate::worker::discovery::routing::Route;
+use crate::worker::calls::{Arrival, Call, CallId, Command, Pending};
 use crate::worker::host::{Host, ShapeStat, Stat};
 use crate::worker::request::ruling::{Action, RuleOutcome, Ruling};
 use crate::worker::request::verdict::Verdict;
 use crate::worker::shaping::Held;
+use crate::worker::streams::discovery::Route;
 use crate::worker::Worker;
 
 impl Worker {
@@ -24,9 +24,9 @@ impl Worker {
         id: u32,
         checks: &[Check],
     ) -> Option<Ruling> {
-        let (calls, crossings, settlements) = (&self.calls, &self.crossings, &self.settlements);
+        let (streams, crossings, settlements) = (&self.streams, &self.crossings, &self.settlements);
         // Waiting for its body (a reservation read from it) is waiting too.
-        let live = |c| calls.get(CallId::Request(c)).is_some() || crossings.waits(c) || settlements.awaits_body(c);
+        let live = |c| streams.holds(CallId::Request(c)) || crossings.waits(c) || settlements.awaits_body(c);
         let rule = self.holding.enter(id, checks, live).err()?;
         host.count(Stat::Shape(ShapeStat::Full), 1);
         self.shape_refusal(checks, rule)
@@ -148,15 +148,16 @@ impl Worker {
         (arrival, owner): (Arrival, Option<u32>),
         now_ms: u64,
     ) {
-        let (route, slot) = self.route(&checks);
+        let (route, slot) = self.streams.route(&checks);
         let Route::Shard(shard) = route else {
             host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
             return;
         };
-        if self.shards.down(shard, now_ms).is_some() {
+        if self.streams.down(shard, now_ms).is_some() {
             host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
             return;
         }
+        let command = Command::Adjust { adjustments: give_back(&checks), at_ms: slot_ms };
         let pending = Pending {
             checks,
             arrival: arrival.on_behalf(now_ms),
@@ -167,10 +168,11 @@ impl Worker {
             slot,
             redirects: 0,
             asking: false,
-            call: Call::GiveBack(slot_ms),
+            command,
+            call: Call::GiveBack,
         };
         let id = self.holding.next_id(owner);
-        self.calls.push(id, pending);
+        self.streams.push(id, pending);
     }
 
     /// The store answered (or failed) give-back `id`: counted, and its

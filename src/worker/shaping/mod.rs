@@ -21,7 +21,7 @@ pub(super) mod hold;
 
 use crate::config::Config;
 use crate::limiter::Check;
-use crate::worker::calls::{Arrival, CallId};
+use crate::worker::calls::{Arrival, CallId, Shape};
 use std::collections::{BTreeSet, HashMap};
 
 /// The longest any request of `checks` may wait: the smallest `max_delay`
@@ -36,6 +36,12 @@ pub fn max_delay(config: &Config, checks: &[Check]) -> Option<u64> {
         least = least.min(delay.unwrap_or(0));
     }
     shaped.then_some(least)
+}
+
+/// How a decision over `checks` is shaped: up to the least `max_delay` of
+/// their shaping rules, or not at all.
+pub fn shape(config: &Config, checks: &[Check]) -> Shape {
+    max_delay(config, checks).map_or(Shape::Unshaped, Shape::Shaped)
 }
 
 /// A request admitted at a later slot, held until its release.

@@ -8,9 +8,9 @@ use crate::limiter::reply::parse_flush;
 use crate::limiter::{Check, Flush, FlushEntry};
 use crate::resp::Value;
 use crate::store::Failure;
-use crate::worker::calls::{Arrival, Call, CallId, FlushCall, Pending, PARKED};
-use crate::worker::discovery::routing::Route;
+use crate::worker::calls::{Arrival, Call, CallId, Command, FlushCall, Pending, PARKED};
 use crate::worker::host::{Host, Stat};
+use crate::worker::streams::discovery::Route;
 use crate::worker::Worker;
 use std::collections::BTreeMap;
 
@@ -79,7 +79,7 @@ impl Worker {
     ) {
         let mut groups: Groups = BTreeMap::new();
         for (check, units) in cut {
-            let slot = self.route(std::slice::from_ref(&check)).1;
+            let slot = self.streams.route(std::slice::from_ref(&check)).1;
             groups.entry(slot).or_default().push((check, units));
         }
         for entries in groups.into_values() {
@@ -97,6 +97,7 @@ impl Worker {
                     cut_ms: now_ms,
                     join,
                 };
+                let command = Command::Flush(of(&call, &checks));
                 let pending = Pending {
                     checks,
                     arrival: Arrival::new(None, now_ms),
@@ -107,6 +108,7 @@ impl Worker {
                     slot: None,
                     redirects: 0,
                     asking: false,
+                    command,
                     call: Call::Flush(call),
                 };
                 self.queue_flush(CallId::Flush(seq), pending, now_ms);
@@ -119,7 +121,7 @@ impl Worker {
     fn queue_flush(&mut self, id: CallId, mut pending: Pending, now_ms: u64) {
         // Routed now (again, for one sent again: the slot map may have
         // changed); a flush's buckets share a slot.
-        let (route, slot) = self.route(&pending.checks);
+        let (route, slot) = self.streams.route(&pending.checks);
         pending.shard = match route {
             Route::Shard(shard) => shard,
             Route::Parked | Route::Unserved(_) | Route::CrossSlot => PARKED,
@@ -127,7 +129,7 @@ impl Worker {
         pending.slot = slot;
         pending.arrival = Arrival::new(None, now_ms);
         pending.sent = false;
-        self.calls.push(id, pending);
+        self.streams.push(id, pending);
     }
 
     fn flush_retry_at(&self, p: &Pending, now_ms: u64) -> u64 {

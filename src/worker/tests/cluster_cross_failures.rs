@@ -151,5 +151,5 @@ fn parts_wait_for_the_slot_map_at_most_the_timeout_and_a_gone_client_sends_nothi
     rig.settle();
     let calls = rig.cluster.as_ref().unwrap().nodes.iter().map(|n| n.executed).sum::<usize>();
     assert_eq!(calls, 0);
-    assert_eq!((rig.worker.calls.len(), rig.worker.crossings.len()), (0, 0), "nothing held");
+    assert_eq!((rig.worker.streams.load().0, rig.worker.crossings.len()), (0, 0), "nothing held");
 }

@@ -209,7 +209,7 @@ fn a_store_that_fails_at_response_time_never_fails_the_response() {
     let id = admitted(&mut rig, &[("x-user-id", "alice")]);
     let token = rig.stream();
     rig.host.refuse_open = Some("connection refused".into());
-    rig.close(token, crate::worker::stream::send::GRPC_UNAVAILABLE);
+    rig.close(token, crate::worker::streams::GRPC_UNAVAILABLE);
     assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Hold);
     rig.wake();
     let resumed = rig.resumed(id).expect("resumed when the settlement failed").to_vec();

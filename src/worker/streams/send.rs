@@ -1,31 +1,25 @@
-//! The worker's store streams: opening each (to the Sentinels' master, or a
-//! cluster master, when configured), sending its queued calls on it within
-//! its bounds, and what a closed, refused or stalled stream means for the
-//! calls on it. Replies are paired with requests in
-//! [`crate::worker::stream::replies`].
+//! Sending: opening each stream (to the Sentinels' master, or a cluster
+//! master, when configured) and writing its queued calls into pipelined
+//! messages within its bounds, each as its [`crate::worker::calls::Command`] says. What comes
+//! back is [`super::receive`]'s.
 
 use crate::config::Invoke;
 use crate::limiter::script::{encode_load, Invocation};
 use crate::store::cluster::asking_command;
-use crate::store::sentinel::Change;
 use crate::store::Failure;
 use crate::worker::calls::{CallId, ShardId, PARKED};
 use crate::worker::host::{Host, Reset, Stat};
-use crate::worker::stream::link::Awaited;
-use crate::worker::stream::shards::Carrier;
-use crate::worker::{write_call, Worker, MAX_IN_FLIGHT_BYTES};
+use crate::worker::streams::link::Awaited;
+use crate::worker::streams::shards::Carrier;
+use crate::worker::streams::Streams;
+use crate::worker::MAX_IN_FLIGHT_BYTES;
 use std::net::SocketAddr;
-
-/// The gRPC status of a stream that never reached the store: Envoy answers
-/// `UNAVAILABLE` when the tunnel cannot connect upstream (nothing was sent
-/// to the store, so the requests on it can be sent again).
-pub const GRPC_UNAVAILABLE: u32 = 14;
 
 /// The header that makes the tunnel's `ORIGINAL_DST` cluster connect to the
 /// master learned from the Sentinels or the cluster's slot map.
 pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 
-impl Worker {
+impl Streams {
     /// Sends queued requests while the streams have room. From a request's
     /// callback it cannot open a stream: it wakes the worker instead.
     pub(in crate::worker) fn pump(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
@@ -34,8 +28,8 @@ impl Worker {
             // left it, which would be skipped).
             return;
         }
-        self.route_parked(host, now_ms);
-        if self.calls.queued_on(PARKED) > 0 && self.cluster.as_ref().is_some_and(|c| c.due(now_ms)) {
+        self.route_parked(now_ms);
+        if self.calls.queued_on(PARKED) > 0 && self.topology.map_due(now_ms) {
             // The slot map is asked for from the worker's own callback.
             self.wake(host, own);
         }
@@ -55,26 +49,24 @@ impl Worker {
             // The address is formatted only to open a stream
             // ([`Worker::open_store`]): a request that finds the window full
             // pays nothing for it.
-            let master = match (&self.sentinels, s.addr) {
-                (Some(sentinels), _) => match sentinels.master() {
-                    Some(m) => Some(m),
-                    None => {
-                        // Wait for the first lookup, which the worker's own
-                        // callback sends: wake it when one is due.
-                        if sentinels.due(now_ms) {
-                            self.wake(host, own);
-                        }
-                        return;
+            let master = match self.topology.master() {
+                Ok(Some(m)) => Some(m),
+                Ok(None) => s.addr,
+                Err(()) => {
+                    // Wait for the first lookup, which the worker's own
+                    // callback sends: wake it when one is due.
+                    if self.topology.master_due(now_ms) {
+                        self.wake(host, own);
                     }
-                },
-                (None, addr) => addr,
+                    return;
+                }
             };
             let Some(token) = s.link.token() else {
                 if !s.link.may_open(now_ms) {
                     if own {
                         let failure = self.unreachable(shard, now_ms);
                         for id in self.calls.drain_queue(shard) {
-                            self.fail(host, id, &failure, now_ms);
+                            self.fail(id, &failure, now_ms);
                         }
                     }
                     return;
@@ -99,7 +91,7 @@ impl Worker {
     }
 
     fn open_store(&mut self, host: &mut dyn Host, shard: ShardId, master: Option<SocketAddr>, now_ms: u64) {
-        let cluster = self.config.valkey.cluster.clone();
+        let cluster = self.cluster.clone();
         let master = master.map(|m| m.to_string());
         let metadata: Vec<(&str, &str)> = master.iter().map(|m| (ORIGINAL_DST_HEADER, m.as_str())).collect();
         let opened = host.open_stream(&cluster, &metadata);
@@ -124,7 +116,7 @@ impl Worker {
                 let failure = Failure::Unavailable(format!("cannot open a stream to cluster {cluster}: {e}"));
                 s.link.closed(failure, true, now_ms);
                 host.count(Stat::StreamReset(Reset::Refused), 1);
-                self.shard_failed(host, now_ms);
+                self.topology.shard_failed(host, now_ms);
             }
         }
     }
@@ -136,11 +128,10 @@ impl Worker {
     /// together when a reply frees the window (no timer: the reply's VM
     /// entry sends it, [`Worker::pump`] at its end).
     fn send_batch(&mut self, host: &mut dyn Host, shard: ShardId, token: u32, now_ms: u64) -> bool {
-        let valkey = &self.config.valkey;
-        let (max_batch, max_commands) = (valkey.max_batch, valkey.max_in_flight);
-        let shaping = self.holding.active();
+        let bounds = self.bounds;
+        let (max_batch, max_commands) = (bounds.max_batch, bounds.max_in_flight);
         let Some(s) = self.shards.get_mut(shard) else { return false };
-        if s.link.messages() >= valkey.max_messages_in_flight {
+        if s.link.messages() >= bounds.max_messages_in_flight {
             return false;
         }
         let mut message = Vec::new();
@@ -166,14 +157,14 @@ impl Worker {
             // adjust (an undo, a settlement) or a flush has a SHA of its
             // own: after a NOSCRIPT it goes as EVAL itself, and never
             // carries the decisions'.
-            let own = p.call.own_script();
+            let own = p.command.own_script();
             let carries = !own && s.code.wanted && s.code.carrier.is_none() && load == 0;
             let how = match self.invoke {
                 Invoke::Fcall => Invocation::FCall,
                 Invoke::Evalsha if carries || (own && p.noscripts > 0) => Invocation::Eval,
                 Invoke::Evalsha => Invocation::EvalSha,
             };
-            write_call(&mut message, self.script, how, p, shaping.then_some(&self.config));
+            p.command.write(&mut message, self.script, how, &p.checks, p.arrival.now_override);
             let len = message.len() - start - asking;
             let (outstanding, bytes) = s.link.in_flight();
             // An idle stream always takes one call (with the library's
@@ -227,117 +218,32 @@ impl Worker {
         true
     }
 
-    pub(in crate::worker) fn on_store_close(&mut self, host: &mut dyn Host, shard: ShardId, status: u32, now_ms: u64) {
-        let at = self.shards.describe(shard);
-        if status == GRPC_UNAVAILABLE {
-            let failure = Failure::Unavailable(format!("store unreachable{at} (stream status {status})"));
-            self.drop_store(host, shard, Reset::Refused, failure, true, now_ms);
-        } else {
-            let failure = Failure::Lost(format!("stream{at} closed with status {status}"));
-            self.lose_store(host, shard, Reset::Closed, failure, false, now_ms);
+    /// Parked calls go to their masters once the map is known (cluster
+    /// mode); those whose slot no master serves fail.
+    fn route_parked(&mut self, now_ms: u64) {
+        let Some(map) = self.topology.map() else { return };
+        if self.calls.queued_on(PARKED) == 0 {
+            return;
         }
-    }
-
-    /// The stream stalled, broke or must move: end it (`cancel`: we end it,
-    /// it did not end by itself); the requests on it get `failure_mode` with
-    /// `failure`: they may have run.
-    pub(in crate::worker) fn lose_store(
-        &mut self,
-        host: &mut dyn Host,
-        shard: ShardId,
-        cause: Reset,
-        failure: Failure,
-        cancel: bool,
-        now_ms: u64,
-    ) {
-        if cancel {
-            if let Some(token) = self.shards.get(shard).and_then(|s| s.link.token()) {
-                host.cancel(token);
-            }
-        }
-        self.drop_store(host, shard, cause, failure, false, now_ms);
-    }
-
-    /// Forgets the stream. Its outstanding requests go back to the queue
-    /// when it never reached the store (`requeue`), else fail with `failure`.
-    fn drop_store(
-        &mut self,
-        host: &mut dyn Host,
-        shard: ShardId,
-        cause: Reset,
-        failure: Failure,
-        requeue: bool,
-        now_ms: u64,
-    ) {
-        host.count(Stat::StreamReset(cause), 1);
-        let at = self.shards.describe(shard);
-        let Some(s) = self.shards.get_mut(shard) else { return };
-        s.code.forget_carrier();
-        // What requests meet while the link is down: never "may have run".
-        let down = if failure.may_have_run() {
-            Failure::Unavailable(format!("no store connection{at} (last stream {})", cause.name()))
-        } else {
-            failure.clone()
-        };
-        let mut back = Vec::new();
-        let back_off = matches!(cause, Reset::Auth | Reset::Protocol);
-        let mut orphans = Vec::new();
-        for awaited in s.link.closed(down, back_off, now_ms) {
-            if let Awaited::Abandoned(id) = awaited {
-                orphans.push(id);
-            }
-            let Awaited::Call(id) = awaited else { continue };
-            if requeue {
-                back.push(id);
-            } else if let Some(p) = self.calls.remove(id) {
-                self.fail_held(host, id, &p, &failure, now_ms);
-            }
-        }
-        self.calls.requeue(&back);
-        for id in orphans {
-            // Its reply will never come: whether it recorded is unknown.
-            self.orphan_answered(host, id, None, now_ms);
-        }
-        if let Some(s) = &mut self.sentinels {
-            s.suspect(now_ms);
-        }
-        if cause != Reset::Switched {
-            self.shard_failed(host, now_ms);
-        }
-    }
-
-    pub(in crate::worker) fn reset_store(&mut self, host: &mut dyn Host, shard: ShardId, cause: Reset, now_ms: u64) {
-        let failure = match cause {
-            Reset::Stalled => Failure::NoResponse,
-            _ => Failure::Lost(format!("stream reset ({})", cause.name())),
-        };
-        self.lose_store(host, shard, cause, failure, true, now_ms);
-    }
-
-    /// What a Sentinel lookup changed: a new master moves the store stream.
-    pub(in crate::worker) fn on_master(&mut self, host: &mut dyn Host, change: Option<Change>, now_ms: u64) {
-        let (Some(Change::Switched { .. }), Some(shard)) = (change, self.home) else { return };
-        if self.shards.get(shard).is_some_and(|s| s.link.token().is_some()) {
-            self.reset_store(host, shard, Reset::Switched, now_ms);
-        }
-        // The next stream goes to the new master at once, without the
-        // backoff the old one earned.
-        if let Some(s) = self.shards.get_mut(shard) {
-            s.link.forget();
-        }
-    }
-
-    /// Requests on any stream that arrived at or before `cutoff_ms` (the
-    /// parts of a request decided across slots and settlements wait for
-    /// their replies: the request, or the held response, has its own
-    /// deadline).
-    pub(in crate::worker) fn sent_before(&self, cutoff_ms: u64) -> Vec<CallId> {
-        self.shards
-            .iter()
-            .flat_map(|s| s.link.calls())
-            .filter(|id| {
-                self.calls.get(*id).is_some_and(|p| p.arrival.local_ms <= cutoff_ms && !p.call.serves_another())
+        let ids = self.calls.drain_queue(PARKED);
+        let owners: Vec<(CallId, u16, Option<SocketAddr>)> = ids
+            .into_iter()
+            .filter_map(|id| {
+                let slot = self.calls.get(id)?.slot?;
+                Some((id, slot, map.owner(slot)))
             })
-            .collect()
+            .collect();
+        for (id, slot, owner) in owners {
+            match owner {
+                Some(addr) => {
+                    let shard = self.shards.for_addr(addr);
+                    self.calls.set_shard(id, shard);
+                }
+                None => {
+                    let failure = self.topology.unserved(slot, now_ms);
+                    self.fail(id, &failure, now_ms);
+                }
+            }
+        }
     }
 }

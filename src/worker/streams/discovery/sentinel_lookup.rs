@@ -9,7 +9,7 @@ use crate::store::sentinel::{lookup_command, parse_lookup, Change, Discovery, Lo
 use crate::store::Failure;
 use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, Stat};
-use crate::worker::stream::link::{Awaited, Link};
+use crate::worker::streams::link::{Awaited, Link};
 use std::net::SocketAddr;
 
 /// The Sentinels of one worker.

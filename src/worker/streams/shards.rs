@@ -7,7 +7,7 @@
 
 use crate::store::Failure;
 use crate::worker::calls::{CallId, ShardId};
-use crate::worker::stream::link::Link;
+use crate::worker::streams::link::Link;
 use std::net::SocketAddr;
 
 /// What carries the limiter's code to a store that lacks it.

@@ -4,7 +4,7 @@
 //! worker's first request on, every `refresh`, and soon after a `MOVED`, a
 //! `CLUSTERDOWN` or `TRYAGAIN`, or a master that could not be reached), and
 //! keeps the slot map it learns. Routing by that map is in
-//! [`crate::worker::discovery::routing`].
+//! [`crate::worker::streams::discovery`].
 
 use crate::config::ClusterModeConfig;
 use crate::store::cluster::{
@@ -13,7 +13,7 @@ use crate::store::cluster::{
 use crate::store::{preamble_failure, Failure, Preamble};
 use crate::worker::host::Throttle;
 use crate::worker::host::{Host, Level, Stat};
-use crate::worker::stream::link::{Awaited, Link};
+use crate::worker::streams::link::{Awaited, Link};
 use std::net::SocketAddr;
 
 /// The slot map of one worker, and the stream it is read on.

@@ -1,0 +1,132 @@
+//! Calls handed back by the streams ([`Landed`]), each to the room that owns
+//! its kind: a request's decision to its lifecycle, a part across slots to
+//! [`super::cross`], a settlement to [`super::counting`], a slot given back
+//! to [`super::shaping`], a flush to [`super::synced`]. This is the only
+//! place that knows every kind of call.
+
+use crate::store::{Failure, Outcome};
+use crate::worker::calls::{CallId, Pending};
+use crate::worker::host::{Host, ShapeStat, Stat};
+use crate::worker::request::fail::Failing;
+use crate::worker::streams::{Landed, Reply};
+use crate::worker::Worker;
+
+impl Worker {
+    /// Sends what can be sent (from a request's callback no stream opens:
+    /// the worker is woken instead), and hands what landed to its owners.
+    pub(super) fn pump(&mut self, host: &mut dyn Host, own: bool, now_ms: u64) {
+        self.streams.pump(host, own, now_ms);
+        self.land(host, now_ms);
+    }
+
+    /// Deadlines, at every tick (see the module documentation).
+    pub(super) fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
+        if self.settlements.active() {
+            // Before a stall fails their settlements: counted as expired.
+            self.expire_holds(host, now_ms);
+        }
+        self.streams.expire(host, now_ms);
+        self.land(host, now_ms);
+        if !self.crossings.is_empty() {
+            self.expire_crossings(host, now_ms);
+        }
+        self.streams.retire_idle(host);
+    }
+
+    /// Hands every landed call to its owner.
+    pub(super) fn land(&mut self, host: &mut dyn Host, now_ms: u64) {
+        while let Some(landed) = self.streams.next_landed() {
+            match landed {
+                Landed::Replied { id, call, reply, round_trip_ms } => {
+                    self.replied(host, id, call, reply, (round_trip_ms, now_ms));
+                }
+                Landed::Failed { id, call, failure } => self.failed(host, id, &call, &failure, now_ms),
+                Landed::Shed { id, call } => self.shed(host, id, call, now_ms),
+                Landed::Orphaned { id, reply } => self.orphan_answered(host, id, reply.as_ref(), now_ms),
+            }
+        }
+    }
+
+    /// A reply to call `id`, for its owner.
+    fn replied(
+        &mut self,
+        host: &mut dyn Host,
+        id: CallId,
+        p: Pending,
+        reply: Reply,
+        (round_trip_ms, now_ms): (u64, u64),
+    ) {
+        let outcome = match reply {
+            Reply::Raw(value) => return self.flush_replied(host, id, p, &value, now_ms),
+            Reply::Outcome(outcome) => outcome,
+        };
+        match id {
+            CallId::Request(context) => match outcome {
+                Outcome::Decided(decision) => self.decided(host, context, &p, &decision, round_trip_ms, now_ms),
+                Outcome::NoScript => self.fail_call(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
+                Outcome::Failed(failure) => self.fail_call(host, id, &p, &failure, now_ms),
+            },
+            CallId::Part(_) => self.part_answered(host, p, outcome, now_ms),
+            CallId::GiveBack(_) => self.given_back(host, id, &outcome),
+            CallId::Flush(_) => {
+                let failure = match outcome {
+                    Outcome::Failed(failure) => failure,
+                    Outcome::NoScript | Outcome::Decided(_) => Failure::NoScriptAfterEval,
+                };
+                self.flush_failed(host, id, p, &failure, now_ms);
+            }
+            CallId::Settlement(_) => {
+                if let Outcome::Failed(failure) = &outcome {
+                    host.count(Stat::StoreError(failure.kind()), 1);
+                }
+                self.settlement_replied(host, &p, outcome);
+            }
+        }
+    }
+
+    /// A call the store failed: suspected (the master or the map may have
+    /// moved), then its owner's.
+    fn fail_call(&mut self, host: &mut dyn Host, id: CallId, p: &Pending, failure: &Failure, now_ms: u64) {
+        self.streams.suspect(failure, now_ms);
+        self.failed(host, id, p, failure, now_ms);
+    }
+
+    /// Call `id` failed: `failure_mode` for a request; each other kind's
+    /// owner says what its failure means.
+    fn failed(&mut self, host: &mut dyn Host, id: CallId, p: &Pending, failure: &Failure, now_ms: u64) {
+        match id {
+            CallId::Request(id) => {
+                self.holding.leave(id);
+                let verdict = self.failure(host, failure, &Failing::of(id, p, now_ms), now_ms);
+                self.deliveries.deliver(host, id, verdict);
+            }
+            CallId::Part(_) => self.part_failed(host, p, failure, now_ms),
+            CallId::GiveBack(_) => self.given_back(host, id, &Outcome::Failed(failure.clone())),
+            CallId::Flush(_) => self.flush_failed(host, id, p.clone(), failure, now_ms),
+            CallId::Settlement(_) => {
+                // A settlement: counted, never the response's failure.
+                host.count(Stat::StoreError(failure.kind()), 1);
+                self.settle_failed(host, p);
+            }
+        }
+    }
+
+    /// Call `id` waited too long on a busy store: `overload` for a request;
+    /// each other kind's owner says what that means.
+    fn shed(&mut self, host: &mut dyn Host, id: CallId, p: Pending, now_ms: u64) {
+        match id {
+            CallId::Request(id) => {
+                self.holding.leave(id);
+                let verdict = self.overloaded(host, id, &p.checks);
+                self.deliveries.deliver(host, id, verdict);
+            }
+            CallId::Part(_) => self.part_shed(host, &p),
+            CallId::Settlement(_) => self.settle_failed(host, &p),
+            CallId::GiveBack(_) => {
+                host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
+                self.holding.returned(id);
+            }
+            CallId::Flush(_) => self.flush_failed(host, id, p, &Failure::NoResponse, now_ms),
+        }
+    }
+}
