@@ -10,11 +10,18 @@
 
 use crate::response::{Header, LocalReply};
 use crate::store::FailureKind;
-use crate::worker::request::record::Record;
-use crate::worker::request::ruling::RuleOutcome;
+use crate::worker::decision::record::Record;
+use crate::worker::decision::ruling::RuleOutcome;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
+
+/// How often the worker looks at deadlines while it holds requests.
+pub const TICK: Duration = Duration::from_millis(5);
+/// The tick with nothing held, when Sentinel lookups may fall due.
+pub const IDLE_TICK: Duration = Duration::from_millis(100);
+/// The tick while verdicts wait for the next VM entry.
+pub const DEFERRED_TICK: Duration = Duration::from_millis(1);
 
 /// What the request's own callback does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -345,6 +352,6 @@ pub enum ResponseFlow {
     /// hold released within it).
     Released,
     /// Add the request's headers, go on, and hand every body chunk to
-    /// [`crate::worker::Worker::on_response_body`].
+    /// `Worker::on_response_body`.
     ReadBody,
 }

@@ -2,12 +2,15 @@
 //! its kind: a request's decision to its lifecycle, a part across slots to
 //! [`super::cross`], a settlement to [`super::counting`], a slot given back
 //! to [`super::shaping`], a flush to [`super::synced`]. This is the only
-//! place that knows every kind of call.
+//! place that knows every kind of call: a new kind is a [`CallId`] variant,
+//! its room, and one arm in each match below.
 
 use crate::store::{Failure, Outcome};
 use crate::worker::calls::{CallId, Pending};
+use crate::worker::cross::others;
+use crate::worker::cx::cx;
 use crate::worker::host::{Host, ShapeStat, Stat};
-use crate::worker::request::fail::Failing;
+use crate::worker::request::fail::{self, Failing};
 use crate::worker::streams::{Landed, Reply};
 use crate::worker::Worker;
 
@@ -23,12 +26,12 @@ impl Worker {
     pub(super) fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
         if self.settlements.active() {
             // Before a stall fails their settlements: counted as expired.
-            self.expire_holds(host, now_ms);
+            self.settlements.expire_holds(cx!(self, host), now_ms);
         }
         self.streams.expire(host, now_ms);
         self.land(host, now_ms);
         if !self.crossings.is_empty() {
-            self.expire_crossings(host, now_ms);
+            self.crossings.expire(cx!(self, host), others!(self), now_ms);
         }
         self.streams.retire_idle(host);
     }
@@ -42,7 +45,9 @@ impl Worker {
                 }
                 Landed::Failed { id, call, failure } => self.failed(host, id, &call, &failure, now_ms),
                 Landed::Shed { id, call } => self.shed(host, id, call, now_ms),
-                Landed::Orphaned { id, reply } => self.orphan_answered(host, id, reply.as_ref(), now_ms),
+                Landed::Orphaned { id, reply } => {
+                    self.holding.orphan_answered(cx!(self, host), id, reply.as_ref(), now_ms)
+                }
             }
         }
     }
@@ -57,7 +62,7 @@ impl Worker {
         (round_trip_ms, now_ms): (u64, u64),
     ) {
         let outcome = match reply {
-            Reply::Raw(value) => return self.flush_replied(host, id, p, &value, now_ms),
+            Reply::Raw(value) => return self.synced.flush_replied(cx!(self, host), id, p, &value, now_ms),
             Reply::Outcome(outcome) => outcome,
         };
         match id {
@@ -66,20 +71,20 @@ impl Worker {
                 Outcome::NoScript => self.fail_call(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
                 Outcome::Failed(failure) => self.fail_call(host, id, &p, &failure, now_ms),
             },
-            CallId::Part(_) => self.part_answered(host, p, outcome, now_ms),
-            CallId::GiveBack(_) => self.given_back(host, id, &outcome),
+            CallId::Part(_) => self.crossings.part_answered(cx!(self, host), others!(self), p, outcome, now_ms),
+            CallId::GiveBack(_) => self.holding.given_back(cx!(self, host), id, &outcome),
             CallId::Flush(_) => {
                 let failure = match outcome {
                     Outcome::Failed(failure) => failure,
                     Outcome::NoScript | Outcome::Decided(_) => Failure::NoScriptAfterEval,
                 };
-                self.flush_failed(host, id, p, &failure, now_ms);
+                self.synced.flush_failed(cx!(self, host), id, p, &failure, now_ms);
             }
             CallId::Settlement(_) => {
                 if let Outcome::Failed(failure) = &outcome {
                     host.count(Stat::StoreError(failure.kind()), 1);
                 }
-                self.settlement_replied(host, &p, outcome);
+                self.settlements.settlement_replied(cx!(self, host), &p, outcome);
             }
         }
     }
@@ -97,16 +102,18 @@ impl Worker {
         match id {
             CallId::Request(id) => {
                 self.holding.leave(id);
-                let verdict = self.failure(host, failure, &Failing::of(id, p, now_ms), now_ms);
-                self.deliveries.deliver(host, id, verdict);
+                let owes = (&mut self.settlements, &mut self.synced);
+                let cx = cx!(self, host);
+                let verdict = fail::failure(cx, owes, failure, &Failing::of(id, p, now_ms), now_ms);
+                cx.deliveries.deliver(cx.host, id, verdict);
             }
-            CallId::Part(_) => self.part_failed(host, p, failure, now_ms),
-            CallId::GiveBack(_) => self.given_back(host, id, &Outcome::Failed(failure.clone())),
-            CallId::Flush(_) => self.flush_failed(host, id, p.clone(), failure, now_ms),
+            CallId::Part(_) => self.crossings.part_failed(cx!(self, host), others!(self), p, failure, now_ms),
+            CallId::GiveBack(_) => self.holding.given_back(cx!(self, host), id, &Outcome::Failed(failure.clone())),
+            CallId::Flush(_) => self.synced.flush_failed(cx!(self, host), id, p.clone(), failure, now_ms),
             CallId::Settlement(_) => {
                 // A settlement: counted, never the response's failure.
                 host.count(Stat::StoreError(failure.kind()), 1);
-                self.settle_failed(host, p);
+                self.settlements.settle_failed(cx!(self, host), p);
             }
         }
     }
@@ -117,16 +124,17 @@ impl Worker {
         match id {
             CallId::Request(id) => {
                 self.holding.leave(id);
-                let verdict = self.overloaded(host, id, &p.checks);
-                self.deliveries.deliver(host, id, verdict);
+                let cx = cx!(self, host);
+                let verdict = fail::overloaded(cx, &mut self.settlements, id, &p.checks);
+                cx.deliveries.deliver(cx.host, id, verdict);
             }
-            CallId::Part(_) => self.part_shed(host, &p),
-            CallId::Settlement(_) => self.settle_failed(host, &p),
+            CallId::Part(_) => self.crossings.part_shed(cx!(self, host), &p),
+            CallId::Settlement(_) => self.settlements.settle_failed(cx!(self, host), &p),
             CallId::GiveBack(_) => {
                 host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
                 self.holding.returned(id);
             }
-            CallId::Flush(_) => self.flush_failed(host, id, p, &Failure::NoResponse, now_ms),
+            CallId::Flush(_) => self.synced.flush_failed(cx!(self, host), id, p, &Failure::NoResponse, now_ms),
         }
     }
 }

@@ -52,48 +52,45 @@
 mod calls;
 mod counting;
 pub mod cross;
+mod cx;
+mod decision;
 pub mod host;
 mod landed;
+mod lifecycle;
+mod local;
 mod reporting;
 mod request;
 mod shaping;
 pub mod stats;
 mod streams;
 mod synced;
+mod verdict;
 
 #[cfg(test)]
 mod tests;
 
 pub use calls::epoch_ms;
+pub use decision::record::{Answer, Decider, DecisionRecord, Record, DECISION_PROPERTY};
+pub use decision::ruling::{RuleOutcome, CROSS_CACHE_MS};
 use host::Throttle;
 pub use host::{
     BodyStep, CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, ShapeStat, Stat,
+    DEFERRED_TICK, IDLE_TICK, TICK,
 };
-pub use request::record::{Answer, Decider, DecisionRecord, Record, DECISION_PROPERTY};
-pub use request::ruling::{RuleOutcome, CROSS_CACHE_MS};
 
 use crate::cache::DenialCache;
 use crate::config::Config;
-use crate::plan::RequestView;
-use calls::CallId;
 use counting::owed::Settlements;
 use cross::crossings::Crossings;
+use cx::cx;
+use local::LocalLimiter;
 use reporting::Reporting;
-use request::local::LocalLimiter;
-use request::verdict::Deliveries;
 use shaping::Holding;
 use std::time::Duration;
 use streams::Streams;
 use synced::Syncing;
+use verdict::Deliveries;
 
-/// How often the worker looks at deadlines while it holds requests.
-pub const TICK: Duration = Duration::from_millis(5);
-/// The tick with nothing held, when Sentinel lookups may fall due.
-pub const IDLE_TICK: Duration = Duration::from_millis(100);
-/// The tick while verdicts wait for the next VM entry.
-pub const DEFERRED_TICK: Duration = Duration::from_millis(1);
-/// Bytes of commands awaiting replies on the stream, at most.
-pub const MAX_IN_FLIGHT_BYTES: usize = 256 << 10;
 /// The longest a request waits for a busy store that keeps answering (or
 /// twice `valkey.timeout`, if longer: a store that stops answering is
 /// caught by the timeout first).
@@ -115,8 +112,6 @@ enum Entry {
 pub struct Worker {
     config: Config,
     any_shadow: bool,
-    timeout_ms: u64,
-    max_wait_ms: u64,
     /// The store streams and the calls on them.
     streams: Streams,
     cache: DenialCache,
@@ -145,8 +140,6 @@ impl Worker {
         let max_wait_ms = MAX_WAIT_MS.max(timeout_ms.saturating_mul(2));
         Worker {
             any_shadow,
-            timeout_ms,
-            max_wait_ms,
             streams: Streams::new(&config, max_wait_ms),
             cache: DenialCache::new(config.denial_cache_keys),
             local: LocalLimiter::new(&config.local_limiter),
@@ -155,7 +148,7 @@ impl Worker {
             tick: Duration::ZERO,
             reporting: Reporting::default(),
             log: Throttle::default(),
-            crossings: Crossings::default(),
+            crossings: Crossings::new(max_wait_ms),
             holding: Holding::new(&config),
             synced: Syncing::new(&config),
             config,
@@ -164,69 +157,6 @@ impl Worker {
 
     pub fn config(&self) -> &Config {
         &self.config
-    }
-
-    /// A request's headers arrived (its own callback): plan it, and decide
-    /// it from the cache, queue it, or refuse it.
-    pub fn on_request(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        request: &dyn RequestView,
-        now_ms: u64,
-        headers: ResponseHeaders,
-    ) -> Flow {
-        self.begin(host, true);
-        let flow = self.start(host, id, request, now_ms, headers);
-        self.finish(host, Entry::Request, now_ms);
-        flow
-    }
-
-    /// A request's headers (its own callback); `end_of_stream`: no body
-    /// follows. A request whose reservation is in its body and that has
-    /// none is decided at once, on the empty body.
-    pub fn on_request_headers(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        request: &dyn RequestView,
-        (headers, end_of_stream): (ResponseHeaders, bool),
-        now_ms: u64,
-    ) -> Flow {
-        let flow = self.on_request(host, id, request, now_ms, headers);
-        if flow == Flow::ReadBody && end_of_stream {
-            return self.on_request_body(host, id, &[], true, now_ms);
-        }
-        flow
-    }
-
-    /// Whether request `id` is held for its decision (a request decided on
-    /// the first `max_body_bytes` of its body: the rest waits with it).
-    pub fn waiting(&self, id: u32) -> bool {
-        self.streams.holds(CallId::Request(id))
-            || self.crossings.waits(id)
-            || self.settlements.awaits_body(id)
-            || self.deliveries.waits(id)
-            || self.holding.holds(id)
-    }
-
-    /// The request's context is gone (client reset, or done).
-    pub fn on_gone(&mut self, id: u32) {
-        self.cross_gone(id);
-        let sent = self.streams.withdraw(CallId::Request(id));
-        if self.holding.active() {
-            match sent.filter(|p| shaping::max_delay(&self.config, &p.checks).is_some()) {
-                // Its call may give it a slot: given back when the reply
-                // comes (it stays counted until then).
-                Some(p) => self.holding.orphan(id, p.checks, p.arrival),
-                // A held request's slot is given back at the next entry.
-                None => self.holding.gone(id),
-            }
-        }
-        if self.settlements.active() {
-            // A reservation whose response never came stands.
-            self.settlements.gone(id);
-        }
     }
 
     /// The worker was woken (its own callback).
@@ -277,10 +207,10 @@ impl Worker {
             self.streams.lookup(host, now_ms);
         }
         if self.holding.active() {
-            self.shape_step(host, now_ms);
+            self.holding.shape_step(cx!(self, host), now_ms);
         }
         if entry == Entry::Tick && self.synced.active() {
-            self.sync_step(host, now_ms);
+            self.synced.sync_step(cx!(self, host), now_ms);
         }
         self.pump(host, own, now_ms);
         match entry {

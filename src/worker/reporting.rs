@@ -13,8 +13,7 @@
 //!   are at most a tick late as well, and the tick that stops reports them
 //!   last.
 
-use super::host::{Gauge, Host};
-use super::TICK;
+use super::host::{Gauge, Host, TICK};
 use std::time::Duration;
 
 #[derive(Debug, Default)]

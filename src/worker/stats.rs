@@ -7,8 +7,8 @@
 //! when a rule shapes), the histogram of store time (and of shaping delay
 //! when a rule shapes).
 
+use super::decision::ruling::RuleOutcome;
 use super::host::{CountStat, Gauge, Reset, ShapeStat, Stat};
-use super::request::ruling::RuleOutcome;
 use crate::config::{Config, FailureMode};
 use crate::store::FailureKind;
 

@@ -9,4 +9,3 @@ pub(super) mod cost;
 pub(super) mod owed;
 pub(super) mod reserve;
 pub(super) mod settle;
-pub(super) mod settle_reply;

@@ -9,7 +9,7 @@ use crate::limiter::{Check, Decision};
 use crate::response::{allowed_headers, policy_names, Header, SERVER_TIMING};
 use crate::worker::calls::{Arrival, CallId, Pending};
 use crate::worker::counting::body::BodyReader;
-use crate::worker::host::ResponseHeaders;
+use crate::worker::host::{CountStat, Host, ResponseHeaders, Stat};
 use std::collections::{HashMap, VecDeque};
 
 /// Who admitted a request, and so what the store recorded for it.
@@ -63,12 +63,18 @@ pub(in crate::worker) struct Settlements {
     /// Held responses by deadline (all holds last `valkey.timeout`, so
     /// they expire in the order they began).
     pub(super) holds: VecDeque<(u64, u32)>,
+    /// How long a response is held at most (`valkey.timeout`).
+    pub(super) timeout_ms: u64,
     next: u32,
 }
 
 impl Settlements {
     pub fn new(config: &Config) -> Settlements {
-        Settlements { active: config.rules.iter().any(|r| r.count.is_some()), ..Settlements::default() }
+        Settlements {
+            active: config.rules.iter().any(|r| r.count.is_some()),
+            timeout_ms: u64::try_from(config.valkey.timeout.as_millis()).unwrap_or(u64::MAX),
+            ..Settlements::default()
+        }
     }
 
     /// A fresh id for a settlement on the stream.
@@ -82,9 +88,90 @@ impl Settlements {
         self.active
     }
 
+    /// Request `id` (`p`) waits for its body, which holds its reservation.
+    pub fn await_body(&mut self, id: u32, p: Pending) {
+        self.awaiting_body.insert(id, p);
+    }
+
+    /// Request `id`'s body arrived: the request, if it waited for it.
+    pub fn body_arrived(&mut self, id: u32) -> Option<Pending> {
+        self.awaiting_body.remove(&id)
+    }
+
     /// Whether request `id` waits for its body (its reservation).
     pub fn awaits_body(&self, id: u32) -> bool {
         self.awaiting_body.contains_key(&id)
+    }
+
+    /// Request `id` (`p`) is about to be decided: remember what it will owe
+    /// if admitted.
+    pub(in crate::worker) fn owe(&mut self, config: &Config, id: u32, p: &Pending) {
+        if !p.checks.iter().any(|c| counts(config, c)) {
+            return;
+        }
+        let owed = Owed {
+            checks: p.checks.clone(),
+            stored: vec![None; p.checks.len()],
+            arrival: p.arrival,
+            headers: p.headers.clone(),
+            decided: Decided::Not,
+            stage: Stage::Waiting,
+        };
+        self.owed.insert(id, owed);
+    }
+
+    /// Request `id` was admitted by the store (`decision.allowed`, which
+    /// recorded every check at its slot: `now_ms + delay_ms`, `now_ms` when
+    /// not shaped), the local limiter or nobody
+    /// (`None`, `local`: whether the local limiter).
+    pub(in crate::worker) fn admitted(
+        &mut self,
+        host: &mut dyn Host,
+        config: &Config,
+        id: u32,
+        decision: Option<&Decision>,
+        local: bool,
+    ) {
+        let Some(owed) = self.owed.get_mut(&id) else { return };
+        owed.decided = match (decision, local) {
+            (Some(d), false) if d.allowed => Decided::Store(d.clone()),
+            (Some(d), true) if d.allowed => Decided::Local(d.clone()),
+            (None, _) => Decided::Unchecked,
+            _ => {
+                // A denial (a shadow rule's lets it pass, recording nothing).
+                self.owed.remove(&id);
+                return;
+            }
+        };
+        match &owed.decided {
+            Decided::Store(d) => owed.stored.fill(Some(d.now_ms.saturating_add(d.delay_ms))),
+            Decided::Local(_) => {}
+            _ => return,
+        }
+        for c in owed.checks.iter().filter(|c| counts(config, c)) {
+            host.count(Stat::Count(c.rule, CountStat::Reserved), c.recorded());
+        }
+    }
+
+    /// The store recorded checks `indices` of admitted request `id` at
+    /// `at_ms` (its clock): one slot of a request decided across slots (see
+    /// [`crate::worker::cross::protocol`]), whose record is kept.
+    pub(in crate::worker) fn stored(
+        &mut self,
+        (host, config): (&mut dyn Host, &Config),
+        id: u32,
+        indices: &[usize],
+        at_ms: u64,
+    ) {
+        let Some(owed) = self.owed.get_mut(&id) else { return };
+        for &i in indices {
+            let (Some(at), Some(check)) = (owed.stored.get_mut(i), owed.checks.get(i)) else { continue };
+            // Reserved once: by the store's admission or the local limiter's.
+            if at.is_none() && matches!(owed.decided, Decided::Unchecked) && counts(config, check) {
+                host.count(Stat::Count(check.rule, CountStat::Reserved), check.recorded());
+            }
+            *at = Some(at_ms);
+        }
     }
 
     /// Forgets request `id`'s context (gone).

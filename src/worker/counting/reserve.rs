@@ -12,8 +12,8 @@ use crate::limiter::Check;
 use crate::plan::RequestView;
 use crate::worker::calls::Pending;
 use crate::worker::counting::body::{integer, json_field};
-use crate::worker::host::{BodyStep, Flow, Host, Stat};
-use crate::worker::{Entry, Worker};
+use crate::worker::counting::owed::Settlements;
+use crate::worker::host::{Host, Stat};
 use std::num::NonZeroU64;
 
 /// `value` as a reservation for `check`: at least 1, at most its smallest
@@ -54,69 +54,43 @@ fn apply_body(config: &Config, checks: &mut [Check], body: Option<&[u8]>) {
     }
 }
 
-impl Worker {
-    /// Sets what request `id`'s checks record on admission; the request
-    /// back, or `None` when it waits for its body ([`Worker::on_request_body`]).
-    pub(in crate::worker) fn reserve(&mut self, id: u32, mut p: Pending, request: &dyn RequestView) -> Option<Pending> {
-        if self.settlements.active && prepare(&self.config, &mut p.checks, request) {
-            self.settlements.awaiting_body.insert(id, p);
-            return None;
-        }
-        Some(p)
+/// Sets what request `id`'s checks record on admission; the request
+/// back, or `None` when it waits for its body (in `settlements`).
+pub(in crate::worker) fn reserve(
+    (settlements, config): (&mut Settlements, &Config),
+    id: u32,
+    mut p: Pending,
+    request: &dyn RequestView,
+) -> Option<Pending> {
+    if settlements.active() && prepare(config, &mut p.checks, request) {
+        settlements.await_body(id, p);
+        return None;
     }
+    Some(p)
+}
 
-    /// What request `id`'s callback does with its body, once Envoy has
-    /// buffered `buffered` bytes of it (None: unknown, as at the trailers)
-    /// and `end_of_stream` says whether more follow: read it when the
-    /// reservation waits for it ([`Worker::request_body_take`]); hold it
-    /// while the request waits for its decision (decided on its first
-    /// `max_body_bytes`, the rest waits with it); else let it go.
-    pub fn request_body_step(&self, id: u32, buffered: Option<usize>, end_of_stream: bool) -> BodyStep {
-        if !self.settlements.active {
-            // No rule reads a body, so none waits with one: one field read
-            // per chunk.
-            return BodyStep::Pass;
-        }
-        if self.settlements.awaits_body(id) {
-            return self.request_body_take(buffered, end_of_stream).map_or(BodyStep::Wait, BodyStep::Read);
-        }
-        if self.waiting(id) {
-            BodyStep::Wait
-        } else {
-            BodyStep::Pass
-        }
+/// How much of a request body the worker reads, once Envoy has buffered
+/// `buffered` bytes of it (None: unknown, as at the trailers) and
+/// `end_of_stream` says whether more follow: `None` while it is incomplete
+/// and shorter than `max_body_bytes` (Envoy buffers on), else the bytes to
+/// take, one past `max_body_bytes` so that a longer body is seen to be
+/// longer.
+pub(in crate::worker) fn body_take(config: &Config, buffered: Option<usize>, end_of_stream: bool) -> Option<usize> {
+    let max = config.max_body_bytes;
+    if !end_of_stream && buffered.is_some_and(|size| size < max) {
+        return None;
     }
+    Some(buffered.unwrap_or(usize::MAX).min(max.saturating_add(1)))
+}
 
-    /// How much of a request body the worker reads, once Envoy has
-    /// buffered `buffered` bytes of it (None: unknown, as at the trailers)
-    /// and `end_of_stream` says whether more follow: `None` while it is
-    /// incomplete and shorter than `max_body_bytes` (Envoy buffers on),
-    /// else the bytes to take, one past `max_body_bytes` so that a longer
-    /// body is seen to be longer.
-    fn request_body_take(&self, buffered: Option<usize>, end_of_stream: bool) -> Option<usize> {
-        let max = self.config.max_body_bytes;
-        if !end_of_stream && buffered.is_some_and(|size| size < max) {
-            return None;
-        }
-        Some(buffered.unwrap_or(usize::MAX).min(max.saturating_add(1)))
+/// Request `p`'s reservations from its body (the first `max_body_bytes` of
+/// it at most; `complete`: that is all of it), counted when it was too
+/// large to read.
+pub(in crate::worker) fn read_body(config: &Config, host: &mut dyn Host, p: &mut Pending, body: &[u8], complete: bool) {
+    let body = body.get(..config.max_body_bytes.saturating_add(1)).unwrap_or(body);
+    let readable = complete && body.len() <= config.max_body_bytes;
+    if !readable {
+        host.count(Stat::BodyTooLarge, 1);
     }
-
-    /// Request `id`'s body (its own callback): the first `max_body_bytes`
-    /// of it at most; `complete` when that is all of it. The request is then
-    /// decided as any other.
-    pub fn on_request_body(&mut self, host: &mut dyn Host, id: u32, body: &[u8], complete: bool, now_ms: u64) -> Flow {
-        let Some(mut p) = self.settlements.awaiting_body.remove(&id) else { return Flow::Continue };
-        self.begin(host, true);
-        let body = body.get(..self.config.max_body_bytes.saturating_add(1)).unwrap_or(body);
-        let readable = complete && body.len() <= self.config.max_body_bytes;
-        if !readable {
-            host.count(Stat::BodyTooLarge, 1);
-        }
-        apply_body(&self.config, &mut p.checks, readable.then_some(body));
-        // Deadlines count from now: the request waited for its client.
-        p.arrival = p.arrival.restarted(now_ms);
-        let flow = self.proceed(host, id, p, now_ms);
-        self.finish(host, Entry::Request, now_ms);
-        flow
-    }
+    apply_body(config, &mut p.checks, readable.then_some(body));
 }

@@ -29,86 +29,26 @@
 //!   decided across slots was decided by one call per slot, see
 //!   [`crate::worker::cross::protocol`]); each call is all or nothing for its slot.
 
+use crate::config::FailureMode;
 use crate::limiter::{Check, Decision};
+use crate::response::{allowed_headers, policy_names};
 use crate::store::cluster::key_slot;
-use crate::store::FailureKind;
+use crate::store::{FailureKind, Outcome};
 use crate::worker::calls::{Call, Command, Pending, SettleCall, PARKED};
-use crate::worker::counting::owed::{corrected, counts, Decided, Owed, Stage};
-use crate::worker::host::{CountStat, Host, ResponseFlow, ResponseHeaders, Stat};
+use crate::worker::counting::owed::Settlements;
+use crate::worker::counting::owed::{corrected, counts, with_delay, Decided, Owed, Stage};
+use crate::worker::cx::Cx;
+use crate::worker::host::{CountStat, ResponseFlow, ResponseHeaders, Stat};
 use crate::worker::streams::discovery::Route;
-use crate::worker::Worker;
+use crate::worker::verdict::{Deliveries, Verdict};
 
-impl Worker {
-    /// Request `id` (`p`) is about to be decided: remember what it will owe
-    /// if admitted.
-    pub(in crate::worker) fn owe(&mut self, id: u32, p: &Pending) {
-        if !p.checks.iter().any(|c| counts(&self.config, c)) {
-            return;
-        }
-        let owed = Owed {
-            checks: p.checks.clone(),
-            stored: vec![None; p.checks.len()],
-            arrival: p.arrival,
-            headers: p.headers.clone(),
-            decided: Decided::Not,
-            stage: Stage::Waiting,
-        };
-        self.settlements.owed.insert(id, owed);
-    }
-
-    /// Request `id` was admitted by the store (`decision.allowed`, which
-    /// recorded every check at its slot: `now_ms + delay_ms`, `now_ms` when
-    /// not shaped), the local limiter or nobody
-    /// (`None`, `local`: whether the local limiter).
-    pub(in crate::worker) fn admitted(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        decision: Option<&Decision>,
-        local: bool,
-    ) {
-        let Some(owed) = self.settlements.owed.get_mut(&id) else { return };
-        owed.decided = match (decision, local) {
-            (Some(d), false) if d.allowed => Decided::Store(d.clone()),
-            (Some(d), true) if d.allowed => Decided::Local(d.clone()),
-            (None, _) => Decided::Unchecked,
-            _ => {
-                // A denial (a shadow rule's lets it pass, recording nothing).
-                self.settlements.owed.remove(&id);
-                return;
-            }
-        };
-        match &owed.decided {
-            Decided::Store(d) => owed.stored.fill(Some(d.now_ms.saturating_add(d.delay_ms))),
-            Decided::Local(_) => {}
-            _ => return,
-        }
-        for c in owed.checks.iter().filter(|c| counts(&self.config, c)) {
-            host.count(Stat::Count(c.rule, CountStat::Reserved), c.recorded());
-        }
-    }
-
-    /// The store recorded checks `indices` of admitted request `id` at
-    /// `at_ms` (its clock): one slot of a request decided across slots (see
-    /// [`crate::worker::cross::protocol`]), whose record is kept.
-    pub(in crate::worker) fn stored(&mut self, host: &mut dyn Host, id: u32, indices: &[usize], at_ms: u64) {
-        let Some(owed) = self.settlements.owed.get_mut(&id) else { return };
-        for &i in indices {
-            let (Some(at), Some(check)) = (owed.stored.get_mut(i), owed.checks.get(i)) else { continue };
-            // Reserved once: by the store's admission or the local limiter's.
-            if at.is_none() && matches!(owed.decided, Decided::Unchecked) && counts(&self.config, check) {
-                host.count(Stat::Count(check.rule, CountStat::Reserved), check.recorded());
-            }
-            *at = Some(at_ms);
-        }
-    }
-
+impl Settlements {
     /// Settles `owed` with `costs` (per check; non-counting checks ignored).
     /// `at_headers`: the response headers are still here (they may be held
     /// or corrected).
     pub(in crate::worker) fn settle_owed(
         &mut self,
-        host: &mut dyn Host,
+        cx: &mut Cx<'_>,
         id: u32,
         owed: Owed,
         costs: Vec<u64>,
@@ -118,7 +58,7 @@ impl Worker {
         // (from, to) in the store, per counting check.
         let mut changes: Vec<Option<(u64, u64)>> = Vec::with_capacity(owed.checks.len());
         for ((check, cost), stored) in owed.checks.iter().zip(&costs).zip(&owed.stored) {
-            if !counts(&self.config, check) {
+            if !counts(cx.config, check) {
                 changes.push(None);
                 continue;
             }
@@ -127,15 +67,15 @@ impl Worker {
                 // The local limiter recorded the reservation: settled there
                 // now, whatever the store does.
                 let reserved = check.recorded();
-                self.local.settle(check, reserved, *cost, owed.arrival.at(now_ms));
+                cx.local.settle(check, reserved, *cost, owed.arrival.at(now_ms));
                 if reserved > *cost {
-                    host.count(Stat::Count(check.rule, CountStat::Refunded), reserved - cost);
+                    cx.host.count(Stat::Count(check.rule, CountStat::Refunded), reserved - cost);
                 }
             }
             if stored.is_some() && *cost < from {
                 // Room came back: what this worker remembers as denied may
                 // fit now (other workers' caches expire by themselves).
-                self.cache.forget(&check.key);
+                cx.cache.forget(&check.key);
             }
             changes.push(Some((from, *cost)));
         }
@@ -147,7 +87,7 @@ impl Worker {
             if from == to {
                 continue;
             }
-            let slot = if self.streams.clustered() { key_slot(check.key.as_bytes()) } else { 0 };
+            let slot = if cx.streams.clustered() { key_slot(check.key.as_bytes()) } else { 0 };
             let at_ms = owed.stored.get(i).copied().flatten().unwrap_or_else(|| owed.arrival.at(now_ms));
             match calls.iter_mut().find(|(k, _)| *k == (slot, at_ms)) {
                 Some((_, indices)) => indices.push(i),
@@ -157,7 +97,7 @@ impl Worker {
         // Only the changes of checks settled on no call's reply count now:
         // the rest when their call answers.
         let unchanged: Vec<Option<(u64, u64)>> = changes.iter().map(|c| c.filter(|(from, to)| from == to)).collect();
-        self.completed(host, &owed.checks, &unchanged);
+        self.completed(cx, &owed.checks, &unchanged);
         if calls.is_empty() {
             return ResponseFlow::Continue;
         }
@@ -171,18 +111,18 @@ impl Worker {
                 local: matches!(owed.decided, Decided::Local(_)),
             };
             let checks: Vec<Check> = indices.iter().filter_map(|&i| owed.checks.get(i).cloned()).collect();
-            sent += usize::from(self.send_settlement(host, &owed, checks, call, now_ms));
+            sent += usize::from(self.send_settlement(cx, &owed, checks, call, now_ms));
         }
         let hold = at_headers && sent == total && !owed.headers.borrow().is_empty();
         if let (true, Decided::Store(decision)) = (hold, &owed.decided) {
             let until_ms = now_ms.saturating_add(self.timeout_ms);
-            self.settlements.holds.push_back((until_ms, id));
+            self.holds.push_back((until_ms, id));
             let now = decision.clone();
-            self.settlements.owed.insert(id, Owed { stage: Stage::Holding { changes, waiting: sent, now }, ..owed });
+            self.owed.insert(id, Owed { stage: Stage::Holding { changes, waiting: sent, now }, ..owed });
             return ResponseFlow::Hold;
         }
         if at_headers {
-            let headers = corrected(&self.config, &owed, &changes);
+            let headers = corrected(cx.config, &owed, &changes);
             if let Ok(mut slot) = owed.headers.try_borrow_mut() {
                 *slot = headers;
             }
@@ -194,17 +134,17 @@ impl Worker {
     /// false if it failed at once (the store known down, no master).
     fn send_settlement(
         &mut self,
-        host: &mut dyn Host,
+        cx: &mut Cx<'_>,
         owed: &Owed,
         checks: Vec<Check>,
         call: SettleCall,
         now_ms: u64,
     ) -> bool {
-        let (route, slot) = self.streams.route(&checks);
+        let (route, slot) = cx.streams.route(&checks);
         let (shard, down) = match route {
-            Route::Shard(shard) => (shard, self.streams.down(shard, now_ms).map(|f| f.kind())),
+            Route::Shard(shard) => (shard, cx.streams.down(shard, now_ms).map(|f| f.kind())),
             Route::Parked => (PARKED, None),
-            Route::Unserved(slot) => (PARKED, Some(self.streams.unserved(slot, now_ms).kind())),
+            Route::Unserved(slot) => (PARKED, Some(cx.streams.unserved(slot, now_ms).kind())),
             // (Never: a call's checks share a slot.)
             Route::CrossSlot => (PARKED, Some(FailureKind::Unavailable)),
         };
@@ -223,24 +163,113 @@ impl Worker {
             call: Call::Settle(call),
         };
         if let Some(kind) = down {
-            host.count(Stat::StoreError(kind), 1);
-            self.settle_failed(host, &pending);
+            cx.host.count(Stat::StoreError(kind), 1);
+            self.settle_failed(cx, &pending);
             return false;
         }
-        let settle_id = self.settlements.next_id();
-        self.streams.push(settle_id, pending);
+        let settle_id = self.next_id();
+        cx.streams.push(settle_id, pending);
         true
     }
 
     /// Counts settlements that are complete in the store: `(from, to)` per
     /// check (`None`: not settled here).
-    pub(in crate::worker) fn completed(&self, host: &mut dyn Host, checks: &[Check], changes: &[Option<(u64, u64)>]) {
+    pub(in crate::worker) fn completed(&self, cx: &mut Cx<'_>, checks: &[Check], changes: &[Option<(u64, u64)>]) {
         for (check, change) in checks.iter().zip(changes) {
             let Some((from, to)) = change else { continue };
-            host.count(Stat::Count(check.rule, CountStat::Settled), *to);
+            cx.host.count(Stat::Count(check.rule, CountStat::Settled), *to);
             if from > to {
-                host.count(Stat::Count(check.rule, CountStat::Refunded), from - to);
+                cx.host.count(Stat::Count(check.rule, CountStat::Refunded), from - to);
             }
+        }
+    }
+
+    /// A settlement the store did not apply: counted; under `failure_mode:
+    /// local` the local limiter records what it would have charged.
+    pub(in crate::worker) fn settle_failed(&mut self, cx: &mut Cx<'_>, p: &Pending) {
+        let Call::Settle(call) = &p.call else { return };
+        for (check, (from, to)) in p.checks.iter().zip(&call.units) {
+            cx.host.count(Stat::Count(check.rule, CountStat::Failed), 1);
+            if cx.config.failure_mode == FailureMode::Local && !call.local && to > from {
+                cx.local.settle(check, *from, *to, p.arrival.request_ms);
+            }
+        }
+        self.release(cx, call.context, false);
+    }
+
+    /// The store answered settlement `p` (taken off the stream).
+    pub(in crate::worker) fn settlement_replied(&mut self, cx: &mut Cx<'_>, p: &Pending, outcome: Outcome) {
+        let Call::Settle(call) = &p.call else { return };
+        let Outcome::Decided(reply) = outcome else {
+            self.settle_failed(cx, p);
+            return;
+        };
+        let changes: Vec<Option<(u64, u64)>> = call.units.iter().copied().map(Some).collect();
+        self.completed(cx, &p.checks, &changes);
+        if cx.config.failure_mode == FailureMode::Local {
+            cx.local.learn(&p.checks, &reply, p.arrival.request_ms);
+        }
+        let Some(Owed { checks, stage: Stage::Holding { waiting, now, .. }, .. }) = self.owed.get_mut(&call.context)
+        else {
+            return;
+        };
+        refresh(now, checks, &p.checks, &reply);
+        *waiting = waiting.saturating_sub(1);
+        if *waiting == 0 {
+            self.release(cx, call.context, true);
+        }
+    }
+
+    /// Resumes the held response of `context`, if it still waits: with the
+    /// buckets' state the settlement's replies reported (`fresh`), else with
+    /// the admission's headers corrected by its own change.
+    fn release(&mut self, cx: &mut Cx<'_>, context: u32, fresh: bool) {
+        let held = matches!(self.owed.get(&context), Some(Owed { stage: Stage::Holding { .. }, .. }));
+        if !held {
+            return;
+        }
+        let Some(owed) = self.owed.remove(&context) else { return };
+        let Stage::Holding { changes, now, .. } = &owed.stage else { return };
+        let headers = if fresh {
+            let names = policy_names(cx.config, &owed.checks, now);
+            with_delay(allowed_headers(cx.config, &names, now), &owed)
+        } else {
+            corrected(cx.config, &owed, changes)
+        };
+        cx.deliveries.deliver(cx.host, context, Verdict::Resume(headers));
+    }
+
+    /// Held responses whose time is up go on (every tick).
+    pub(in crate::worker) fn expire_holds(&mut self, cx: &mut Cx<'_>, now_ms: u64) {
+        while let Some(&(until_ms, context)) = self.holds.front() {
+            if now_ms < until_ms {
+                return;
+            }
+            self.holds.pop_front();
+            // (Released already, or gone: nothing to do.)
+            if matches!(self.owed.get(&context), Some(Owed { stage: Stage::Holding { .. }, .. })) {
+                cx.host.count(Stat::HoldExpired, 1);
+                self.release(cx, context, false);
+            }
+        }
+    }
+
+    /// Whether request `id`'s response is held (or its resumption waits
+    /// for the next VM entry).
+    pub(in crate::worker) fn holding(&self, id: u32, deliveries: &Deliveries) -> bool {
+        matches!(self.owed.get(&id), Some(Owed { stage: Stage::Holding { .. }, .. })) || deliveries.resume_waits(id)
+    }
+}
+
+/// The windows of `now` (a decision over `checks`) that a settlement's
+/// `reply` over `settled` reports, as it reports them.
+fn refresh(now: &mut Decision, checks: &[Check], settled: &[Check], reply: &Decision) {
+    for w in &mut now.windows {
+        let key = checks.get(w.check).map(|c| c.key.as_str());
+        let j = settled.iter().position(|c| Some(c.key.as_str()) == key);
+        if let Some(fresh) = j.and_then(|j| reply.windows.iter().find(|r| r.check == j && r.window == w.window)) {
+            w.remaining = fresh.remaining;
+            w.reset_ms = fresh.reset_ms;
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::worker::calls::{Arrival, Call, CallId, Command, Part, Pending, Shape,
 use crate::worker::cross::protocol::{answer, fate, groups, undo, Fate, Group, Step};
 use crate::worker::cross::rounds::Rounds;
 use crate::worker::host::{ResponseHeaders, Throttle};
-use crate::worker::request::verdict::Verdict;
+use crate::worker::verdict::Verdict;
 
 /// One slot group of a request decided across slots, and where it stands.
 #[derive(Debug)]
@@ -144,40 +144,16 @@ impl Crossing {
 }
 
 /// The worker's requests decided across slots, by context id.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Crossings {
     pub(super) map: IdMap<u32, Crossing>,
-    next: u32,
+    pub(super) next: u32,
     /// Logs of undos that failed.
     pub(super) undo_log: Throttle,
     /// Requests that may wait, parked behind one in rounds on a key of
-    /// theirs, in arrival order ([`super::park`]).
+    /// theirs, in arrival order ([`super::start`]).
     pub(super) parked: Vec<(u32, Pending)>,
-}
-
-impl Crossings {
-    /// The next part id (one still held is skipped by the caller).
-    pub fn next_part(&mut self) -> CallId {
-        self.next = self.next.wrapping_add(1);
-        CallId::Part(self.next)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty() && self.parked.is_empty()
-    }
-
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// Whether request `id` waits for its decision across slots.
-    pub fn waits(&self, id: u32) -> bool {
-        self.map.get(&id).is_some_and(|c| c.answered.is_none()) || self.parked.iter().any(|(p, _)| *p == id)
-    }
-
-    /// Group `group` of request `parent`, while it is decided across slots.
-    pub fn slice_mut(&mut self, parent: u32, group: usize) -> Option<&mut Slice> {
-        self.map.get_mut(&parent)?.slices.get_mut(group)
-    }
+    /// How long a request waits at most (`MAX_WAIT_MS`, or twice
+    /// `valkey.timeout`).
+    pub(super) max_wait_ms: u64,
 }

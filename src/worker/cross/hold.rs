@@ -6,16 +6,20 @@
 //! held until its release) or the rounds run out (every record undone, a
 //! `429` of its shaping rule, `shape.gave_up`).
 
+use crate::config::Config;
 use crate::limiter::Decision;
 use crate::response::SERVER_TIMING;
 use crate::worker::calls::{Part, PARKED};
-use crate::worker::cross::crossings::Crossing;
+use crate::worker::cross::crossings::{Crossing, Crossings};
 use crate::worker::cross::protocol::{fate, slot_of, Fate, Step};
 use crate::worker::cross::rounds::{Next, Placed, Rounds};
-use crate::worker::host::{Host, ShapeStat, Stat};
-use crate::worker::request::verdict::Verdict;
-use crate::worker::shaping::{max_delay, Held};
-use crate::worker::Worker;
+use crate::worker::cross::Others;
+use crate::worker::cx::Cx;
+use crate::worker::host::{ShapeStat, Stat};
+use crate::worker::request::rule;
+use crate::worker::shaping::hold::refusal;
+use crate::worker::shaping::{max_delay, Held, Holding};
+use crate::worker::verdict::Verdict;
 
 impl Crossing {
     /// Group `g`'s decision came at `now_ms`: placed in the rounds if it
@@ -28,29 +32,11 @@ impl Crossing {
     }
 }
 
-impl Worker {
-    /// The shape of each group's first call of request `c` (`None`:
-    /// unshaped), and its rounds when it may wait. A request that may not
-    /// wait (a rule without `shape`, `max_delay` 0) is placed now or
-    /// denied on every slot that shapes, as before the rounds.
-    pub(super) fn cross_shapes(&self, c: &mut Crossing, now_ms: u64) -> Vec<Option<(u64, u64)>> {
-        let config = self.holding.active().then_some(&self.config);
-        let Some(delay) = config.and_then(|config| max_delay(config, &c.checks)) else {
-            return vec![None; c.slices.len()];
-        };
-        if delay > 0 {
-            c.rounds = Some(Rounds::new(c.slices.len(), now_ms, delay));
-        }
-        c.slices
-            .iter()
-            .map(|s| config.and_then(|config| max_delay(config, &s.group.of(&c.checks))).map(|_| (delay, 0)))
-            .collect()
-    }
-
+impl Crossings {
     /// Request `parent` in rounds, every group admitted and none waiting:
     /// released, moved, or given up.
-    pub(super) fn cross_round(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
-        let Some(c) = self.crossings.map.get_mut(&parent) else { return };
+    pub(super) fn cross_round(&mut self, cx: &mut Cx<'_>, o: &mut Others<'_>, parent: u32, now_ms: u64) {
+        let Some(c) = self.map.get_mut(&parent) else { return };
         if c.answered.is_some() || c.release_ms.is_some() || c.gave_up || fate(&c.steps()) != Some(Fate::Admit) {
             return;
         }
@@ -59,12 +45,12 @@ impl Worker {
             Next::Release(at) => c.release_ms = Some(at),
             Next::GiveUp => {
                 c.gave_up = true;
-                host.count(Stat::Shape(ShapeStat::GaveUp), 1);
+                cx.host.count(Stat::Shape(ShapeStat::GaveUp), 1);
             }
             Next::Move(groups) => {
                 let shape = rounds.shape(now_ms);
                 for g in groups {
-                    self.move_group(host, parent, g, shape, now_ms);
+                    self.move_group(cx, o, parent, g, shape, now_ms);
                 }
             }
         }
@@ -73,20 +59,28 @@ impl Worker {
     /// Group `g` of request `parent` gives its record back and decides
     /// again with `shape` (`(max_delay, floor)`), both queued to where its
     /// call ran, in that order.
-    fn move_group(&mut self, host: &mut dyn Host, parent: u32, g: usize, shape: (u64, u64), now_ms: u64) {
-        let Some(c) = self.crossings.map.get(&parent) else { return };
+    fn move_group(
+        &mut self,
+        cx: &mut Cx<'_>,
+        o: &mut Others<'_>,
+        parent: u32,
+        g: usize,
+        shape: (u64, u64),
+        now_ms: u64,
+    ) {
+        let Some(c) = self.map.get(&parent) else { return };
         let Some(s) = c.slices.get(g) else { return };
         let Step::Decided(d) = &s.step else { return };
         let (checks, at_ms, arrival, slot) = (s.group.of(&c.checks), slot_of(d), c.arrival, s.group.slot);
-        let ran = s.ran.filter(|(shard, _)| self.streams.has_shard(*shard));
+        let ran = s.ran.filter(|(shard, _)| cx.streams.has_shard(*shard));
         let (shard, asking) = match ran {
             Some(ran) => ran,
-            None => (self.streams.route_slot(slot, now_ms).unwrap_or(PARKED), false),
+            None => (cx.streams.route_slot(slot, now_ms).unwrap_or(PARKED), false),
         };
-        host.count(Stat::Shape(ShapeStat::Moved), 1);
-        self.give_back(host, checks, at_ms, (arrival, None), now_ms);
-        let part = self.part_id();
-        let Some(c) = self.crossings.map.get_mut(&parent) else { return };
+        cx.host.count(Stat::Shape(ShapeStat::Moved), 1);
+        o.holding.give_back(cx, checks, at_ms, (arrival, None), now_ms);
+        let part = self.part_id(cx.streams);
+        let Some(c) = self.map.get_mut(&parent) else { return };
         let pending = c.pending(g, shard, asking, Part::Decide { parent, group: g, shape: Some(shape) });
         // On the request's clock now, its deadlines counting from now.
         let pending = crate::worker::calls::Pending { arrival: pending.arrival.on_behalf(now_ms), ..pending };
@@ -95,46 +89,67 @@ impl Worker {
             s.part = Some(part);
             s.queued_ms = now_ms;
         }
-        self.streams.push(part, pending);
+        cx.streams.push(part, pending);
     }
 
     /// Request `id` gave up: a `429` of its first shaping rule.
-    pub(super) fn gave_up(&mut self, host: &mut dyn Host, id: u32) -> Option<Verdict> {
-        let c = self.crossings.map.get(&id)?;
-        let shaping = |r: usize| self.config.rules.get(r).is_some_and(|r| r.shaping.is_some());
+    pub(super) fn gave_up(&mut self, cx: &mut Cx<'_>, id: u32) -> Option<Verdict> {
+        let c = self.map.get(&id)?;
+        let shaping = |r: usize| cx.config.rules.get(r).is_some_and(|r| r.shaping.is_some());
         let rule = c.checks.iter().map(|c| c.rule).find(|&r| shaping(r))?;
-        let ruling = self.shape_refusal(&c.checks, rule)?;
+        let ruling = refusal(cx.config, &c.checks, rule)?;
         let (arrival_ms, headers) = (c.arrival.request_ms, c.headers.clone());
-        Some(self.rule(host, ruling, arrival_ms, &headers))
+        Some(rule::rule(cx, ruling, arrival_ms, &headers))
     }
+}
 
-    /// Request `parent` (`c`, done) is admitted with every slot at
-    /// `release_ms`, later than now: held until then, every group's record
-    /// given back if it goes away.
-    pub(super) fn hold_crossing(
-        &mut self,
-        host: &mut dyn Host,
-        parent: u32,
-        c: &Crossing,
-        shadow_denied: Option<String>,
-        release_ms: u64,
-        now_ms: u64,
-    ) {
-        let delay_ms = release_ms - now_ms;
-        host.count(Stat::Shape(ShapeStat::Delayed), 1);
-        host.record_shape_delay(delay_ms);
-        if let Ok(mut headers) = c.headers.try_borrow_mut() {
-            headers.push((std::borrow::Cow::Borrowed(SERVER_TIMING), format!("tollgate-delay;dur={delay_ms}")));
-        }
-        let records = c
-            .slices
-            .iter()
-            .filter_map(|s| match &s.step {
-                Step::Decided(d) if d.allowed => Some((s.group.of(&c.checks), slot_of(d))),
-                _ => None,
-            })
-            .collect();
-        let held = Held { release_ms, delay_ms, shadow_denied, records, arrival: c.arrival };
-        self.holding.hold(parent, held);
+/// The shape of each group's first call of request `c` (`None`:
+/// unshaped), and its rounds when it may wait. A request that may not
+/// wait (a rule without `shape`, `max_delay` 0) is placed now or
+/// denied on every slot that shapes, as before the rounds.
+pub(super) fn cross_shapes(
+    config: &Config,
+    holding: &Holding,
+    c: &mut Crossing,
+    now_ms: u64,
+) -> Vec<Option<(u64, u64)>> {
+    let config = holding.active().then_some(config);
+    let Some(delay) = config.and_then(|config| max_delay(config, &c.checks)) else {
+        return vec![None; c.slices.len()];
+    };
+    if delay > 0 {
+        c.rounds = Some(Rounds::new(c.slices.len(), now_ms, delay));
     }
+    c.slices
+        .iter()
+        .map(|s| config.and_then(|config| max_delay(config, &s.group.of(&c.checks))).map(|_| (delay, 0)))
+        .collect()
+}
+
+/// Request `parent` (`c`, done) is admitted with every slot at
+/// `release_ms`, later than now: held until then, every group's record
+/// given back if it goes away.
+pub(super) fn hold_crossing(
+    (cx, holding): (&mut Cx<'_>, &mut Holding),
+    parent: u32,
+    c: &Crossing,
+    shadow_denied: Option<String>,
+    (release_ms, now_ms): (u64, u64),
+) {
+    let delay_ms = release_ms - now_ms;
+    cx.host.count(Stat::Shape(ShapeStat::Delayed), 1);
+    cx.host.record_shape_delay(delay_ms);
+    if let Ok(mut headers) = c.headers.try_borrow_mut() {
+        headers.push((std::borrow::Cow::Borrowed(SERVER_TIMING), format!("tollgate-delay;dur={delay_ms}")));
+    }
+    let records = c
+        .slices
+        .iter()
+        .filter_map(|s| match &s.step {
+            Step::Decided(d) if d.allowed => Some((s.group.of(&c.checks), slot_of(d))),
+            _ => None,
+        })
+        .collect();
+    let held = Held { release_ms, delay_ms, shadow_denied, records, arrival: c.arrival };
+    holding.hold(parent, held);
 }

@@ -16,16 +16,27 @@
 use crate::limiter::{Check, Decision};
 use crate::store::{Failure, Outcome};
 use crate::worker::calls::{Call, Part, Pending};
+use crate::worker::cross::crossings::Crossings;
+use crate::worker::cross::hold::hold_crossing;
 use crate::worker::cross::protocol::{slot_of, Fate, Step};
+use crate::worker::cross::Others;
+use crate::worker::cx::Cx;
 use crate::worker::host::Throttle;
-use crate::worker::host::{Host, Level, Stat};
-use crate::worker::request::fail::Failing;
-use crate::worker::request::verdict::Verdict;
-use crate::worker::Worker;
+use crate::worker::host::{Level, Stat};
+use crate::worker::request::fail::{self, Failing};
+use crate::worker::request::rule;
+use crate::worker::verdict::Verdict;
 
-impl Worker {
+impl Crossings {
     /// The reply to a part (`p`, no longer held).
-    pub(in crate::worker) fn part_answered(&mut self, host: &mut dyn Host, p: Pending, outcome: Outcome, now_ms: u64) {
+    pub(in crate::worker) fn part_answered(
+        &mut self,
+        cx: &mut Cx<'_>,
+        o: &mut Others<'_>,
+        p: Pending,
+        outcome: Outcome,
+        now_ms: u64,
+    ) {
         let failure = match outcome {
             Outcome::Decided(d) => Ok(d),
             Outcome::NoScript => Err(Failure::NoScriptAfterEval),
@@ -34,95 +45,102 @@ impl Worker {
         let decision = match failure {
             Ok(d) => d,
             Err(f) => {
-                self.streams.suspect(&f, now_ms);
-                return self.part_failed(host, &p, &f, now_ms);
+                cx.streams.suspect(&f, now_ms);
+                return self.part_failed(cx, o, &p, &f, now_ms);
             }
         };
         let Call::Part(part) = p.call else { return };
         match part {
             Part::Decide { parent, group, .. } => {
-                self.learn(&p, &decision, now_ms);
-                let kept = self.crossings.map.get(&parent).is_some_and(|c| c.answered == Some(true));
-                if kept && decision.allowed && self.settlements.active() {
+                fail::learn(cx, &p, &decision, now_ms);
+                let kept = self.map.get(&parent).is_some_and(|c| c.answered == Some(true));
+                if kept && decision.allowed && o.settlements.active() {
                     // Admitted already (`overload: allow`): its record stays.
-                    let indices = self.crossings.slice_mut(parent, group).map(|s| s.group.checks.clone());
+                    let indices = self.slice_mut(parent, group).map(|s| s.group.checks.clone());
                     let indices = indices.unwrap_or_default();
-                    self.stored(host, parent, &indices, slot_of(&decision));
+                    o.settlements.stored((&mut *cx.host, cx.config), parent, &indices, slot_of(&decision));
                 }
-                if let Some(c) = self.crossings.map.get_mut(&parent) {
+                if let Some(c) = self.map.get_mut(&parent) {
                     c.placed(group, &decision, now_ms);
                 }
-                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                if let Some(s) = self.slice_mut(parent, group) {
                     s.step = Step::Decided(decision);
                     s.part = None;
                     s.ran = Some((p.shard, p.asking));
                 }
-                self.advance(host, parent, now_ms);
+                self.advance(cx, o, parent, now_ms);
             }
             Part::Undo { parent, group, .. } => {
-                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                if let Some(s) = self.slice_mut(parent, group) {
                     s.undo = Some(decision);
                 }
-                if let Some(c) = self.crossings.map.get_mut(&parent) {
+                if let Some(c) = self.map.get_mut(&parent) {
                     c.undoing = c.undoing.saturating_sub(1);
                 }
-                self.advance(host, parent, now_ms);
+                self.advance(cx, o, parent, now_ms);
             }
         }
     }
 
     /// Part `p` failed with `failure` (no longer held).
-    pub(in crate::worker) fn part_failed(&mut self, host: &mut dyn Host, p: &Pending, failure: &Failure, now_ms: u64) {
+    pub(in crate::worker) fn part_failed(
+        &mut self,
+        cx: &mut Cx<'_>,
+        o: &mut Others<'_>,
+        p: &Pending,
+        failure: &Failure,
+        now_ms: u64,
+    ) {
         let Call::Part(part) = p.call else { return };
         match part {
             Part::Decide { parent, group, .. } => {
-                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                if let Some(s) = self.slice_mut(parent, group) {
                     s.step = Step::Failed { may_have_run: failure.may_have_run() };
                     s.failure = Some(failure.clone());
                     s.part = None;
                 }
-                self.advance(host, parent, now_ms);
+                self.advance(cx, o, parent, now_ms);
             }
             Part::Undo { parent, .. } => {
-                self.undo_failed(host, &p.checks, failure, now_ms);
-                if let Some(c) = self.crossings.map.get_mut(&parent) {
+                self.undo_failed(cx, &p.checks, failure, now_ms);
+                if let Some(c) = self.map.get_mut(&parent) {
                     c.undoing = c.undoing.saturating_sub(1);
                 }
-                self.advance(host, parent, now_ms);
+                self.advance(cx, o, parent, now_ms);
             }
         }
     }
 
     /// Part `p` was refused as overload before it was sent (the request
     /// moves on at the end of this tick, [`Worker::expire_crossings`]).
-    pub(in crate::worker) fn part_shed(&mut self, host: &mut dyn Host, p: &Pending) {
+    pub(in crate::worker) fn part_shed(&mut self, cx: &mut Cx<'_>, p: &Pending) {
         let Call::Part(part) = p.call else { return };
         match part {
             Part::Decide { parent, group, .. } => {
-                if let Some(s) = self.crossings.slice_mut(parent, group) {
+                if let Some(s) = self.slice_mut(parent, group) {
                     s.step = Step::NotSent;
                     s.part = None;
                 }
-                if let Some(c) = self.crossings.map.get_mut(&parent) {
+                if let Some(c) = self.map.get_mut(&parent) {
                     c.shed = true;
                 }
             }
             Part::Undo { parent, .. } => {
                 let failure = Failure::Unavailable("the undo could not be sent in time (overload)".into());
-                self.undo_failed(host, &p.checks, &failure, p.arrival.local_ms);
-                if let Some(c) = self.crossings.map.get_mut(&parent) {
+                self.undo_failed(cx, &p.checks, &failure, p.arrival.local_ms);
+                if let Some(c) = self.map.get_mut(&parent) {
                     c.undoing = c.undoing.saturating_sub(1);
                 }
             }
         }
     }
 
-    fn undo_failed(&mut self, host: &mut dyn Host, checks: &[Check], failure: &Failure, now_ms: u64) {
-        host.count(Stat::StoreError(failure.kind()), 1);
-        host.count(Stat::ClusterUndoFailed, 1);
-        if self.crossings.undo_log.due(now_ms) {
+    fn undo_failed(&mut self, cx: &mut Cx<'_>, checks: &[Check], failure: &Failure, now_ms: u64) {
+        cx.host.count(Stat::StoreError(failure.kind()), 1);
+        cx.host.count(Stat::ClusterUndoFailed, 1);
+        if self.undo_log.due(now_ms) {
             let keys: Vec<&str> = checks.iter().map(|c| c.key.as_str()).collect();
-            host.log(
+            cx.host.log(
                 Level::Warn,
                 &format!(
                     "tollgate: an undo across cluster slots failed ({failure}): up to the request's cost stays counted in {} until its windows pass (repeats are not logged for {}s)",
@@ -135,31 +153,31 @@ impl Worker {
 
     /// What follows for request `parent` from its parts as they stand, and
     /// for the requests parked behind it.
-    pub(in crate::worker) fn advance(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
-        self.advance_one(host, parent, now_ms);
-        if !self.crossings.parked.is_empty() {
-            self.unpark(host, now_ms);
+    pub(in crate::worker) fn advance(&mut self, cx: &mut Cx<'_>, o: &mut Others<'_>, parent: u32, now_ms: u64) {
+        self.advance_one(cx, o, parent, now_ms);
+        if !self.parked.is_empty() {
+            self.unpark(cx, o, now_ms);
         }
     }
 
-    fn advance_one(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
-        let Some(c) = self.crossings.map.get_mut(&parent) else { return };
+    fn advance_one(&mut self, cx: &mut Cx<'_>, o: &mut Others<'_>, parent: u32, now_ms: u64) {
+        let Some(c) = self.map.get_mut(&parent) else { return };
         if c.fate() == Some(Fate::Deny) || c.answered == Some(false) {
             // The groups still queued are not needed any more.
             for s in &mut c.slices {
-                if s.part.is_some_and(|id| self.streams.drop_unsent(id)) {
+                if s.part.is_some_and(|id| cx.streams.drop_unsent(id)) {
                     s.part = None;
                     s.step = Step::NotSent;
                 }
             }
         }
-        self.cross_round(host, parent, now_ms);
-        let Some(c) = self.crossings.map.get(&parent) else { return };
+        self.cross_round(cx, o, parent, now_ms);
+        let Some(c) = self.map.get(&parent) else { return };
         let fate = c.fate();
         if fate == Some(Fate::Undecided) && c.answered.is_none() && c.verdict.is_none() {
-            self.undecided(host, parent, now_ms);
+            self.undecided(cx, o, parent, now_ms);
         }
-        let Some(c) = self.crossings.map.get(&parent) else { return };
+        let Some(c) = self.map.get(&parent) else { return };
         let undo = match (c.answered, fate) {
             (Some(keep), _) => !keep,
             (None, Some(Fate::Deny)) => true,
@@ -171,20 +189,20 @@ impl Worker {
                 .filter(|&g| c.slices.get(g).is_some_and(|s| s.step.recorded() && !s.undo_sent))
                 .collect();
             for g in owed {
-                self.send_undo(host, parent, g, now_ms);
+                self.send_undo(cx, parent, g, now_ms);
             }
         }
-        let Some(c) = self.crossings.map.get(&parent) else { return };
+        let Some(c) = self.map.get(&parent) else { return };
         if !c.slices.iter().any(|s| s.step == Step::Waiting) && c.undoing == 0 {
-            self.close_crossing(host, parent, now_ms);
+            self.close_crossing(cx, o, parent, now_ms);
         }
     }
 
     /// No group denied, and not every group admitted: `overload` (a group
     /// not sent in time) or `failure_mode` (the first failure that may have
     /// run, else the first) decides; its records are kept only if admitted.
-    fn undecided(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
-        let Some(c) = self.crossings.map.get_mut(&parent) else { return };
+    fn undecided(&mut self, cx: &mut Cx<'_>, o: &mut Others<'_>, parent: u32, now_ms: u64) {
+        let Some(c) = self.map.get_mut(&parent) else { return };
         let verdict = if c.shed {
             Err(c.checks.clone())
         } else {
@@ -194,29 +212,29 @@ impl Worker {
             failure.map(|f| (f, c.checks.clone())).ok_or_else(|| c.checks.clone())
         };
         let verdict = match verdict {
-            Err(checks) => self.overloaded(host, parent, &checks),
+            Err(checks) => fail::overloaded(cx, o.settlements, parent, &checks),
             Ok((failure, checks)) => {
-                let Some(c) = self.crossings.map.get(&parent) else { return };
+                let Some(c) = self.map.get(&parent) else { return };
                 let (at_ms, headers) = (c.arrival.at(now_ms), c.headers.clone());
                 let request = Failing { id: parent, checks: &checks, at_ms, headers: &headers };
-                self.failure(host, &failure, &request, now_ms)
+                fail::failure(cx, (&mut *o.settlements, &mut *o.synced), &failure, &request, now_ms)
             }
         };
         if matches!(verdict, Verdict::Admit(_)) {
-            self.keep_records(host, parent);
+            self.keep_records(cx, o, parent);
         }
-        if let Some(c) = self.crossings.map.get_mut(&parent) {
+        if let Some(c) = self.map.get_mut(&parent) {
             c.verdict = Some(verdict);
         }
     }
 
     /// Request `parent` is admitted with what its groups recorded kept:
     /// noted for its settlement, if it owes one.
-    fn keep_records(&mut self, host: &mut dyn Host, parent: u32) {
-        if !self.settlements.active() {
+    fn keep_records(&mut self, cx: &mut Cx<'_>, o: &mut Others<'_>, parent: u32) {
+        if !o.settlements.active() {
             return;
         }
-        let Some(c) = self.crossings.map.get(&parent) else { return };
+        let Some(c) = self.map.get(&parent) else { return };
         let kept: Vec<(Vec<usize>, u64)> = c
             .slices
             .iter()
@@ -226,69 +244,69 @@ impl Worker {
             })
             .collect();
         for (indices, at_ms) in kept {
-            self.stored(host, parent, &indices, at_ms);
+            o.settlements.stored((&mut *cx.host, cx.config), parent, &indices, at_ms);
         }
     }
 
     /// Answers request `id` now, past its deadline: its denial if a group
     /// denied (undone windows given back), else as overload. Its parts go on.
-    pub(in crate::worker) fn answer_late(&mut self, host: &mut dyn Host, id: u32) {
-        let Some(c) = self.crossings.map.get(&id) else { return };
+    pub(in crate::worker) fn answer_late(&mut self, cx: &mut Cx<'_>, o: &mut Others<'_>, id: u32) {
+        let Some(c) = self.map.get(&id) else { return };
         let (verdict, keep) = if c.fate() == Some(Fate::Deny) {
-            (self.ruled(host, id), false)
+            (self.ruled(cx, o, id), false)
         } else {
             let checks = c.checks.clone();
-            let verdict = self.overloaded(host, id, &checks);
+            let verdict = fail::overloaded(cx, o.settlements, id, &checks);
             let keep = matches!(verdict, Verdict::Admit(_));
             (Some(verdict), keep)
         };
         if keep {
-            self.keep_records(host, id);
+            self.keep_records(cx, o, id);
         }
-        if let Some(c) = self.crossings.map.get_mut(&id) {
+        if let Some(c) = self.map.get_mut(&id) {
             c.answered = Some(keep);
         }
         // Answered late, it is not held: its rounds stop.
-        self.holding.leave(id);
+        o.holding.leave(id);
         if let Some(verdict) = verdict {
-            self.deliveries.deliver(host, id, verdict);
+            cx.deliveries.deliver(cx.host, id, verdict);
         }
     }
 
     /// The ruling on request `id` from its groups' decisions (an undone
     /// group as its undo's reply, or given back), as one decision.
-    fn ruled(&mut self, host: &mut dyn Host, id: u32) -> Option<Verdict> {
-        let c = self.crossings.map.get(&id)?;
+    fn ruled(&mut self, cx: &mut Cx<'_>, o: &mut Others<'_>, id: u32) -> Option<Verdict> {
+        let c = self.map.get(&id)?;
         if c.gave_up {
-            return self.gave_up(host, id);
+            return self.gave_up(cx, id);
         }
         let (indices, decision): (Vec<usize>, Decision) = c.answer();
         let checks: Vec<Check> = indices.iter().filter_map(|&i| c.checks.get(i)).cloned().collect();
         let (arrival_ms, headers) = (c.arrival.request_ms, c.headers.clone());
         // Several calls decided it: no one round trip.
-        let verdict = self.rule_decided(host, id, &checks, &decision, arrival_ms, &headers, None);
+        let verdict = rule::rule_decided(cx, o.settlements, id, &checks, &decision, arrival_ms, &headers, None);
         if decision.allowed {
             // Each group recorded at its own time.
-            self.keep_records(host, id);
+            self.keep_records(cx, o, id);
         }
         Some(verdict)
     }
 
     /// Request `parent` is done: counts its groups' failures and answers it
     /// (unless it was answered already).
-    fn close_crossing(&mut self, host: &mut dyn Host, parent: u32, now_ms: u64) {
-        let verdict = match self.crossings.map.get(&parent) {
+    fn close_crossing(&mut self, cx: &mut Cx<'_>, o: &mut Others<'_>, parent: u32, now_ms: u64) {
+        let verdict = match self.map.get(&parent) {
             Some(c) if c.answered.is_none() => match c.fate() {
                 Some(Fate::Undecided) => None,
-                _ => self.ruled(host, parent),
+                _ => self.ruled(cx, o, parent),
             },
             _ => None,
         };
-        let Some(c) = self.crossings.map.remove(&parent) else { return };
+        let Some(c) = self.map.remove(&parent) else { return };
         for failure in c.slices.iter().filter_map(|s| s.failure.as_ref()) {
-            host.count(Stat::StoreError(failure.kind()), 1);
+            cx.host.count(Stat::StoreError(failure.kind()), 1);
             if failure.may_have_run() {
-                host.count(Stat::UnknownOutcome, 1);
+                cx.host.count(Stat::UnknownOutcome, 1);
             }
         }
         if c.answered.is_some() {
@@ -297,12 +315,12 @@ impl Worker {
         let verdict = verdict.or_else(|| c.verdict.clone());
         if let (Some(Verdict::Admit(shadow)), Some(release_ms)) = (&verdict, c.release_ms) {
             if release_ms > now_ms {
-                return self.hold_crossing(host, parent, &c, shadow.clone(), release_ms, now_ms);
+                return hold_crossing((cx, o.holding), parent, &c, shadow.clone(), (release_ms, now_ms));
             }
         }
-        self.holding.leave(parent);
+        o.holding.leave(parent);
         if let Some(verdict) = verdict {
-            self.deliveries.deliver(host, parent, verdict);
+            cx.deliveries.deliver(cx.host, parent, verdict);
         }
     }
 }

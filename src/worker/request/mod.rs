@@ -1,14 +1,10 @@
-//! The request lifecycle: a request's arrival (planned, denied from the
-//! cache, routed, queued), the ruling on its decision (pure), what
-//! `failure_mode` and `overload` make of it, its deadlines, and handing it
-//! its verdict within each VM entry's budget. Owns the verdicts waiting for
-//! the next VM entry ([`verdict::Deliveries`]) and the local limiter of
-//! `failure_mode: local` ([`local::LocalLimiter`]).
+//! Ruling on a request, given the worker's services ([`Cx`]): its rules
+//! counted, its denials remembered, its record set ([`rule`]), and what
+//! `failure_mode` and `overload` make of a request the store cannot decide
+//! or the worker cannot take ([`fail`]). Owns no state: the cache, the
+//! local limiter and the deliveries are the [`Cx`]'s.
+//!
+//! [`Cx`]: crate::worker::cx::Cx
 
-pub(super) mod arrival;
 pub(super) mod fail;
-pub(super) mod local;
-pub mod record;
 pub(super) mod rule;
-pub(super) mod ruling;
-pub(super) mod verdict;

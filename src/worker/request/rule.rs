@@ -3,123 +3,91 @@
 
 use crate::config::Config;
 use crate::limiter::{Check, Decision};
-use crate::worker::calls::Pending;
+use crate::worker::counting::owed::Settlements;
+use crate::worker::cx::Cx;
+use crate::worker::decision::record::{Answer, Decider, Record};
+use crate::worker::decision::ruling::{cacheable, cap_denials, remember, respond, Action, Ruling};
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
-use crate::worker::request::record::{Answer, Decider, Record};
-use crate::worker::request::ruling::{cacheable, cap_denials, remember, respond, Action, Ruling};
-use crate::worker::request::verdict::Verdict;
-use crate::worker::Worker;
+use crate::worker::verdict::Verdict;
 
-impl Worker {
-    /// Counts a ruling's rules, remembers its denials, and gives its verdict.
-    pub(in crate::worker) fn rule(
-        &mut self,
-        host: &mut dyn Host,
-        mut ruling: Ruling,
-        arrival_ms: u64,
-        headers: &ResponseHeaders,
-    ) -> Verdict {
-        for (rule, outcome) in &ruling.rules {
-            host.count(Stat::Rule(*rule, *outcome), 1);
-        }
-        if self.streams.clustered() && self.config.rules.len() > 1 {
-            cap_denials(&mut ruling.denials, arrival_ms);
-        }
-        remember(&mut self.cache, ruling.denials, arrival_ms);
-        match ruling.action {
-            Action::Admit { shadow_denied, headers: extra } => {
-                if let Ok(mut h) = headers.try_borrow_mut() {
-                    *h = extra;
-                }
-                Verdict::Admit(shadow_denied)
+/// Counts a ruling's rules, remembers its denials, and gives its verdict.
+pub(in crate::worker) fn rule(
+    cx: &mut Cx<'_>,
+    mut ruling: Ruling,
+    arrival_ms: u64,
+    headers: &ResponseHeaders,
+) -> Verdict {
+    for (rule, outcome) in &ruling.rules {
+        cx.host.count(Stat::Rule(*rule, *outcome), 1);
+    }
+    if cx.streams.clustered() && cx.config.rules.len() > 1 {
+        cap_denials(&mut ruling.denials, arrival_ms);
+    }
+    remember(cx.cache, ruling.denials, arrival_ms);
+    match ruling.action {
+        Action::Admit { shadow_denied, headers: extra } => {
+            if let Ok(mut h) = headers.try_borrow_mut() {
+                *h = extra;
             }
-            Action::Deny(reply) => Verdict::Reply(reply),
+            Verdict::Admit(shadow_denied)
         }
+        Action::Deny(reply) => Verdict::Reply(reply),
     }
+}
 
-    /// The store decided request `id` (`p`, its call, answered after
-    /// `round_trip_ms`): its local limiter learns, its rules are ruled on,
-    /// shaping may hold it, and its verdict is delivered.
-    pub(in crate::worker) fn decided(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        p: &Pending,
-        decision: &Decision,
-        round_trip_ms: u64,
-        now_ms: u64,
-    ) {
-        self.learn(p, decision, now_ms);
-        let (arrival_ms, round_trip) = (p.arrival.request_ms, Some(round_trip_ms));
-        let mut verdict = Some(self.rule_decided(host, id, &p.checks, decision, arrival_ms, &p.headers, round_trip));
-        if self.holding.active() {
-            verdict = verdict.and_then(|v| self.shaped(host, id, p, decision, v, now_ms));
-        }
-        if let Some(verdict) = verdict {
-            self.deliveries.deliver(host, id, verdict);
-        }
-    }
+/// A ruling for request `id`, being started, in its own callback.
+pub(in crate::worker) fn rule_now(cx: &mut Cx<'_>, id: u32, ruling: Ruling, headers: &ResponseHeaders) -> Flow {
+    // Only cache denials are ruled on at once: nothing to remember.
+    let verdict = rule(cx, ruling, 0, headers);
+    answer_now(cx.host, id, verdict)
+}
 
-    /// A ruling for the request being started, in its own callback.
-    pub(in crate::worker) fn rule_now(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        ruling: Ruling,
-        headers: &ResponseHeaders,
-    ) -> Flow {
-        // Only cache denials are ruled on at once: nothing to remember.
-        let verdict = self.rule(host, ruling, 0, headers);
-        answer_now(host, id, verdict)
-    }
+/// A decision the worker made by itself (`decided`: its checks, the
+/// decision, who made it: the local limiter, a synced rule's view) for
+/// request `id` at `at_ms`: recorded, counted; its denials are not
+/// remembered (the cache holds the store's).
+pub(in crate::worker) fn rule_by_worker(
+    cx: &mut Cx<'_>,
+    id: u32,
+    decided: (&[Check], &Decision, Decider),
+    at_ms: u64,
+    headers: &ResponseHeaders,
+) -> Verdict {
+    let (checks, decision, decider) = decided;
+    let mut ruling = respond(cx.config, checks, decision, at_ms);
+    ruling.denials.clear();
+    let answer = answer_of(&ruling.action);
+    record_decision(cx.config, cx.host, id, (checks, decision), (decider, answer, None));
+    rule(cx, ruling, at_ms, headers)
+}
 
-    /// A decision the worker made by itself (`decided`: its checks, the
-    /// decision, who made it: the local limiter, a synced rule's view) for
-    /// request `id` at `at_ms`: recorded, counted; its denials are not
-    /// remembered (the cache holds the store's).
-    pub(in crate::worker) fn rule_by_worker(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        decided: (&[Check], &Decision, Decider),
-        at_ms: u64,
-        headers: &ResponseHeaders,
-    ) -> Verdict {
-        let (checks, decision, decider) = decided;
-        let mut ruling = respond(&self.config, checks, decision, at_ms);
-        ruling.denials.clear();
-        let answer = answer_of(&ruling.action);
-        record_decision(&self.config, host, id, (checks, decision), (decider, answer, None));
-        self.rule(host, ruling, at_ms, headers)
+/// What the store's `decision` over `checks` makes of request `id`:
+/// recorded (with the call's round trip, `store_ms`, when one call
+/// decided it), counted, its denials remembered (not those of a
+/// reservation of its own), and what it owes noted if admitted.
+#[allow(clippy::too_many_arguments)]
+pub(in crate::worker) fn rule_decided(
+    cx: &mut Cx<'_>,
+    settlements: &mut Settlements,
+    id: u32,
+    checks: &[Check],
+    decision: &Decision,
+    arrival_ms: u64,
+    headers: &ResponseHeaders,
+    store_ms: Option<u64>,
+) -> Verdict {
+    let config = cx.config;
+    if settlements.active() {
+        settlements.admitted(cx.host, config, id, Some(decision), false);
     }
-
-    /// What the store's `decision` over `checks` makes of request `id`:
-    /// recorded (with the call's round trip, `store_ms`, when one call
-    /// decided it), counted, its denials remembered (not those of a
-    /// reservation of its own), and what it owes noted if admitted.
-    #[allow(clippy::too_many_arguments)]
-    pub(in crate::worker) fn rule_decided(
-        &mut self,
-        host: &mut dyn Host,
-        id: u32,
-        checks: &[Check],
-        decision: &Decision,
-        arrival_ms: u64,
-        headers: &ResponseHeaders,
-        store_ms: Option<u64>,
-    ) -> Verdict {
-        if self.settlements.active() {
-            self.admitted(host, id, Some(decision), false);
-        }
-        let mut ruling = respond(&self.config, checks, decision, arrival_ms);
-        if self.settlements.active() {
-            ruling.denials.retain(|d| cacheable(&self.config, checks, &d.key));
-        }
-        let answer = answer_of(&ruling.action);
-        let how = (Decider::Store, answer, store_ms);
-        record_decision(&self.config, host, id, (checks, decision), how);
-        self.rule(host, ruling, arrival_ms, headers)
+    let mut ruling = respond(config, checks, decision, arrival_ms);
+    if settlements.active() {
+        ruling.denials.retain(|d| cacheable(config, checks, &d.key));
     }
+    let answer = answer_of(&ruling.action);
+    let how = (Decider::Store, answer, store_ms);
+    record_decision(config, cx.host, id, (checks, decision), how);
+    rule(cx, ruling, arrival_ms, headers)
 }
 
 /// Sets request `id`'s decision, made by `make`, as its filter state,

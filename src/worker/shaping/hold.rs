@@ -2,63 +2,34 @@
 //! request at its arrival, holding an admission with a delay, releasing
 //! held requests at their time, and giving back the slots of those gone.
 
+use crate::config::Config;
 use crate::limiter::{Adjustment, Check, Decision, WindowOutcome};
 use crate::resp::Value;
 use crate::response::{denied, policy_names, SERVER_TIMING};
 use crate::store::{interpret_reply, Outcome};
 use crate::worker::calls::{Arrival, Call, CallId, Command, Pending};
+use crate::worker::cx::Cx;
+use crate::worker::decision::ruling::{Action, RuleOutcome, Ruling};
 use crate::worker::host::{Host, ShapeStat, Stat};
-use crate::worker::request::ruling::{Action, RuleOutcome, Ruling};
-use crate::worker::request::verdict::Verdict;
-use crate::worker::shaping::Held;
+use crate::worker::shaping::{Held, Holding};
 use crate::worker::streams::discovery::Route;
-use crate::worker::Worker;
+use crate::worker::verdict::Verdict;
 
-impl Worker {
+impl Holding {
     /// Request `id` of `checks` arrives: counted against its shaping rules,
     /// or refused if one is full (the ruling: a 429 of that rule, retry
-    /// after its `max_delay`).
-    pub(in crate::worker) fn shaping_enter(
+    /// after its `max_delay`). `live`: whether a request counted is still
+    /// waiting (a stale entry is dropped).
+    pub(in crate::worker) fn arrive(
         &mut self,
-        host: &mut dyn Host,
+        (host, config): (&mut dyn Host, &Config),
         id: u32,
         checks: &[Check],
+        live: impl Fn(u32) -> bool,
     ) -> Option<Ruling> {
-        let (streams, crossings, settlements) = (&self.streams, &self.crossings, &self.settlements);
-        // Waiting for its body (a reservation read from it) is waiting too.
-        let live = |c| streams.holds(CallId::Request(c)) || crossings.waits(c) || settlements.awaits_body(c);
-        let rule = self.holding.enter(id, checks, live).err()?;
+        let rule = self.enter(id, checks, live).err()?;
         host.count(Stat::Shape(ShapeStat::Full), 1);
-        self.shape_refusal(checks, rule)
-    }
-
-    /// A `429` of shaping rule `rule` (one of `checks`'), retry after its
-    /// `max_delay`, decided without the store.
-    pub(in crate::worker) fn shape_refusal(&self, checks: &[Check], rule: usize) -> Option<Ruling> {
-        let check = checks.iter().find(|c| c.rule == rule)?;
-        let max_delay = self.config.rules.get(rule).and_then(|r| r.shaping).map_or(0, |s| s.max_delay_ms);
-        let windows = check
-            .windows
-            .iter()
-            .enumerate()
-            .map(|(window, w)| WindowOutcome {
-                check: 0,
-                window,
-                limit: w.limit.get(),
-                period_ms: w.period_ms.get(),
-                remaining: 0,
-                reset_ms: max_delay,
-                retry_ms: max_delay.max(1),
-            })
-            .collect();
-        let decision = Decision { allowed: false, now_ms: 0, windows, delay_ms: 0 };
-        let single = std::slice::from_ref(check);
-        let names = policy_names(&self.config, single, &decision);
-        Some(Ruling {
-            rules: vec![(rule, RuleOutcome::Denied)],
-            denials: Vec::new(),
-            action: Action::Deny(denied(&self.config, &names, &decision)),
-        })
+        refusal(config, checks, rule)
     }
 
     /// The store decided request `id` (`p`), and `verdict` follows: an
@@ -66,7 +37,7 @@ impl Worker {
     /// other verdict goes now, and the request is no longer counted.
     pub(in crate::worker) fn shaped(
         &mut self,
-        host: &mut dyn Host,
+        cx: &mut Cx<'_>,
         id: u32,
         p: &Pending,
         decision: &Decision,
@@ -74,16 +45,16 @@ impl Worker {
         now_ms: u64,
     ) -> Option<Verdict> {
         let Verdict::Admit(shadow_denied) = verdict else {
-            self.holding.leave(id);
+            self.leave(id);
             return Some(verdict);
         };
         let delay_ms = decision.delay_ms;
         if delay_ms == 0 {
-            self.holding.leave(id);
+            self.leave(id);
             return Some(Verdict::Admit(shadow_denied));
         }
-        host.count(Stat::Shape(ShapeStat::Delayed), 1);
-        host.record_shape_delay(delay_ms);
+        cx.host.count(Stat::Shape(ShapeStat::Delayed), 1);
+        cx.host.record_shape_delay(delay_ms);
         if let Ok(mut headers) = p.headers.try_borrow_mut() {
             headers.push((std::borrow::Cow::Borrowed(SERVER_TIMING), format!("tollgate-delay;dur={delay_ms}")));
         }
@@ -94,21 +65,21 @@ impl Worker {
             records: vec![(p.checks.clone(), decision.now_ms.saturating_add(delay_ms))],
             arrival: p.arrival,
         };
-        self.holding.hold(id, held);
+        self.hold(id, held);
         None
     }
 
     /// Every VM entry: held requests whose time has come go on, and the
     /// slots of gone ones are given back.
-    pub(in crate::worker) fn shape_step(&mut self, host: &mut dyn Host, now_ms: u64) {
-        for (id, held) in self.holding.take_due(now_ms) {
-            self.deliveries.deliver(host, id, Verdict::AdmitDelayed(held.shadow_denied, held.delay_ms));
+    pub(in crate::worker) fn shape_step(&mut self, cx: &mut Cx<'_>, now_ms: u64) {
+        for (id, held) in self.take_due(now_ms) {
+            cx.deliveries.deliver(cx.host, id, Verdict::AdmitDelayed(held.shadow_denied, held.delay_ms));
         }
-        for (id, held) in self.holding.take_given() {
+        for (id, held) in self.take_given() {
             for (checks, slot_ms) in held.records {
-                self.give_back(host, checks, slot_ms, (held.arrival, Some(id)), now_ms);
+                self.give_back(cx, checks, slot_ms, (held.arrival, Some(id)), now_ms);
             }
-            self.holding.settle_gone(id);
+            self.settle_gone(id);
         }
     }
 
@@ -119,22 +90,22 @@ impl Worker {
     /// nothing is given back, which could free another request's record).
     pub(in crate::worker) fn orphan_answered(
         &mut self,
-        host: &mut dyn Host,
+        cx: &mut Cx<'_>,
         id: CallId,
         value: Option<&Value>,
         now_ms: u64,
     ) {
         let CallId::Request(id) = id else { return };
-        let Some((checks, arrival)) = self.holding.take_orphan(id) else { return };
+        let Some((checks, arrival)) = self.take_orphan(id) else { return };
         match value.map(|v| interpret_reply(v, &checks)) {
             Some(Outcome::Decided(d)) if d.allowed => {
                 let slot_ms = d.now_ms.saturating_add(d.delay_ms);
-                self.give_back(host, checks, slot_ms, (arrival, Some(id)), now_ms);
+                self.give_back(cx, checks, slot_ms, (arrival, Some(id)), now_ms);
             }
             Some(_) => {}
-            None => host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1),
+            None => cx.host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1),
         }
-        self.holding.settle_gone(id);
+        self.settle_gone(id);
     }
 
     /// Queues the `adjust` that takes a record of `checks` (one slot's)
@@ -142,19 +113,19 @@ impl Worker {
     /// until it is answered), or a group's that moves across slots.
     pub(in crate::worker) fn give_back(
         &mut self,
-        host: &mut dyn Host,
+        cx: &mut Cx<'_>,
         checks: Vec<Check>,
         slot_ms: u64,
         (arrival, owner): (Arrival, Option<u32>),
         now_ms: u64,
     ) {
-        let (route, slot) = self.streams.route(&checks);
+        let (route, slot) = cx.streams.route(&checks);
         let Route::Shard(shard) = route else {
-            host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
+            cx.host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
             return;
         };
-        if self.streams.down(shard, now_ms).is_some() {
-            host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
+        if cx.streams.down(shard, now_ms).is_some() {
+            cx.host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
             return;
         }
         let command = Command::Adjust { adjustments: give_back(&checks), at_ms: slot_ms };
@@ -171,21 +142,21 @@ impl Worker {
             command,
             call: Call::GiveBack,
         };
-        let id = self.holding.next_id(owner);
-        self.streams.push(id, pending);
+        let id = self.next_id(owner);
+        cx.streams.push(id, pending);
     }
 
     /// The store answered (or failed) give-back `id`: counted, and its
     /// gone request no longer is once its last is.
-    pub(in crate::worker) fn given_back(&mut self, host: &mut dyn Host, id: CallId, outcome: &Outcome) {
-        self.holding.returned(id);
+    pub(in crate::worker) fn given_back(&mut self, cx: &mut Cx<'_>, id: CallId, outcome: &Outcome) {
+        self.returned(id);
         match outcome {
-            Outcome::Decided(_) => host.count(Stat::Shape(ShapeStat::GivenBack), 1),
+            Outcome::Decided(_) => cx.host.count(Stat::Shape(ShapeStat::GivenBack), 1),
             Outcome::Failed(failure) => {
-                host.count(Stat::StoreError(failure.kind()), 1);
-                host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
+                cx.host.count(Stat::StoreError(failure.kind()), 1);
+                cx.host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
             }
-            Outcome::NoScript => host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1),
+            Outcome::NoScript => cx.host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1),
         }
     }
 }
@@ -193,4 +164,33 @@ impl Worker {
 /// The adjustments that give back everything `checks` recorded.
 pub fn give_back(checks: &[Check]) -> Vec<Adjustment> {
     checks.iter().map(|c| Adjustment { check: c.clone(), from: c.recorded(), to: 0 }).collect()
+}
+
+/// A `429` of shaping rule `rule` (one of `checks`'), retry after its
+/// `max_delay`, decided without the store.
+pub(in crate::worker) fn refusal(config: &Config, checks: &[Check], rule: usize) -> Option<Ruling> {
+    let check = checks.iter().find(|c| c.rule == rule)?;
+    let max_delay = config.rules.get(rule).and_then(|r| r.shaping).map_or(0, |s| s.max_delay_ms);
+    let windows = check
+        .windows
+        .iter()
+        .enumerate()
+        .map(|(window, w)| WindowOutcome {
+            check: 0,
+            window,
+            limit: w.limit.get(),
+            period_ms: w.period_ms.get(),
+            remaining: 0,
+            reset_ms: max_delay,
+            retry_ms: max_delay.max(1),
+        })
+        .collect();
+    let decision = Decision { allowed: false, now_ms: 0, windows, delay_ms: 0 };
+    let single = std::slice::from_ref(check);
+    let names = policy_names(config, single, &decision);
+    Some(Ruling {
+        rules: vec![(rule, RuleOutcome::Denied)],
+        denials: Vec::new(),
+        action: Action::Deny(denied(config, &names, &decision)),
+    })
 }

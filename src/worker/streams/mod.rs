@@ -173,11 +173,6 @@ impl Streams {
         self.calls.get(id).is_some()
     }
 
-    /// Call `id`, held.
-    pub fn get(&self, id: CallId) -> Option<&Pending> {
-        self.calls.get(id)
-    }
-
     /// Where a call over `checks` goes, and (cluster mode) their slot.
     pub fn route(&mut self, checks: &[Check]) -> (Route, Option<u16>) {
         self.topology.route(checks, self.home, &mut self.shards)

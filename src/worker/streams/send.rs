@@ -12,12 +12,14 @@ use crate::worker::host::{Host, Reset, Stat};
 use crate::worker::streams::link::Awaited;
 use crate::worker::streams::shards::Carrier;
 use crate::worker::streams::Streams;
-use crate::worker::MAX_IN_FLIGHT_BYTES;
 use std::net::SocketAddr;
 
 /// The header that makes the tunnel's `ORIGINAL_DST` cluster connect to the
 /// master learned from the Sentinels or the cluster's slot map.
 pub const ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
+
+/// Bytes of commands awaiting replies on a stream, at most.
+pub const MAX_IN_FLIGHT_BYTES: usize = 256 << 10;
 
 impl Streams {
     /// Sends queued requests while the streams have room. From a request's

@@ -9,9 +9,10 @@ use crate::limiter::{Check, Flush, FlushEntry};
 use crate::resp::Value;
 use crate::store::Failure;
 use crate::worker::calls::{Arrival, Call, CallId, Command, FlushCall, Pending, PARKED};
-use crate::worker::host::{Host, Stat};
+use crate::worker::cx::Cx;
+use crate::worker::host::Stat;
 use crate::worker::streams::discovery::Route;
-use crate::worker::Worker;
+use crate::worker::synced::Syncing;
 use std::collections::BTreeMap;
 
 /// A cut's buckets by hash slot (`None`: a single store).
@@ -29,40 +30,40 @@ fn longest(checks: &[Check]) -> u64 {
     checks.iter().flat_map(|c| c.windows.iter()).map(|w| w.period_ms.get()).max().unwrap_or(0)
 }
 
-impl Worker {
+impl Syncing {
     /// Cuts the flushes due at `now_ms` and queues them, with those to
     /// send again whose time has come.
-    pub(in crate::worker) fn sync_step(&mut self, host: &mut dyn Host, now_ms: u64) {
-        let again = std::mem::take(&mut self.synced.again);
+    pub(in crate::worker) fn sync_step(&mut self, cx: &mut Cx<'_>, now_ms: u64) {
+        let again = std::mem::take(&mut self.again);
         for (at_ms, id, p) in again {
             let Call::Flush(call) = &p.call else { continue };
             if now_ms >= call.cut_ms.saturating_add(longest(&p.checks)) {
                 // Too old to count in any window: dropped, not sent.
-                host.count(Stat::SyncDropped, 1);
-                match call.rule.and_then(|r| self.synced.table(r)) {
+                cx.host.count(Stat::SyncDropped, 1);
+                match call.rule.and_then(|r| self.table(r)) {
                     Some(t) => p.checks.iter().for_each(|c| t.lost(&c.key)),
-                    None => self.synced.owed_landed(&p.checks),
+                    None => self.owed_landed(&p.checks),
                 }
             } else if now_ms >= at_ms {
-                self.queue_flush(id, p, now_ms);
+                self.queue_flush(cx, id, p, now_ms);
             } else {
-                self.synced.again.push((at_ms, id, p));
+                self.again.push((at_ms, id, p));
             }
         }
-        let owed = self.synced.take_owed(now_ms);
+        let owed = self.take_owed(now_ms);
         if !owed.is_empty() {
-            self.queue_flushes(None, owed, (super::OWED_INTERVAL_MS, false), now_ms);
+            self.queue_flushes(cx, None, owed, (super::OWED_INTERVAL_MS, false), now_ms);
         }
-        for rule in 0..self.config.rules.len() {
-            let Some(table) = self.synced.table(rule) else { continue };
+        for rule in 0..cx.config.rules.len() {
+            let Some(table) = self.table(rule) else { continue };
             let interval_ms = table.interval_ms();
             let joins: Vec<(Check, u64)> = table.joins().into_iter().map(|c| (c, 0)).collect();
             let cut = if table.due(now_ms) { table.cut(now_ms) } else { Vec::new() };
             if !joins.is_empty() {
-                self.queue_flushes(Some(rule), joins, (interval_ms, true), now_ms);
+                self.queue_flushes(cx, Some(rule), joins, (interval_ms, true), now_ms);
             }
             if !cut.is_empty() {
-                self.queue_flushes(Some(rule), cut, (interval_ms, false), now_ms);
+                self.queue_flushes(cx, Some(rule), cut, (interval_ms, false), now_ms);
             }
         }
     }
@@ -72,6 +73,7 @@ impl Worker {
     /// per slot (one for a single store).
     fn queue_flushes(
         &mut self,
+        cx: &mut Cx<'_>,
         rule: Option<usize>,
         cut: Vec<(Check, u64)>,
         (interval_ms, join): (u64, bool),
@@ -79,20 +81,20 @@ impl Worker {
     ) {
         let mut groups: Groups = BTreeMap::new();
         for (check, units) in cut {
-            let slot = self.streams.route(std::slice::from_ref(&check)).1;
+            let slot = cx.streams.route(std::slice::from_ref(&check)).1;
             groups.entry(slot).or_default().push((check, units));
         }
         for entries in groups.into_values() {
             for chunk in entries.chunks(MAX_FLUSH_KEYS) {
                 let (checks, units): (Vec<Check>, Vec<u64>) = chunk.iter().cloned().unzip();
-                self.synced.seq = self.synced.seq.wrapping_add(1);
-                let seq = self.synced.seq;
+                self.seq = self.seq.wrapping_add(1);
+                let seq = self.seq;
                 let call = FlushCall {
                     rule,
                     units,
-                    token: format!("{}-{}-{seq}", self.synced.syncer, now_ms),
-                    syncer: self.synced.syncer.clone(),
-                    series: self.synced.series(rule),
+                    token: format!("{}-{}-{seq}", self.syncer, now_ms),
+                    syncer: self.syncer.clone(),
+                    series: self.series(rule),
                     horizon_ms: interval_ms.saturating_mul(HORIZON_INTERVALS),
                     cut_ms: now_ms,
                     join,
@@ -111,17 +113,17 @@ impl Worker {
                     command,
                     call: Call::Flush(call),
                 };
-                self.queue_flush(CallId::Flush(seq), pending, now_ms);
+                self.queue_flush(cx, CallId::Flush(seq), pending, now_ms);
             }
         }
     }
 
     /// Queues flush `id` for its shard (while the store is down, it fails
     /// and is kept for the next interval: its queueing is what reconnects).
-    fn queue_flush(&mut self, id: CallId, mut pending: Pending, now_ms: u64) {
+    fn queue_flush(&mut self, cx: &mut Cx<'_>, id: CallId, mut pending: Pending, now_ms: u64) {
         // Routed now (again, for one sent again: the slot map may have
         // changed); a flush's buckets share a slot.
-        let (route, slot) = self.streams.route(&pending.checks);
+        let (route, slot) = cx.streams.route(&pending.checks);
         pending.shard = match route {
             Route::Shard(shard) => shard,
             Route::Parked | Route::Unserved(_) | Route::CrossSlot => PARKED,
@@ -129,7 +131,7 @@ impl Worker {
         pending.slot = slot;
         pending.arrival = Arrival::new(None, now_ms);
         pending.sent = false;
-        self.streams.push(id, pending);
+        cx.streams.push(id, pending);
     }
 
     fn flush_retry_at(&self, p: &Pending, now_ms: u64) -> u64 {
@@ -143,7 +145,7 @@ impl Worker {
     /// The store answered flush `p` (not an error): its buckets' views.
     pub(in crate::worker) fn flush_replied(
         &mut self,
-        host: &mut dyn Host,
+        cx: &mut Cx<'_>,
         id: CallId,
         p: Pending,
         value: &Value,
@@ -153,20 +155,20 @@ impl Worker {
         let flush = of(call, &p.checks);
         let reply = match parse_flush(value, &flush.entries) {
             Ok(reply) => reply,
-            Err(e) => return self.flush_failed(host, id, p, &Failure::BadReply(e), now_ms),
+            Err(e) => return self.flush_failed(cx, id, p, &Failure::BadReply(e), now_ms),
         };
-        host.count(Stat::SyncFlush, 1);
+        cx.host.count(Stat::SyncFlush, 1);
         if !reply.applied {
-            host.count(Stat::SyncDuplicate, 1);
+            cx.host.count(Stat::SyncDuplicate, 1);
         }
-        host.count(Stat::SyncKeys, p.checks.len() as u64);
+        cx.host.count(Stat::SyncKeys, p.checks.len() as u64);
         if call.join {
             // The store counts this worker now; the bucket's read gives
             // its share.
             return;
         }
-        let Some(table) = call.rule.and_then(|r| self.synced.table(r)) else {
-            return self.synced.owed_landed(&p.checks);
+        let Some(table) = call.rule.and_then(|r| self.table(r)) else {
+            return self.owed_landed(&p.checks);
         };
         for (i, check) in p.checks.iter().enumerate() {
             let windows: Vec<(u64, u64)> =
@@ -180,19 +182,19 @@ impl Worker {
     /// and sent again with the same token an interval later.
     pub(in crate::worker) fn flush_failed(
         &mut self,
-        host: &mut dyn Host,
+        cx: &mut Cx<'_>,
         id: CallId,
         p: Pending,
         failure: &Failure,
         now_ms: u64,
     ) {
-        host.count(Stat::SyncFailure, 1);
-        host.count(Stat::StoreError(failure.kind()), 1);
+        cx.host.count(Stat::SyncFailure, 1);
+        cx.host.count(Stat::StoreError(failure.kind()), 1);
         if matches!(&p.call, Call::Flush(call) if call.join) {
             // The bucket's read notes this worker too.
             return;
         }
         let retry = self.flush_retry_at(&p, now_ms);
-        self.synced.again.push((retry, id, p));
+        self.again.push((retry, id, p));
     }
 }

@@ -5,7 +5,7 @@ use super::fake::Rig;
 use crate::response::SHADOW_HEADER;
 use crate::store::FailureKind;
 use crate::testing::{plugin, Plugin};
-use crate::worker::request::ruling::RuleOutcome;
+use crate::worker::decision::ruling::RuleOutcome;
 use crate::worker::{Flow, Stat, DEFERRED_TICK, TICK};
 use std::time::Duration;
 

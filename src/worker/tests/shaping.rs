@@ -5,7 +5,7 @@
 use super::fake::Rig;
 use crate::response::{DELAY_HEADER, SERVER_TIMING};
 use crate::testing::{plugin, rule, Plugin};
-use crate::worker::request::ruling::RuleOutcome;
+use crate::worker::decision::ruling::RuleOutcome;
 use crate::worker::{Flow, ShapeStat, Stat, TICK};
 use std::time::Duration;
 

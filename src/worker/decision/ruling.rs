@@ -13,7 +13,7 @@ use crate::cache::DenialCache;
 use crate::config::{Config, Reserve};
 use crate::limiter::{Check, Decision, WindowOutcome};
 use crate::response::{allowed_headers_of, denied, policy_name, policy_names, Header, LocalReply};
-use crate::worker::request::record::{Answer, Decider, DecisionRecord};
+use crate::worker::decision::record::{Answer, Decider, DecisionRecord};
 
 /// How one matching rule saw the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
