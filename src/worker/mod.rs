@@ -3,40 +3,34 @@
 //! passed in, in ms of the proxy's clock) and carries out what the worker
 //! asks of its [`Host`].
 //!
-//! [`Worker`] composes rooms, each owning its state behind methods:
+//! [`Worker`] is the composition root: it turns host events into calls on
+//! rooms, each a type that owns its state and is lent what it may touch
+//! for one step ([`cx::Cx`], the worker's services; other rooms as
+//! parameters). Here: the worker's own events and each VM entry's begin and
+//! finish; [`lifecycle`]: a request's states, top to bottom, with what ends
+//! each early; [`landed`]: each call the streams hand back, to the owner of
+//! its kind. The rooms, from the top (docs/architecture.md draws them):
 //!
-//! * [`calls`]: the calls the worker holds (a request's decision, a part
-//!   across cluster slots, a settlement), their queues and a request's
-//!   clock ([`calls::Arrival`]); what every other room speaks of.
-//! * [`request`]: a request's lifecycle: planned, denied from the cache or
-//!   queued ([`request::arrival`]), ruled on ([`request::ruling`], pure),
-//!   `failure_mode` and `overload` ([`request::fail`]), deadlines, and its
-//!   verdict handed over within each VM entry's budget
-//!   ([`request::verdict`]).
-//! * [`stream`]: the store streams, one per shard (one per master of a
-//!   Valkey Cluster): calls written into pipelined messages
-//!   ([`stream::send`]), replies paired with them in order
-//!   ([`stream::replies`], [`stream::link`]).
-//! * [`discovery`]: the Sentinels' master, the cluster's slot map, and
-//!   routing a call by the slot of its keys.
 //! * [`cross`]: a request whose keys hash to several cluster slots, decided
-//!   in two steps, one call per slot.
+//!   in two steps, one call per slot (`Part` calls).
+//! * [`request`]: ruling on a request (rules counted, denials remembered,
+//!   its record), `failure_mode` and `overload`.
 //! * [`counting`]: counting on the response (`count`): a reservation on
 //!   admission, the cost the response says, and the settlement that
-//!   corrects the store's record.
+//!   corrects the store's record (`Settlement` calls).
 //! * [`shaping`]: requests of rules that shape, counted against
-//!   `max_waiting`, admissions held until their slot, slots given back.
+//!   `max_waiting`, admissions held until their slot, slots given back
+//!   (`GiveBack` calls).
 //! * [`synced`]: rules decided on the worker from its view of each window,
-//!   and the flushes that sync that view with the store every interval.
-//!
-//! Rooms import one another in one direction only: `calls` ← `stream` ←
-//! `discovery` ← `request` ← `cross`, `counting`, `shaping`, `synced`. A step that needs several
-//! rooms is a method of [`Worker`] in the room of its concern, and reaches
-//! another room's state only through that room's methods. The events are
-//! here, except those of counting on the response: `on_request_body`
-//! ([`counting::reserve`]), `owes`, `on_response` and `on_response_body`
-//! ([`counting::cost`]), `holding` ([`counting::settle_reply`]).
-//!
+//!   and the flushes that sync that view with the store (`Flush` calls).
+//! * [`streams`]: the calls' table, the store streams (one per shard: one
+//!   per master of a Valkey Cluster), where the store is, and what landed.
+//! * [`calls`]: a held call, its kind ([`calls::CallId`]) and what it runs
+//!   on the store ([`calls::Command`]).
+//! * [`verdict`], [`local`], [`decision`], [`host`]: verdicts delivered
+//!   within each VM entry's budget; the local limiter; the pure ruling and
+//!   record; the boundary to the host.
+
 //! Deadlines (see docs/reliability.md):
 //!
 //! * `valkey.timeout`: the stream is stalled when commands are outstanding

@@ -1,10 +1,11 @@
 //! The calls a worker holds, what every room speaks of: a request's
 //! decision, a part of a request decided across cluster slots, a
-//! settlement of a response ([`Call`], by [`CallId`]), each with its
-//! request's clock ([`Arrival`]). Owns their table ([`table::Calls`]): each call
-//! waits in the queue of its shard (the store stream it goes to, see
-//! [`crate::worker::stream::shards`]) until it is sent, then until its
-//! reply. In cluster mode a call waits in the [`PARKED`] queue until the
+//! settlement of a response, a slot given back, a flush ([`Call`], by
+//! [`CallId`], whose kind names the room that owns it), each with what it
+//! runs on the store ([`Command`]) and its request's clock ([`Arrival`]).
+//! Their table ([`table::Calls`], owned by the streams): each call waits in
+//! the queue of its shard (the store stream it goes to) until it is sent,
+//! then until its reply. In cluster mode a call waits in the [`PARKED`] queue until the
 //! worker knows the slot map. Bounded by the worker (the queues by
 //! `valkey.max_queue`, the sent ones by each stream's bounds).
 

@@ -1,7 +1,7 @@
 //! Counting on the response (`rules[].count`): what a request reserves on
 //! admission ([`reserve`]), what its response says it cost ([`cost`],
 //! [`body`]), and the settlement that corrects the store's record
-//! ([`settle`], [`settle_reply`]). Owns what admitted requests owe
+//! ([`settle`]: its call and its reply). Owns what admitted requests owe
 //! ([`owed::Settlements`]).
 
 pub(super) mod body;

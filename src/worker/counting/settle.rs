@@ -20,7 +20,7 @@
 //!   settled state. Past that, or when the store fails, it goes on with the
 //!   admission's headers corrected by its own change (`settle.hold_expired`).
 //!   A cost read from the body settles when the body ends; the headers
-//!   already left with the admission's state. (The replies: [`crate::worker::counting::settle_reply`].)
+//!   already left with the admission's state. (The replies: below.)
 //! * The settlement is queued like a decision, under an id of its own
 //!   ([`crate::worker::calls::CallId::Settlement`]), so it outlives the request's context; a failure is
 //!   counted (`settle_failed`), never the response's.

@@ -1,6 +1,6 @@
 //! The parts of a request decided across slots ([`crate::worker::cross::crossings`]):
 //! their replies, failures and refusals, and what follows for the request
-//! ([`Worker::advance`]): groups not yet sent are dropped once one denied,
+//! ([`Crossings::advance`]): groups not yet sent are dropped once one denied,
 //! every group that recorded is undone when the request will not be
 //! admitted (at once for a known denial, even while others wait), and the
 //! request is answered once no part waits and every undo replied.
@@ -112,7 +112,7 @@ impl Crossings {
     }
 
     /// Part `p` was refused as overload before it was sent (the request
-    /// moves on at the end of this tick, [`Worker::expire_crossings`]).
+    /// moves on at the end of this tick, [`Crossings::expire`]).
     pub(in crate::worker) fn part_shed(&mut self, cx: &mut Cx<'_>, p: &Pending) {
         let Call::Part(part) = p.call else { return };
         match part {

@@ -128,7 +128,7 @@ impl Streams {
     /// sent. Group commit: while `valkey.max_messages_in_flight` messages
     /// await their replies, nothing leaves; what waits meanwhile leaves
     /// together when a reply frees the window (no timer: the reply's VM
-    /// entry sends it, [`Worker::pump`] at its end).
+    /// entry sends it, `Worker::pump` at its end).
     fn send_batch(&mut self, host: &mut dyn Host, shard: ShardId, token: u32, now_ms: u64) -> bool {
         let bounds = self.bounds;
         let (max_batch, max_commands) = (bounds.max_batch, bounds.max_in_flight);
