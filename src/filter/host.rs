@@ -102,7 +102,7 @@ impl<'a> EnvoyHost<'a> {
     }
 
     /// Sets the decision still pending, if any (its verdict was deferred).
-    fn flush_decision(&mut self) {
+    fn emit_decision(&mut self) {
         if let Some(id) = self.decision {
             self.verdict(id, || {});
         }
@@ -127,9 +127,9 @@ impl<'a> EnvoyHost<'a> {
     /// it is: the host resets it when the entry returns (proxy-wasm's
     /// `SaveRestoreContext`), and metrics belong to the VM, not a context.
     pub fn finish(&mut self) {
-        self.flush_decision();
+        self.emit_decision();
         if !self.later {
-            metrics::flush(&mut self.scratch.sums);
+            metrics::emit(&mut self.scratch.sums);
         }
     }
 }
@@ -184,7 +184,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn decided(&mut self, id: u32, record: &Record<'_>) {
-        self.flush_decision();
+        self.emit_decision();
         let text = &mut self.scratch.text;
         text.clear();
         record.push_plain(text);

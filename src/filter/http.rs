@@ -162,7 +162,7 @@ impl HttpContext for Http {
             let flow = if owed { l.with(id, |w, host| w.on_response_headers(host, id, entry, now_ms())) } else { None };
             match flow {
                 // Its body waits with it.
-                Some(ResponseFlow::Hold) => return Action::Pause,
+                Some(ResponseFlow::Pause) => return Action::Pause,
                 Some(ResponseFlow::Released) => return Action::Continue,
                 Some(ResponseFlow::ReadBody | ResponseFlow::Continue) | None => {}
             }

@@ -36,7 +36,7 @@ fn add(handle: Option<u32>, by: i64) {
 }
 
 /// Adds the VM entry's increments to Envoy's metrics.
-pub fn flush(sums: &mut Sums) {
+pub fn emit(sums: &mut Sums) {
     for (handle, by) in sums.take() {
         add(Some(handle), by);
     }
@@ -60,7 +60,7 @@ impl Metrics {
     }
 
     /// Adds `by` to `stat` in `sums` (the VM entry's increments, added to
-    /// Envoy's metrics by [`flush`] when the entry ends).
+    /// Envoy's metrics by [`emit`] when the entry ends).
     pub fn count(&self, sums: &mut Sums, stat: Stat, by: u64) {
         let by = i64::try_from(by).unwrap_or(i64::MAX);
         let total = in_store_errors(stat).then_some(self.store_errors).flatten();

@@ -51,7 +51,7 @@ pub struct RecordingHost {
     /// limiter or a synced rule): the checks and the decision's time and
     /// delay, in order.
     pub judged: Vec<Judged>,
-    /// Held responses resumed, with the headers added.
+    /// Paused responses resumed, with the headers added.
     pub resumed: Vec<(u32, Vec<(String, String)>)>,
     pub removed_headers: Vec<String>,
     /// Counts, as the proxy shows them once reported.

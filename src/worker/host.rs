@@ -120,8 +120,8 @@ pub enum Stat {
     /// A request or response body past `max_body_bytes`: its number was
     /// not read (the reservation's default, or the reservation, stands in).
     BodyTooLarge,
-    /// A held response went on before its settlement's reply.
-    HoldExpired,
+    /// A paused response went on before its settlement's reply.
+    PauseExpired,
     SentinelLookup,
     SentinelFailure,
     SentinelSwitch,
@@ -299,7 +299,7 @@ pub trait Host {
     /// Records what was decided about request `id` (for the access log),
     /// before its verdict is carried out. A request that is gone is ignored.
     fn decided(&mut self, id: u32, record: &Record<'_>);
-    /// Lets the held response of request `id` go on, with `headers` added.
+    /// Lets the paused response of request `id` go on, with `headers` added.
     /// A request that is gone is ignored.
     fn resume_response(&mut self, id: u32, headers: &[Header]);
     /// Removes a header from the request being started (`on_request`).
@@ -345,11 +345,12 @@ pub trait ResponseView {
 pub enum ResponseFlow {
     /// Add the request's headers (`ResponseHeaders`) and go on.
     Continue,
-    /// Hold the response (and buffer its body): the worker resumes it with
-    /// its headers ([`Host::resume_response`]).
-    Hold,
+    /// Pause the response (and buffer its body) until its settlement
+    /// replies: the worker resumes it with its headers
+    /// ([`Host::resume_response`]).
+    Pause,
     /// Go on: the worker added the headers already, in this callback (a
-    /// hold released within it).
+    /// pause released within it).
     Released,
     /// Add the request's headers, go on, and hand every body chunk to
     /// `Worker::on_response_body`.

@@ -26,7 +26,7 @@ impl Worker {
     pub(super) fn expire(&mut self, host: &mut dyn Host, now_ms: u64) {
         if self.settlements.active() {
             // Before a stall fails their settlements: counted as expired.
-            self.settlements.expire_holds(cx!(self, host), now_ms);
+            self.settlements.expire_pauses(cx!(self, host), now_ms);
         }
         self.streams.expire(host, now_ms);
         self.land(host, now_ms);

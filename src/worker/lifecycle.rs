@@ -290,9 +290,9 @@ impl Worker {
         let flow = self.settlements.on_response(cx!(self, host), id, response, now_ms);
         self.finish(host, Entry::Request, now_ms);
         // A hold released within this entry added the headers already.
-        // Failures reach a held response at the next entry, so this is a
+        // Failures reach a paused response at the next entry, so this is a
         // guard: a `Hold` with no resume to come would pause it for good.
-        if flow == ResponseFlow::Hold && !self.settlements.holding(id, &self.deliveries) {
+        if flow == ResponseFlow::Pause && !self.settlements.paused(id, &self.deliveries) {
             return ResponseFlow::Released;
         }
         flow

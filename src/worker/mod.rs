@@ -30,7 +30,7 @@
 //! * [`verdict`], [`local`], [`decision`], [`host`]: verdicts delivered
 //!   within each VM entry's budget; the local limiter; the pure ruling and
 //!   record; the boundary to the host.
-
+//!
 //! Deadlines (see docs/reliability.md):
 //!
 //! * `valkey.timeout`: the stream is stalled when commands are outstanding

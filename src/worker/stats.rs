@@ -38,7 +38,7 @@ const OTHERS: [(Stat, &str); 23] = [
     (Stat::CacheHit, "cache.hits"),
     (Stat::Overloaded, "overloaded"),
     (Stat::BodyTooLarge, "body_too_large"),
-    (Stat::HoldExpired, "settle.hold_expired"),
+    (Stat::PauseExpired, "settle.hold_expired"),
     (Stat::SentinelLookup, "sentinel.lookups"),
     (Stat::SentinelFailure, "sentinel.failures"),
     (Stat::SentinelSwitch, "sentinel.switches"),

@@ -1,4 +1,4 @@
-//! Handing a request its verdict (admitted, answered, its held response
+//! Handing a request its verdict (admitted, answered, its paused response
 //! resumed) within each VM entry's budget: Envoy runs the resumes of one
 //! entry nested in one another after it returns, and V8's stack overflowed
 //! at ~384. Verdicts past the budget wait for the next entries, and a
@@ -21,7 +21,7 @@ pub enum Verdict {
     /// An admission held for its slot (shaping), after this many ms.
     AdmitDelayed(Option<String>, u64),
     Reply(LocalReply),
-    /// A held response goes on, with these headers.
+    /// A paused response goes on, with these headers.
     Resume(Vec<Header>),
 }
 
@@ -81,7 +81,7 @@ impl Deliveries {
         self.deferred.iter().any(|(d, _)| *d == id)
     }
 
-    /// Whether request `id`'s held response waits for a later entry to be
+    /// Whether request `id`'s paused response waits for a later entry to be
     /// resumed.
     pub fn resume_waits(&self, id: u32) -> bool {
         self.deferred.iter().any(|(d, v)| *d == id && matches!(v, Verdict::Resume(_)))

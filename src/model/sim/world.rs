@@ -306,7 +306,7 @@ impl<'t> World<'t> {
             let used = r.used.to_string();
             self.on(r.node, |w, h, now| {
                 let response = FakeResponse::new(200, &[("x-used", used.as_str())]);
-                held = w.on_response_headers(h, id, (&response, true), now) == ResponseFlow::Hold;
+                held = w.on_response_headers(h, id, (&response, true), now) == ResponseFlow::Pause;
             });
         }
         if !held {

@@ -176,7 +176,7 @@ impl SettleCall {
 #[derive(Debug, Clone)]
 pub struct FlushCall {
     /// The synced rule whose buckets these are (`None`: units the local
-    /// limiter admitted, owed to the store).
+    /// limiter admitted, carried to the store).
     pub rule: Option<usize>,
     /// Units admitted per check of the pending since its last flush.
     pub units: Vec<u64>,

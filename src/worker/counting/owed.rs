@@ -1,7 +1,7 @@
 //! What admitted requests owe their counting rules ([`Settlements`]): per
 //! request ([`Owed`]) its checks, who admitted it and when the store
 //! recorded each check, and where its response stands ([`Stage`]); the
-//! requests whose reservation waits for their body; the held responses by
+//! requests whose reservation waits for their body; the paused responses by
 //! deadline. How the debts are settled: [`super::settle`].
 
 use crate::config::Config;
@@ -33,10 +33,10 @@ pub(in crate::worker) enum Stage {
     /// Reading the body for the costs still unknown (`None`).
     Body { reader: BodyReader, costs: Vec<Option<u64>> },
     /// The response waits for the settlements' replies (at most
-    /// `valkey.timeout`, [`Settlements`]'s holds); `changes` per check;
+    /// `valkey.timeout`, [`Settlements`]'s pauses); `changes` per check;
     /// `waiting`: calls not answered yet; `now`: the admission's decision
     /// with the windows of the replies so far.
-    Holding { changes: Vec<Option<(u64, u64)>>, waiting: usize, now: Decision },
+    Paused { changes: Vec<Option<(u64, u64)>>, waiting: usize, now: Decision },
 }
 
 /// An admitted request's debt to its counting rules.
@@ -60,10 +60,10 @@ pub(in crate::worker) struct Settlements {
     pub(super) owed: HashMap<u32, Owed>,
     /// Requests whose reservation waits for their body.
     pub(super) awaiting_body: HashMap<u32, Pending>,
-    /// Held responses by deadline (all holds last `valkey.timeout`, so
+    /// Paused responses by deadline (all pauses last `valkey.timeout`, so
     /// they expire in the order they began).
-    pub(super) holds: VecDeque<(u64, u32)>,
-    /// How long a response is held at most (`valkey.timeout`).
+    pub(super) pauses: VecDeque<(u64, u32)>,
+    /// How long a response is paused at most (`valkey.timeout`).
     pub(super) timeout_ms: u64,
     next: u32,
 }

@@ -15,7 +15,7 @@
 //!   reservation (or the rule's `cost` without one): `cost_fallback`.
 //! * The store gets what it recorded changed to the cost (`from` its
 //!   reservation, 0 if it recorded nothing). A store-decided response that
-//!   carries rate-limit headers and settles on its headers is **held** until
+//!   carries rate-limit headers and settles on its headers is **paused** until
 //!   the replies, at most `valkey.timeout`; its `RateLimit` then shows the
 //!   settled state. Past that, or when the store fails, it goes on with the
 //!   admission's headers corrected by its own change (`settle.hold_expired`).
@@ -44,7 +44,7 @@ use crate::worker::verdict::{Deliveries, Verdict};
 
 impl Settlements {
     /// Settles `owed` with `costs` (per check; non-counting checks ignored).
-    /// `at_headers`: the response headers are still here (they may be held
+    /// `at_headers`: the response headers are still here (they may be paused
     /// or corrected).
     pub(in crate::worker) fn settle_owed(
         &mut self,
@@ -113,13 +113,13 @@ impl Settlements {
             let checks: Vec<Check> = indices.iter().filter_map(|&i| owed.checks.get(i).cloned()).collect();
             sent += usize::from(self.send_settlement(cx, &owed, checks, call, now_ms));
         }
-        let hold = at_headers && sent == total && !owed.headers.borrow().is_empty();
-        if let (true, Decided::Store(decision)) = (hold, &owed.decided) {
+        let pause = at_headers && sent == total && !owed.headers.borrow().is_empty();
+        if let (true, Decided::Store(decision)) = (pause, &owed.decided) {
             let until_ms = now_ms.saturating_add(self.timeout_ms);
-            self.holds.push_back((until_ms, id));
+            self.pauses.push_back((until_ms, id));
             let now = decision.clone();
-            self.owed.insert(id, Owed { stage: Stage::Holding { changes, waiting: sent, now }, ..owed });
-            return ResponseFlow::Hold;
+            self.owed.insert(id, Owed { stage: Stage::Paused { changes, waiting: sent, now }, ..owed });
+            return ResponseFlow::Pause;
         }
         if at_headers {
             let headers = corrected(cx.config, &owed, &changes);
@@ -209,7 +209,7 @@ impl Settlements {
         if cx.config.failure_mode == FailureMode::Local {
             cx.local.learn(&p.checks, &reply, p.arrival.request_ms);
         }
-        let Some(Owed { checks, stage: Stage::Holding { waiting, now, .. }, .. }) = self.owed.get_mut(&call.context)
+        let Some(Owed { checks, stage: Stage::Paused { waiting, now, .. }, .. }) = self.owed.get_mut(&call.context)
         else {
             return;
         };
@@ -220,16 +220,16 @@ impl Settlements {
         }
     }
 
-    /// Resumes the held response of `context`, if it still waits: with the
+    /// Resumes the paused response of `context`, if it still waits: with the
     /// buckets' state the settlement's replies reported (`fresh`), else with
     /// the admission's headers corrected by its own change.
     fn release(&mut self, cx: &mut Cx<'_>, context: u32, fresh: bool) {
-        let held = matches!(self.owed.get(&context), Some(Owed { stage: Stage::Holding { .. }, .. }));
-        if !held {
+        let paused = matches!(self.owed.get(&context), Some(Owed { stage: Stage::Paused { .. }, .. }));
+        if !paused {
             return;
         }
         let Some(owed) = self.owed.remove(&context) else { return };
-        let Stage::Holding { changes, now, .. } = &owed.stage else { return };
+        let Stage::Paused { changes, now, .. } = &owed.stage else { return };
         let headers = if fresh {
             let names = policy_names(cx.config, &owed.checks, now);
             with_delay(allowed_headers(cx.config, &names, now), &owed)
@@ -239,25 +239,25 @@ impl Settlements {
         cx.deliveries.deliver(cx.host, context, Verdict::Resume(headers));
     }
 
-    /// Held responses whose time is up go on (every tick).
-    pub(in crate::worker) fn expire_holds(&mut self, cx: &mut Cx<'_>, now_ms: u64) {
-        while let Some(&(until_ms, context)) = self.holds.front() {
+    /// Paused responses whose time is up go on (every tick).
+    pub(in crate::worker) fn expire_pauses(&mut self, cx: &mut Cx<'_>, now_ms: u64) {
+        while let Some(&(until_ms, context)) = self.pauses.front() {
             if now_ms < until_ms {
                 return;
             }
-            self.holds.pop_front();
+            self.pauses.pop_front();
             // (Released already, or gone: nothing to do.)
-            if matches!(self.owed.get(&context), Some(Owed { stage: Stage::Holding { .. }, .. })) {
-                cx.host.count(Stat::HoldExpired, 1);
+            if matches!(self.owed.get(&context), Some(Owed { stage: Stage::Paused { .. }, .. })) {
+                cx.host.count(Stat::PauseExpired, 1);
                 self.release(cx, context, false);
             }
         }
     }
 
-    /// Whether request `id`'s response is held (or its resumption waits
+    /// Whether request `id`'s response is paused (or its resumption waits
     /// for the next VM entry).
-    pub(in crate::worker) fn holding(&self, id: u32, deliveries: &Deliveries) -> bool {
-        matches!(self.owed.get(&id), Some(Owed { stage: Stage::Holding { .. }, .. })) || deliveries.resume_waits(id)
+    pub(in crate::worker) fn paused(&self, id: u32, deliveries: &Deliveries) -> bool {
+        matches!(self.owed.get(&id), Some(Owed { stage: Stage::Paused { .. }, .. })) || deliveries.resume_waits(id)
     }
 }
 

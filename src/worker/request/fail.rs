@@ -78,7 +78,7 @@ pub(in crate::worker) fn failure(
             if decision.allowed {
                 // The store learns it at the next flush it answers.
                 for check in request.checks.iter().filter(|c| c.recorded() > 0) {
-                    synced.owe(check, check.recorded());
+                    synced.carry(check, check.recorded());
                 }
             }
             settlements.admitted(host, config, request.id, Some(&decision), true);

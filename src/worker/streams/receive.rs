@@ -358,7 +358,7 @@ impl Streams {
 
     /// Requests' own calls on any stream that arrived at or before
     /// `cutoff_ms` (calls made on behalf of a request or a response wait
-    /// for their replies: the request, or the held response, has its own
+    /// for their replies: the request, or the paused response, has its own
     /// deadline).
     fn sent_before(&self, cutoff_ms: u64) -> Vec<CallId> {
         self.shards

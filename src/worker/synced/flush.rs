@@ -42,7 +42,7 @@ impl Syncing {
                 cx.host.count(Stat::SyncDropped, 1);
                 match call.rule.and_then(|r| self.table(r)) {
                     Some(t) => p.checks.iter().for_each(|c| t.lost(&c.key)),
-                    None => self.owed_landed(&p.checks),
+                    None => self.carried_landed(&p.checks),
                 }
             } else if now_ms >= at_ms {
                 self.queue_flush(cx, id, p, now_ms);
@@ -50,9 +50,9 @@ impl Syncing {
                 self.again.push((at_ms, id, p));
             }
         }
-        let owed = self.take_owed(now_ms);
-        if !owed.is_empty() {
-            self.queue_flushes(cx, None, owed, (super::OWED_INTERVAL_MS, false), now_ms);
+        let carried = self.take_carried(now_ms);
+        if !carried.is_empty() {
+            self.queue_flushes(cx, None, carried, (super::CARRY_INTERVAL_MS, false), now_ms);
         }
         for rule in 0..cx.config.rules.len() {
             let Some(table) = self.table(rule) else { continue };
@@ -68,7 +68,7 @@ impl Syncing {
         }
     }
 
-    /// Queues the flushes of `cut` (of synced rule `rule`, or owed by the
+    /// Queues the flushes of `cut` (of synced rule `rule`, or carried for the
     /// local limiter; `join`: buckets joined, nothing to record): one call
     /// per slot (one for a single store).
     fn queue_flushes(
@@ -168,7 +168,7 @@ impl Syncing {
             return;
         }
         let Some(table) = call.rule.and_then(|r| self.table(r)) else {
-            return self.owed_landed(&p.checks);
+            return self.carried_landed(&p.checks);
         };
         for (i, check) in p.checks.iter().enumerate() {
             let windows: Vec<(u64, u64)> =

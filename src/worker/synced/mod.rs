@@ -13,7 +13,7 @@
 //! store for all of them, as is a bucket this worker has no view of yet.
 //!
 //! The same flushes carry what `failure_mode: local` admitted while the
-//! store could not answer ([`Syncing::owe`]), so the store learns it when
+//! store could not answer ([`Syncing::carry`]), so the store learns it when
 //! it is back.
 
 mod decide;
@@ -32,9 +32,9 @@ use table::Table;
 pub const MAX_FLUSH_KEYS: usize = 256;
 /// A syncer counts as active for this many intervals after its last flush.
 pub const HORIZON_INTERVALS: u64 = 3;
-/// How often units owed by the local limiter are flushed (and failed
+/// How often units the local limiter admitted, carried to the store, are flushed (and failed
 /// flushes of them sent again).
-pub const OWED_INTERVAL_MS: u64 = 100;
+pub const CARRY_INTERVAL_MS: u64 = 100;
 
 /// The synced rules' tables, and the flushes to send again.
 #[derive(Debug)]
@@ -52,13 +52,13 @@ pub struct Syncing {
     again: Vec<(u64, CallId, Pending)>,
     /// Units the local limiter admitted per bucket, not yet flushed, and
     /// how many buckets it may hold (`local_limiter.max_keys`).
-    owed: HashMap<String, (Check, u64)>,
-    owed_room: usize,
-    /// Buckets in an owed flush not yet answered: left out of the next
+    carried: HashMap<String, (Check, u64)>,
+    carried_room: usize,
+    /// Buckets in a carried flush not yet answered: left out of the next
     /// one (their token key must not be replaced before).
-    owed_flying: HashSet<String>,
-    /// When owed units are flushed next.
-    owed_due_ms: u64,
+    carried_flying: HashSet<String>,
+    /// When carried units are flushed next.
+    carried_due_ms: u64,
 }
 
 impl Syncing {
@@ -72,16 +72,16 @@ impl Syncing {
             syncer,
             seq: 0,
             again: Vec::new(),
-            owed: HashMap::new(),
-            owed_room: config.local_limiter.max_keys,
-            owed_flying: HashSet::new(),
-            owed_due_ms: 0,
+            carried: HashMap::new(),
+            carried_room: config.local_limiter.max_keys,
+            carried_flying: HashSet::new(),
+            carried_due_ms: 0,
         }
     }
 
-    /// Whether any rule is synced, or units are owed to the store.
+    /// Whether any rule is synced, or units are carried to the store.
     pub fn active(&self) -> bool {
-        self.any_rule || !self.owed.is_empty() || !self.again.is_empty()
+        self.any_rule || !self.carried.is_empty() || !self.again.is_empty()
     }
 
     /// Whether any rule is synced.
@@ -91,41 +91,41 @@ impl Syncing {
 
     /// The local limiter admitted `units` in `check`'s bucket while the
     /// store could not answer: flushed when it can (a bucket beyond
-    /// `local_limiter.max_keys` owed ones is not remembered: false).
-    pub fn owe(&mut self, check: &Check, units: u64) -> bool {
-        if let Some((_, owed)) = self.owed.get_mut(&check.key) {
-            *owed = owed.saturating_add(units);
+    /// `local_limiter.max_keys` carried ones is not remembered: false).
+    pub fn carry(&mut self, check: &Check, units: u64) -> bool {
+        if let Some((_, carried)) = self.carried.get_mut(&check.key) {
+            *carried = carried.saturating_add(units);
             return true;
         }
-        if self.owed.len() >= self.owed_room {
+        if self.carried.len() >= self.carried_room {
             return false;
         }
-        self.owed.insert(check.key.clone(), (check.clone(), units));
+        self.carried.insert(check.key.clone(), (check.clone(), units));
         true
     }
 
-    /// The owed units to flush at `now_ms`, at most every [`OWED_INTERVAL_MS`].
-    fn take_owed(&mut self, now_ms: u64) -> Vec<(Check, u64)> {
-        if self.owed.is_empty() || now_ms < self.owed_due_ms {
+    /// The carried units to flush at `now_ms`, at most every [`CARRY_INTERVAL_MS`].
+    fn take_carried(&mut self, now_ms: u64) -> Vec<(Check, u64)> {
+        if self.carried.is_empty() || now_ms < self.carried_due_ms {
             return Vec::new();
         }
-        self.owed_due_ms = now_ms.saturating_add(OWED_INTERVAL_MS);
-        let flying = &self.owed_flying;
-        let ready: Vec<String> = self.owed.keys().filter(|k| !flying.contains(*k)).cloned().collect();
-        let taken: Vec<(Check, u64)> = ready.iter().filter_map(|k| self.owed.remove(k)).collect();
-        self.owed_flying.extend(ready);
+        self.carried_due_ms = now_ms.saturating_add(CARRY_INTERVAL_MS);
+        let flying = &self.carried_flying;
+        let ready: Vec<String> = self.carried.keys().filter(|k| !flying.contains(*k)).cloned().collect();
+        let taken: Vec<(Check, u64)> = ready.iter().filter_map(|k| self.carried.remove(k)).collect();
+        self.carried_flying.extend(ready);
         taken
     }
 
-    /// An owed flush was answered or dropped: its buckets may go again.
-    fn owed_landed(&mut self, checks: &[Check]) {
+    /// A carried flush was answered or dropped: its buckets may go again.
+    fn carried_landed(&mut self, checks: &[Check]) {
         for c in checks {
-            self.owed_flying.remove(&c.key);
+            self.carried_flying.remove(&c.key);
         }
     }
 
-    /// The series name of a flush's token key: the syncer, or for owed
-    /// units the syncer + `.owed`.
+    /// The series name of a flush's token key: the syncer, or for carried
+    /// units the syncer + `.owed` (its name in the store since it began).
     fn series(&self, rule: Option<usize>) -> String {
         match rule {
             Some(_) => self.syncer.clone(),
@@ -142,7 +142,7 @@ impl Syncing {
     /// buckets or flushes to send again.
     pub fn tick(&self) -> Option<Duration> {
         let busy = !self.again.is_empty();
-        let owed = (busy || !self.owed.is_empty()).then_some(Duration::from_millis(OWED_INTERVAL_MS));
+        let owed = (busy || !self.carried.is_empty()).then_some(Duration::from_millis(CARRY_INTERVAL_MS));
         self.tables
             .iter()
             .flatten()

@@ -41,7 +41,7 @@ fn a_reservation_across_slots_is_settled_on_its_own_master() {
     let id = send(&mut rig, &user, &[("x-max", "30")]);
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!((entries(&rig, "a", &user), entries(&rig, "b", &user)), (30, 1), "the reservation recorded");
-    assert_eq!(rig.response(id, 200, &[("x-used", "12")]), ResponseFlow::Hold);
+    assert_eq!(rig.response(id, 200, &[("x-used", "12")]), ResponseFlow::Pause);
     rig.settle();
     let resumed = rig.resumed(id).unwrap().to_vec();
     assert_eq!(header(&resumed, "ratelimit"), Some(r#""a/1h";r=88;t=3600, "b/1h";r=4;t=3600"#));
@@ -77,7 +77,7 @@ fn an_undo_never_takes_back_what_a_check_only_rule_did_not_record() {
     let user = split_user(&rig);
     let failed = send(&mut rig, &user, &[]);
     assert_eq!(entries(&rig, "a", &user), 0, "a only checks on the request");
-    assert_eq!(rig.response(failed, 401, &[]), ResponseFlow::Hold);
+    assert_eq!(rig.response(failed, 401, &[]), ResponseFlow::Pause);
     rig.settle();
     assert_eq!(entries(&rig, "a", &user), 1, "the failure charged");
     let denied = send(&mut rig, &user, &[]);

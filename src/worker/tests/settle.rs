@@ -59,7 +59,7 @@ fn failed_logins_are_charged_and_the_sixth_is_denied_on_the_request() {
     }
     for failure in 1..=5u64 {
         let id = admitted(&mut rig, &alice);
-        assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Hold);
+        assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Pause);
         rig.settle();
         let resumed = rig.resumed(id).expect("resumed after the settlement").to_vec();
         let expected =
@@ -94,7 +94,7 @@ fn reservations_from_a_header_settle_with_the_cost_a_header_says() {
     let key = "tollgate:{llm.tokens:acme}:log";
     let first = admitted(&mut rig, &[("x-tenant", "acme"), ("x-max-tokens", "30")]);
     assert_eq!(rig.store.model.entries(key), 30, "the reservation is recorded on admission");
-    assert_eq!(rig.response(first, 200, &[("x-tokens-used", "12")]), ResponseFlow::Hold);
+    assert_eq!(rig.response(first, 200, &[("x-tokens-used", "12")]), ResponseFlow::Pause);
     rig.settle();
     let resumed = rig.resumed(first).unwrap().to_vec();
     assert_eq!(header(&resumed, "ratelimit"), Some(r#""llm.tokens/1m";r=988;t=60, "llm.tokens/3s";r=88;t=3"#));
@@ -166,7 +166,7 @@ fn body_reservations_settle_with_the_json_body_or_the_last_event() {
 fn a_held_response_goes_on_after_the_timeout_with_its_own_change() {
     let mut rig = Rig::new(logins().timeout("100ms"));
     let id = admitted(&mut rig, &[("x-user-id", "alice")]);
-    assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Hold);
+    assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Pause);
     let token = rig.stream();
     assert!(!rig.host.outbox.get(&token).is_none_or(Vec::is_empty), "the settlement is on the stream");
     rig.run_for(95);
@@ -178,7 +178,7 @@ fn a_held_response_goes_on_after_the_timeout_with_its_own_change() {
         Some(r#""auth.failedLogins/60s";r=19;t=60, "auth.failedLogins/3s";r=4;t=3"#),
         "the admission's state minus its own charge"
     );
-    assert_eq!(rig.host.count(Stat::HoldExpired), 1);
+    assert_eq!(rig.host.count(Stat::PauseExpired), 1);
     // The silent stream is stalled as for any call: the settlement may
     // have run, and counts as failed.
     rig.run_for(60);
@@ -193,11 +193,11 @@ fn a_settlement_answered_within_the_hold_is_the_response_headers() {
     let id = admitted(&mut rig, &[("x-user-id", "alice")]);
     // Another user's request fills the window meanwhile.
     let other = admitted(&mut rig, &[("x-user-id", "bob")]);
-    assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Hold);
+    assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Pause);
     rig.run_for(90);
     rig.settle();
-    assert!(rig.resumed(id).is_some() && rig.host.count(Stat::HoldExpired) == 0);
-    assert_eq!(rig.response(other, 401, &[]), ResponseFlow::Hold);
+    assert!(rig.resumed(id).is_some() && rig.host.count(Stat::PauseExpired) == 0);
+    assert_eq!(rig.response(other, 401, &[]), ResponseFlow::Pause);
     rig.settle();
     assert_eq!(rig.host.count(Stat::Count(0, CountStat::Settled)), 2);
     assert_eq!(rig.store.model.entries(ALICE), 1);
@@ -210,7 +210,7 @@ fn a_store_that_fails_at_response_time_never_fails_the_response() {
     let token = rig.stream();
     rig.host.refuse_open = Some("connection refused".into());
     rig.close(token, crate::worker::streams::GRPC_UNAVAILABLE);
-    assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Hold);
+    assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Pause);
     rig.wake();
     let resumed = rig.resumed(id).expect("resumed when the settlement failed").to_vec();
     assert!(header(&resumed, "ratelimit").unwrap().ends_with("r=4;t=3"), "{resumed:?}");
@@ -231,7 +231,7 @@ fn a_hold_whose_settlement_the_stream_refuses_is_resumed_when_it_fails() {
     let mut rig = Rig::new(logins());
     let id = admitted(&mut rig, &[("x-user-id", "alice")]);
     rig.host.refuse_send = true;
-    assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Hold);
+    assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Pause);
     assert!(rig.resumed(id).is_none(), "held");
     // The stream is lost and opened again; the send is refused again.
     for _ in 0..20 {
@@ -239,7 +239,7 @@ fn a_hold_whose_settlement_the_stream_refuses_is_resumed_when_it_fails() {
         rig.tick(5);
     }
     let resumed = rig.resumed(id).expect("resumed").to_vec();
-    assert_eq!(rig.host.count(Stat::HoldExpired), 0, "by the failure, not the hold's end");
+    assert_eq!(rig.host.count(Stat::PauseExpired), 0, "by the failure, not the hold's end");
     assert!(header(&resumed, "ratelimit").unwrap().ends_with("r=4;t=3"), "{resumed:?}");
     assert_eq!(rig.host.resumed.len(), 1, "once");
     assert_eq!(rig.host.count(Stat::Count(0, CountStat::Failed)), 1);
@@ -323,7 +323,7 @@ fn in_cluster_mode_a_settlement_goes_to_the_master_of_its_slot() {
     let users = [user_on(&rig, "auth.failedLogins", 0), user_on(&rig, "auth.failedLogins", 2)];
     for user in &users {
         let id = admitted(&mut rig, &[("x-user-id", user.as_str())]);
-        assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Hold);
+        assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Pause);
         rig.settle();
         assert!(header(rig.resumed(id).unwrap(), "ratelimit").unwrap().ends_with("r=4;t=3"));
     }

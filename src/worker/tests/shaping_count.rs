@@ -40,13 +40,13 @@ fn a_reservation_is_held_until_its_slot_and_settled_there() {
     assert_eq!(now.len(), 5, "5 reservations of 2 fill the second");
     assert_eq!(rig.gauges().2, 5, "the other five are held");
     for &id in &now {
-        assert_eq!(rig.response(id, 200, &[("x-used", "1")]), ResponseFlow::Hold);
+        assert_eq!(rig.response(id, 200, &[("x-used", "1")]), ResponseFlow::Pause);
     }
     rig.settle();
     rig.run_for(1_010);
     for &id in &ids[5..] {
         assert_eq!(released(&rig, id), Some(1_000), "released at its slot");
-        assert_eq!(rig.response(id, 200, &[("x-used", "1")]), ResponseFlow::Hold);
+        assert_eq!(rig.response(id, 200, &[("x-used", "1")]), ResponseFlow::Pause);
     }
     rig.settle();
     for &id in &ids[5..] {
