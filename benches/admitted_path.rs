@@ -23,6 +23,7 @@
 
 use std::hint::black_box;
 use std::time::Duration;
+use tollgate::answer::response::{allowed_headers_of, LocalReply};
 use tollgate::config::Config;
 use tollgate::key::rule_key;
 use tollgate::limiter::script::{encode_call, limiter, Invocation};
@@ -31,7 +32,6 @@ use tollgate::model::host::{FakeRequest, FakeResponse};
 use tollgate::model::store::ModelStore;
 use tollgate::plan::plan;
 use tollgate::resp::{decode, Limits, Value};
-use tollgate::response::{allowed_headers_of, LocalReply};
 use tollgate::store::{interpret_reply, Outcome};
 use tollgate::worker::{Answer, Decider, Flow, Gauge, Host, Level, Record, ResponseHeaders, Stat, Worker};
 
@@ -74,7 +74,7 @@ impl Host for Quiet {
     fn decided(&mut self, _id: u32, record: &Record<'_>) {
         black_box(record.plain());
     }
-    fn resume_response(&mut self, _id: u32, _headers: &[tollgate::response::Header]) {}
+    fn resume_response(&mut self, _id: u32, _headers: &[tollgate::answer::response::Header]) {}
     fn remove_request_header(&mut self, _name: &str) {}
     fn count(&mut self, _stat: Stat, _by: u64) {}
     fn gauge(&mut self, _gauge: Gauge, _delta: i64) {}

@@ -4,9 +4,9 @@
 //! first failure, or when its time is up (with the admission's headers
 //! corrected by its own change).
 
+use crate::answer::response::{allowed_headers, policy_names};
 use crate::config::FailureMode;
 use crate::limiter::{Check, Decision};
-use crate::response::{allowed_headers, policy_names};
 use crate::store::Outcome;
 use crate::worker::calls::{Call, Pending};
 use crate::worker::counting::owed::{corrected, with_delay, Owed, Stage};

@@ -6,8 +6,8 @@
 //! held until its release) or the rounds run out (every record undone, a
 //! `429` of its shaping rule, `shape.gave_up`).
 
+use crate::answer::response::SERVER_TIMING;
 use crate::limiter::Decision;
-use crate::response::SERVER_TIMING;
 use crate::worker::calls::{Part, PARKED};
 use crate::worker::cross::crossings::Crossing;
 use crate::worker::cross::protocol::{fate, slot_of, Fate, Step};

@@ -3,8 +3,8 @@
 //! now (`failure_mode`, overload), queued for its shard, or decided across
 //! cluster slots ([`crate::worker::cross::crossings`]).
 
+use crate::answer::response::{DELAY_HEADER, SHADOW_HEADER};
 use crate::plan::{plan, RequestView};
-use crate::response::{DELAY_HEADER, SHADOW_HEADER};
 use crate::worker::calls::{Arrival, Call, CallId, Pending, PARKED};
 use crate::worker::discovery::routing::Route;
 use crate::worker::host::{Flow, Host, ResponseHeaders, Stat};
