@@ -13,12 +13,12 @@
 //! `cargo bench --bench admitted_path` (or `make bench-host`) times it with
 //! divan. With `ADMITTED_PATH_STAGE=<stage>` and `ADMITTED_PATH_ITERS=<n>`
 //! it instead runs that stage `n` times in `measured_loop`, for an
-//! instruction count (`scripts/admitted_cost.py` runs it under callgrind,
+//! instruction count (`scripts/bench/admitted_cost.py` runs it under callgrind,
 //! for this tree and a baseline).
 //!
 //! Only the public API that existed before this bench is used, so the same
 //! file measures an older tree too. It also builds for wasm32-wasip1, as
-//! the example `admitted_path_wasm` (without divan: `scripts/v8_profile.py`
+//! the example `admitted_path_wasm` (without divan: `scripts/bench/v8_profile.py`
 //! runs a stage under node's V8).
 
 use std::hint::black_box;
