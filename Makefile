@@ -106,7 +106,7 @@ algorithms-report: tools
 BENCH_BASELINE := 9127d9a
 bench: build
 	@scripts/install-wrk.sh
-	python3 scripts/bench.py $(if $(filter none,$(BASELINE)),,--baseline $(or $(BASELINE),$(BENCH_BASELINE)))
+	python3 scripts/bench suite $(if $(filter none,$(BASELINE)),,--baseline $(or $(BASELINE),$(BENCH_BASELINE)))
 
 # Not part of `make test`: the worker's admitted path on the host, by stage
 # (benches/admitted_path.rs, divan), then its instructions per decision by
@@ -114,7 +114,7 @@ bench: build
 bench-host:
 	@scripts/install-valgrind.sh
 	cargo bench --bench admitted_path
-	python3 scripts/admitted_cost.py $(if $(BASELINE),--baseline $(BASELINE))
+	python3 scripts/bench admitted_cost $(if $(BASELINE),--baseline $(BASELINE))
 
 # Not part of `make test`: each path of tollgate beside the floor module
 # (benches/floor: the same host calls, no compute), Envoy CPU µs per request
@@ -122,19 +122,19 @@ bench-host:
 # the floor's included (BASELINE=<git ref> counts that version's too).
 bench-floor: build
 	@scripts/install-wrk.sh
-	python3 scripts/bench_floor.py
+	python3 scripts/bench floor
 
 bench-instructions: build
 	@scripts/install-wrk.sh
 	@scripts/install-valgrind.sh
-	python3 scripts/bench_instructions.py --floor --cases "unmatched,synced,synced logged,admitted,admitted logged,floor pass,floor local,floor store" $(if $(BASELINE),--baseline $(BASELINE))
+	python3 scripts/bench instructions --floor --cases "unmatched,synced,synced logged,admitted,admitted logged,floor pass,floor local,floor store" $(if $(BASELINE),--baseline $(BASELINE))
 
 # Not part of `make test`: Valkey µs per decision per algorithm and case, and
 # decisions per second of one Valkey core, FCALL and EVALSHA, straight to a
 # valkey-server (no Envoy); prints the tables and writes them into
 # docs/algorithms.md. BASELINE=<git ref> also measures that version's script.
 bench-script: tools
-	python3 scripts/script_cost.py $(if $(BASELINE),--baseline $(BASELINE))
+	python3 scripts/bench script_cost $(if $(BASELINE),--baseline $(BASELINE))
 
 test: tools lint unit wasm-test build validate image integration
 	@echo "make test: all suites passed"

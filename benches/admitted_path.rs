@@ -13,16 +13,17 @@
 //! `cargo bench --bench admitted_path` (or `make bench-host`) times it with
 //! divan. With `ADMITTED_PATH_STAGE=<stage>` and `ADMITTED_PATH_ITERS=<n>`
 //! it instead runs that stage `n` times in `measured_loop`, for an
-//! instruction count (`scripts/admitted_cost.py` runs it under callgrind,
+//! instruction count (`scripts/bench/admitted_cost.py` runs it under callgrind,
 //! for this tree and a baseline).
 //!
 //! Only the public API that existed before this bench is used, so the same
 //! file measures an older tree too. It also builds for wasm32-wasip1, as
-//! the example `admitted_path_wasm` (without divan: `scripts/v8_profile.py`
+//! the example `admitted_path_wasm` (without divan: `scripts/bench/v8_profile.py`
 //! runs a stage under node's V8).
 
 use std::hint::black_box;
 use std::time::Duration;
+use tollgate::answer::response::{allowed_headers_of, LocalReply};
 use tollgate::config::Config;
 use tollgate::key::rule_key;
 use tollgate::limiter::script::{encode_call, limiter, Invocation};
@@ -31,7 +32,6 @@ use tollgate::model::host::{FakeRequest, FakeResponse};
 use tollgate::model::store::ModelStore;
 use tollgate::plan::plan;
 use tollgate::resp::{decode, Limits, Value};
-use tollgate::response::{allowed_headers_of, LocalReply};
 use tollgate::store::{interpret_reply, Outcome};
 use tollgate::worker::{Answer, Decider, Flow, Gauge, Host, Level, Record, ResponseHeaders, Stat, Worker};
 
@@ -74,7 +74,7 @@ impl Host for Quiet {
     fn decided(&mut self, _id: u32, record: &Record<'_>) {
         black_box(record.plain());
     }
-    fn resume_response(&mut self, _id: u32, _headers: &[tollgate::response::Header]) {}
+    fn resume_response(&mut self, _id: u32, _headers: &[tollgate::answer::response::Header]) {}
     fn remove_request_header(&mut self, _name: &str) {}
     fn count(&mut self, _stat: Stat, _by: u64) {}
     fn gauge(&mut self, _gauge: Gauge, _delta: i64) {}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # valgrind (Debian's package): callgrind counts the instructions of
-# `make bench-host` (scripts/admitted_cost.py) and `make bench-instructions`
-# (scripts/bench_instructions.py). Skipped when present; otherwise installed
+# `make bench-host` (scripts/bench/admitted_cost.py) and `make bench-instructions`
+# (scripts/bench/instructions.py). Skipped when present; otherwise installed
 # with apt-get as root or through sudo.
 set -euo pipefail
 source "$(dirname "$0")/lib/apt.sh"

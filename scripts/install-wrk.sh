@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # wrk (Debian's package), the load generator of `make bench`
-# (scripts/bench.py). Skipped when present; otherwise installed with apt-get
+# (scripts/bench/suite.py). Skipped when present; otherwise installed with apt-get
 # as root or through sudo.
 set -euo pipefail
 source "$(dirname "$0")/lib/apt.sh"

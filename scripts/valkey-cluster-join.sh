@@ -6,7 +6,7 @@
 # comma-separated. Exits 0 once every node reports cluster_state:ok and knows
 # every other, after printing the slots and the nodes. A cluster already
 # formed is left as it is. The one bootstrap of the cluster tests
-# (tests/support/cluster.rs), `make bench` (scripts/bench_cluster.py) and
+# (tests/support/cluster.rs), `make bench` (scripts/bench/cluster.py) and
 # compose's `cluster-init` (envoy/compose/cluster-init.sh); the callers start
 # the nodes, on ports and bus ports of their choice.
 #

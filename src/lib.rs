@@ -56,24 +56,21 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
 
+pub mod answer;
 pub mod blocks;
 pub mod cache;
 #[cfg(not(target_family = "wasm"))]
 pub mod cli;
 pub mod config;
 pub mod framing;
-pub mod headers;
 pub mod idhash;
 pub mod key;
 pub mod limiter;
 #[cfg(any(test, not(target_family = "wasm"), feature = "v8-profile"))]
 pub mod model;
 pub mod plan;
-pub mod problem;
 pub mod resp;
-pub mod response;
 pub mod store;
-pub mod text;
 pub mod worker;
 
 #[cfg(test)]

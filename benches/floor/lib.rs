@@ -1,6 +1,6 @@
 //! The floor: a proxy-wasm HTTP filter that makes the host calls one of
 //! tollgate's paths makes per request, and computes nothing else. Measured
-//! beside tollgate in one run (scripts/bench_floor.py), it prices what
+//! beside tollgate in one run (scripts/bench/floor.py), it prices what
 //! Envoy itself charges for a path, which no module can go below
 //! (docs/performance.md, "The floor"). Its plugin configuration names the
 //! path:

@@ -27,7 +27,7 @@
 //! library, its function named like the library), `--dump DIR` (write this
 //! version's `script.lua` and `library.lua` there, to measure them later),
 //! `--json` (the decision rows as JSON, without the parts, for
-//! `scripts/script_cost.py`), `--write-docs`
+//! `scripts/bench/script_cost.py`), `--write-docs`
 //! (the tables into `docs/algorithms.md`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 

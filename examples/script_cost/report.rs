@@ -1,6 +1,6 @@
 //! The tables: markdown (printed, and written into `docs/algorithms.md`
 //! between `<!-- script_cost:begin -->` and `<!-- script_cost:end -->`) and
-//! JSON rows (for `scripts/script_cost.py`).
+//! JSON rows (for `scripts/bench/script_cost.py`).
 
 use super::parts::Measured;
 use super::support::valkey_stats::Stats;

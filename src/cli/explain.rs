@@ -8,11 +8,11 @@
 use std::io::Write;
 use std::path::Path;
 
+use crate::answer::response;
 use crate::config::{Config, HeaderCondition, KeySource, Match, OnMissing, Rule};
 use crate::key::bucket_key;
 use crate::limiter::model::Model;
 use crate::limiter::{Algorithm, Check, Window};
-use crate::response;
 
 /// When the example requests happen: the start of a day, so that aligned
 /// windows (`fixed_window`, `sliding_window`) start there too.

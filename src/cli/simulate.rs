@@ -12,11 +12,11 @@ use std::path::Path;
 
 use super::table::{self, delay_of, Row};
 use super::trace::{self, Request};
+use crate::answer::response::Header;
 use crate::config::Config;
 use crate::model::host::RecordingHost;
 use crate::model::store::ModelStore;
 use crate::plan::plan;
-use crate::response::Header;
 use crate::worker::{Flow, ResponseHeaders, Worker};
 
 /// What the client got for one request.
@@ -91,7 +91,7 @@ impl Simulator {
                 self.worker.on_tick(&mut self.host, now.saturating_add(delay));
             }
         }
-        let reply = crate::response::store_unavailable();
+        let reply = crate::answer::response::store_unavailable();
         Response { status: reply.status, headers: owned(reply.headers), body: reply.body, shadow_denied: Vec::new() }
     }
 

@@ -234,11 +234,11 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
     let policy_items = limits
         .iter()
         .zip(&policy_names)
-        .map(|(l, name)| crate::headers::policy_item(name, l.limit.get(), l.period.ms().get()))
+        .map(|(l, name)| crate::answer::headers::policy_item(name, l.limit.get(), l.period.ms().get()))
         .collect();
     let key_name = KeyName::new(&name);
     let windows = limits.iter().map(|l| Window { limit: l.limit, period_ms: l.period.ms() }).collect();
-    let quoted_names = policy_names.iter().map(|n| crate::headers::sf_string(n)).collect();
+    let quoted_names = policy_names.iter().map(|n| crate::answer::headers::sf_string(n)).collect();
     Ok(Rule {
         name,
         matcher,

@@ -14,7 +14,7 @@
 
 use super::hostcalls;
 use super::metrics::{self, Metrics};
-use crate::response::{Header, LocalReply, DELAY_HEADER, SHADOW_HEADER};
+use crate::answer::response::{Header, LocalReply, DELAY_HEADER, SHADOW_HEADER};
 use crate::worker::stats::Sums;
 use crate::worker::{Gauge, Host, Level, Record, Stat, DECISION_PROPERTY};
 use proxy_wasm::types::MapType;

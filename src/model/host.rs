@@ -6,9 +6,9 @@
 //! `tollgate simulate` answers its outbox with the model store, and the
 //! fuzz target checks that every request was answered.
 
+use crate::answer::response::{Header, LocalReply};
 use crate::limiter::Check;
 use crate::plan::RequestView;
-use crate::response::{Header, LocalReply};
 use crate::worker::{Answer, Decider, DecisionRecord, Gauge, Host, Level, Record, ResponseView, Stat};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! at once), a send can fail (and the requests in it go back to the queue),
 //! and a request the worker resumes may already be gone.
 
-use crate::response::{Header, LocalReply};
+use crate::answer::response::{Header, LocalReply};
 use crate::store::FailureKind;
 use crate::worker::decision::record::Record;
 use crate::worker::decision::ruling::RuleOutcome;

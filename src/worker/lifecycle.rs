@@ -23,9 +23,9 @@
 //! a held request's slot is given back; parts across slots are undone;
 //! a reservation whose response never came stands.
 
+use crate::answer::response::{DELAY_HEADER, SHADOW_HEADER};
 use crate::limiter::Decision;
 use crate::plan::{plan, RequestView};
-use crate::response::{DELAY_HEADER, SHADOW_HEADER};
 use crate::worker::calls::{Arrival, Call, CallId, Command, Pending, Shape, PARKED};
 use crate::worker::counting::reserve;
 use crate::worker::cross::others;

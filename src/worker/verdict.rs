@@ -6,7 +6,7 @@
 //! (Envoy would turn the current request's `Continue` into a pause that
 //! never ends).
 
-use crate::response::{Header, LocalReply};
+use crate::answer::response::{Header, LocalReply};
 use crate::worker::host::Host;
 use std::collections::VecDeque;
 

@@ -4,9 +4,9 @@
 //! requests whose reservation waits for their body; the paused responses by
 //! deadline. How the debts are settled: [`super::settle`].
 
+use crate::answer::response::{allowed_headers, policy_names, Header, SERVER_TIMING};
 use crate::config::Config;
 use crate::limiter::{Check, Decision};
-use crate::response::{allowed_headers, policy_names, Header, SERVER_TIMING};
 use crate::worker::calls::{Arrival, CallId, Pending};
 use crate::worker::counting::body::BodyReader;
 use crate::worker::host::{CountStat, Host, ResponseHeaders, Stat};

@@ -29,9 +29,9 @@
 //!   decided across slots was decided by one call per slot, see
 //!   [`crate::worker::cross::protocol`]); each call is all or nothing for its slot.
 
+use crate::answer::response::{allowed_headers, policy_names};
 use crate::config::FailureMode;
 use crate::limiter::{Check, Decision};
-use crate::response::{allowed_headers, policy_names};
 use crate::store::cluster::key_slot;
 use crate::store::{FailureKind, Outcome};
 use crate::worker::calls::{Call, Command, Pending, SettleCall, PARKED};

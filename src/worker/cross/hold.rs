@@ -6,9 +6,9 @@
 //! held until its release) or the rounds run out (every record undone, a
 //! `429` of its shaping rule, `shape.gave_up`).
 
+use crate::answer::response::SERVER_TIMING;
 use crate::config::Config;
 use crate::limiter::Decision;
-use crate::response::SERVER_TIMING;
 use crate::worker::calls::{Part, PARKED};
 use crate::worker::cross::crossings::{Crossing, Crossings};
 use crate::worker::cross::protocol::{fate, slot_of, Fate, Step};

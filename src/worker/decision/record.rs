@@ -4,10 +4,10 @@
 //! it as filter state ([`DecisionRecord::plain`]), read by
 //! `%FILTER_STATE(wasm.tollgate.decision:PLAIN)%`.
 
+use crate::answer::response::{policy_name, policy_names};
+use crate::answer::text::push_u64;
 use crate::config::Config;
 use crate::limiter::{Check, Decision};
-use crate::response::{policy_name, policy_names};
-use crate::text::push_u64;
 
 /// The filter state key the filter sets (Envoy prefixes it with `wasm.`).
 pub const DECISION_PROPERTY: &str = "tollgate.decision";

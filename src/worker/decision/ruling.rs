@@ -7,12 +7,12 @@
 //! consumes quota exactly as it would when enforced. A denial is carried out
 //! only if at least one window that denied belongs to an enforced rule;
 //! otherwise the request passes and the would-be denial is reported to the
-//! upstream in [`SHADOW_HEADER`](crate::response::SHADOW_HEADER).
+//! upstream in [`SHADOW_HEADER`](crate::answer::response::SHADOW_HEADER).
 
+use crate::answer::response::{allowed_headers_of, denied, policy_name, policy_names, Header, LocalReply};
 use crate::cache::DenialCache;
 use crate::config::{Config, Reserve};
 use crate::limiter::{Check, Decision, WindowOutcome};
-use crate::response::{allowed_headers_of, denied, policy_name, policy_names, Header, LocalReply};
 use crate::worker::decision::record::{Answer, Decider, DecisionRecord};
 
 /// How one matching rule saw the request.

@@ -2,9 +2,9 @@
 //! allow, deny, or the local limiter), and when the worker cannot take it
 //! (`overload`: reject, or allow when explicitly asked).
 
+use crate::answer::response::{self, store_unavailable};
 use crate::config::{FailureMode, Overload};
 use crate::limiter::{Check, Decision};
-use crate::response::{self, store_unavailable};
 use crate::store::Failure;
 use crate::worker::calls::Pending;
 use crate::worker::counting::owed::Settlements;

@@ -2,10 +2,10 @@
 //! request at its arrival, holding an admission with a delay, releasing
 //! held requests at their time, and giving back the slots of those gone.
 
+use crate::answer::response::{denied, policy_names, SERVER_TIMING};
 use crate::config::Config;
 use crate::limiter::{Adjustment, Check, Decision, WindowOutcome};
 use crate::resp::Value;
-use crate::response::{denied, policy_names, SERVER_TIMING};
 use crate::store::{interpret_reply, Outcome};
 use crate::worker::calls::{Arrival, Call, CallId, Command, Pending};
 use crate::worker::cx::Cx;

@@ -5,7 +5,7 @@
 
 use super::cluster::{cluster_base, cluster_rig, key, store_targets};
 use super::fake::Rig;
-use crate::response::SHADOW_HEADER;
+use crate::answer::response::SHADOW_HEADER;
 use crate::testing::Plugin;
 use crate::worker::{Flow, Stat, CROSS_CACHE_MS};
 

@@ -2,7 +2,7 @@
 //! coalescing, the bounds, `NOSCRIPT`, `failure_mode` per failure kind.
 
 use super::fake::Rig;
-use crate::response::SHADOW_HEADER;
+use crate::answer::response::SHADOW_HEADER;
 use crate::store::FailureKind;
 use crate::testing::{plugin, Plugin};
 use crate::worker::decision::ruling::RuleOutcome;
@@ -76,7 +76,7 @@ fn a_full_queue_refuses_explicitly_and_never_admits_unchecked() {
     let (id, flow) = rig.request("u3");
     assert_eq!(flow, Flow::Pause);
     let reply = rig.host.reply(id).expect("refused at once");
-    assert_eq!((reply.status, &reply.body), (503, &crate::response::overloaded().body));
+    assert_eq!((reply.status, &reply.body), (503, &crate::answer::response::overloaded().body));
     assert_eq!(rig.host.count(Stat::Overloaded), 1);
     assert_eq!(rig.host.count(Stat::FailureMode { allowed: true }), 0);
     rig.settle();

@@ -3,7 +3,7 @@
 //! go away, the headers and stats.
 
 use super::fake::Rig;
-use crate::response::{DELAY_HEADER, SERVER_TIMING};
+use crate::answer::response::{DELAY_HEADER, SERVER_TIMING};
 use crate::testing::{plugin, rule, Plugin};
 use crate::worker::decision::ruling::RuleOutcome;
 use crate::worker::{Flow, ShapeStat, Stat, TICK};

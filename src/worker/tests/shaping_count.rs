@@ -7,7 +7,7 @@
 use super::cluster::{cluster_base, cluster_rig, executed};
 use super::cluster_cross::{entries, split_user};
 use super::fake::Rig;
-use crate::response::SERVER_TIMING;
+use crate::answer::response::SERVER_TIMING;
 use crate::testing::{rule, Plugin};
 use crate::worker::{CountStat, Flow, ResponseFlow, ShapeStat, Stat};
 

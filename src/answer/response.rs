@@ -2,14 +2,14 @@
 //! for denied ones, built from a [`Decision`]. Pure; the filter only copies
 //! the result into Envoy.
 
-use crate::config::{Body, Config, Rule};
-use crate::headers::{
+use crate::answer::headers::{
     push_state_params, ratelimit, ratelimit_policy, retry_after_secs, x_ratelimit, PolicyStat, RATELIMIT_HEADER,
     RATELIMIT_POLICY_HEADER,
 };
+use crate::answer::problem::{quota_exceeded, reduced_capacity, PROBLEM_CONTENT_TYPE};
+use crate::answer::text::u64_string;
+use crate::config::{Body, Config, Rule};
 use crate::limiter::{Check, Decision, WindowOutcome};
-use crate::problem::{quota_exceeded, reduced_capacity, PROBLEM_CONTENT_TYPE};
-use crate::text::u64_string;
 use std::borrow::Cow;
 
 /// Request header that tells the upstream which policies would have denied

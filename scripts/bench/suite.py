@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """`make bench`: Envoy (one worker) + Valkey + wrk, every case at 16 and 64
 connections, in one run; writes docs/benchmarks.md with ratios to "no filter"
 measured in that same run.
@@ -18,7 +17,7 @@ Cases:
                          without headers and filter state, and the store
                          path's too, then the synced and store paths with
                          each Envoy alone on the core in turns
-                         (scripts/bench_sync.py, bench_together.py)
+                         (scripts/bench/sync.py, together.py)
   flood                  2,048 connections, a new user per request, failure_mode
                          local: who decided (the store, the local limiter, an
                          explicit overload refusal, failure_mode)
@@ -27,7 +26,7 @@ Cases:
                          requests of two rules in different slots (two calls,
                          admitted), and the same denied by one rule (two calls
                          and an undo); Valkey CPU per call on each master
-                         (scripts/bench_cluster.py)
+                         (scripts/bench/cluster.py)
 
 With perf available, the allowed path at 64 connections is also profiled
 (software clock, by DSO: Envoy's C++, the V8-compiled module, the kernel).
@@ -38,6 +37,8 @@ callbacks and buffers per request (16 connections, 2 s); it is never timed.
 
 Every Envoy config is envoy/envoy.yaml with only its ports changed and the
 demo listener's route answering directly (so the upstream costs nothing).
+
+    python3 scripts/bench suite [--baseline REF | --cluster-only]   (make bench)
 """
 
 import re
@@ -48,14 +49,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import bench_cluster
-import bench_flood
-import bench_report
-import bench_sync
-import bench_together
-import bench_variants
-from bench_common import (CONNECTIONS, DURATION, ENVOY, ROOT, WASM, admin_stat, counting, cpu_seconds,
-                          free_port, render, resp, valkey_server, valkey_stats, wait_port, wrk)
+from . import cluster, flood, report, sync, together, variants
+from .common import (CONNECTIONS, DURATION, ENVOY, ROOT, WASM, admin_stat, counting, cpu_seconds,
+                     free_port, render, resp, valkey_server, valkey_stats, wait_port, wrk)
 
 
 def profile(pid, seconds=3):
@@ -192,18 +188,18 @@ def main(baseline=None):
         "limits": [{"limit": 100_000, "period": "1h"}]}})
     cases.append({"name": "tollgate no match", "kind": "tollgate", "rule": {
         "name": "bench", "match": {"path_prefix": "/never"}, "limits": [{"limit": 1, "period": "1h"}]}})
-    cases.append(bench_sync.case(big))
+    cases.append(sync.case(big))
     cases[3]["profile"] = True
 
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-bench-"))
     # BASELINE=<ref>: every tollgate case again with that ref's module, right after this tree's.
-    baseline_wasm = bench_variants.build_baseline(baseline, workdir) if baseline else None
+    baseline_wasm = variants.build_baseline(baseline, workdir) if baseline else None
     with valkey_server(workdir) as (valkey_port, valkey):
         print(f"benchmark: {DURATION} per run, wrk -t1, Envoy --concurrency 1, module {WASM.stat().st_size} bytes")
         results, costs, baselines, baseline_costs = {}, {}, {}, {}
         for i, case in enumerate(cases):
             compared = baseline_wasm and case["kind"] == "tollgate" and has(baseline, case.get("since"))
-            # Every other case the baseline goes first: bench_variants.py
+            # Every other case the baseline goes first: scripts/bench/variants.py
             # found the second of two modules measured on a case 10-20 %
             # slower, whichever it was.
             if compared and i % 2 == 1:
@@ -224,29 +220,31 @@ def main(baseline=None):
                 baseline_costs[case["name"]] = cost(case, valkey_port, workdir, baseline_wasm)
         profiles = {c["name"]: c["profile_result"] for c in cases if c.get("profile_result")}
         resp(valkey_port, "FLUSHALL")
-        flooded = bench_flood.flood(valkey_port, workdir)
+        flooded = flood.flood(valkey_port, workdir)
         resp(valkey_port, "FLUSHALL")
-        synced = {"admission": bench_sync.admission(valkey_port, workdir)}
-    synced["together"] = bench_together.together(bench_sync.TOGETHER, rounds=bench_sync.TOGETHER_ROUNDS)
+        synced = {"admission": sync.admission(valkey_port, workdir)}
+    synced["together"] = together.together(sync.TOGETHER, rounds=sync.TOGETHER_ROUNDS)
     # Alone in turns; the store path beside the BASELINE's module too (its
     # ratio to this tree's no match), in the same rounds.
     synced["alone"] = {}
-    for case in bench_sync.ALONE:
-        synced["alone"].update(bench_together.together(
-            [case], rounds=bench_sync.TOGETHER_ROUNDS, alternate=bench_sync.ALONE_TURNS,
+    for case in sync.ALONE:
+        synced["alone"].update(together.together(
+            [case], rounds=sync.TOGETHER_ROUNDS, alternate=sync.ALONE_TURNS,
             against=baseline_wasm if case == "admitted" else None))
     synced["baseline"] = baseline
-    clustered = bench_cluster.cluster_bench(workdir)
-    bench_report.write_report(results, profiles, flooded, costs, clustered, synced,
-                              (baseline, baselines, baseline_costs))
+    clustered = cluster.cluster_bench(workdir)
+    report.write_report(results, profiles, flooded, costs, clustered, synced,
+                        (baseline, baselines, baseline_costs))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--baseline":
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+    elif len(sys.argv) == 3 and sys.argv[1] == "--baseline":
         main(sys.argv[2])
     elif sys.argv[1:] == ["--cluster-only"]:
         # Prints the cluster rows without writing docs/benchmarks.md.
-        rows = bench_cluster.cluster_bench(Path(tempfile.mkdtemp(prefix="tollgate-bench-")))
-        print("\n".join(bench_cluster.cluster_report(rows)))
+        rows = cluster.cluster_bench(Path(tempfile.mkdtemp(prefix="tollgate-bench-")))
+        print("\n".join(cluster.cluster_report(rows)))
     else:
         main()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Instructions per admitted decision on the host, by stage, counted by
 callgrind (repeatable on a loaded machine, unlike time): the bench
 benches/admitted_path.rs run with ADMITTED_PATH_STAGE and ADMITTED_PATH_ITERS,
@@ -6,7 +5,7 @@ counting only its `measured_loop`. With --baseline REF, the same bench file
 is built in a worktree of REF (its Cargo.toml given the bench target and
 divan if it lacks them) and counted in the same run, with the ratio.
 
-    python3 scripts/admitted_cost.py [--baseline REF] [--iters N]
+    python3 scripts/bench admitted_cost [--baseline REF] [--iters N]
 """
 
 import argparse
@@ -17,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bench_common import ROOT, worktree
+from .common import ROOT, worktree
 
 STAGES = ["plan", "key", "encode", "decode", "respond", "whole", "synced"]
 BENCH_TOML = """

@@ -1,5 +1,5 @@
 //! Rate-limit response headers (draft-ietf-httpapi-ratelimit-headers-11;
-//! the bodies of a denial are in [`crate::problem`]).
+//! the bodies of a denial are in [`crate::answer::problem`]).
 //!
 //! Both header fields are Structured-Field Lists with one Item per window:
 //! `RateLimit-Policy` announces each quota (`q`: units, `w`: window in
@@ -8,7 +8,7 @@
 //! a client that waits as told is never early.
 //!
 //! ```
-//! use tollgate::headers::{ratelimit, ratelimit_policy, retry_after_secs, PolicyStat};
+//! use tollgate::answer::headers::{ratelimit, ratelimit_policy, retry_after_secs, PolicyStat};
 //! use tollgate::limiter::WindowOutcome;
 //!
 //! let minute = WindowOutcome {
@@ -34,8 +34,8 @@
 //! assert_eq!(retry_after_secs(1_234), 2);
 //! ```
 
+use crate::answer::text::{push_u64, u64_string};
 use crate::limiter::WindowOutcome;
-use crate::text::{push_u64, u64_string};
 
 /// Name of the header announcing the quota policies.
 pub const RATELIMIT_POLICY_HEADER: &str = "ratelimit-policy";

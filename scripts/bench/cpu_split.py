@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
 """Envoy's user and system CPU per request, apart, for no rule matching and
-one other case of scripts/bench_variants.py, in rounds: per round a new
+one other case of scripts/bench/variants.py, in rounds: per round a new
 Envoy per case (--concurrency 1, pinned to CPU 0, wrk on CPU 1), loaded 4 s
 first, then `wrk -c64` for 3 s. A callgrind count (scripts/
-bench_instructions.py) holds user-space instructions only; this shows the
+scripts/bench/instructions.py) holds user-space instructions only; this shows the
 system time it leaves out (the sockets), and whether it differs by case.
 
-    python3 scripts/bench_cpu_split.py [--rounds 8] [--case synced]
+    python3 scripts/bench cpu_split [--rounds 8] [--case synced]
 """
 
 import argparse
@@ -15,13 +14,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import bench_variants
-from bench_common import COMPLETED, WASM, admin_stat, cpu_times, valkey_server
+from .common import COMPLETED, WASM, admin_stat, cpu_times, valkey_server
+from .variants import Variant
 
 
 def measure(case, valkey_port, workdir):
     """(user µs, system µs) per request of one fresh Envoy running `case`."""
-    v = bench_variants.Variant("split", WASM, {}, case, valkey_port, workdir, pin=True, warm="4s")
+    v = Variant("split", WASM, {}, case, valkey_port, workdir, pin=True, warm="4s")
     try:
         v.ready()
         done, (user, system) = admin_stat(v.ports[2], COMPLETED), cpu_times(v.envoy.pid)

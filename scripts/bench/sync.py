@@ -11,8 +11,7 @@ import re
 import subprocess
 import time
 
-import bench_together
-from bench_common import ENVOY, admin_stat, free_port, render, resp, wait_port
+from .common import ENVOY, admin_stat, free_port, render, resp, wait_port
 
 SYNCED = "tollgate synced allowed"
 INTERVAL = "100ms"
@@ -28,7 +27,7 @@ def case(big):
         "limits": [{"limit": big, "period": "1h"}], "sync": {"interval": INTERVAL}}}
 
 
-# Measured at once with no rule matching (scripts/bench_together.py): the
+# Measured at once with no rule matching (scripts/bench/together.py): the
 # synced path as configured by default, with the decision's filter state
 # (`logged`), without the RateLimit headers on admitted responses (`quiet`);
 # with `admitted`, the store path, for #27's target.
@@ -99,7 +98,7 @@ def sync_report(results, synced):
     if together:
         lines += ["", "The same against no rule matching, measured at once: per round a new Envoy per case, both",
                   "pinned to CPU 0, each driven by its own `wrk -t1 -c64` on CPU 1 during the same 3 s (loaded 4 s",
-                  "first), so that the machine's drift falls on both alike (scripts/bench_together.py); Envoy CPU",
+                  "first), so that the machine's drift falls on both alike (scripts/bench/together.py); Envoy CPU",
                   "per request, case ÷ no match, per round and the median of "
                   f"{TOGETHER_ROUNDS} rounds. Its inverse is the throughput per",
                   "CPU second. `logged`: `response.filter_state: true`; `quiet`: `response.on_allowed: false`.",

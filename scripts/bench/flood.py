@@ -6,7 +6,7 @@ import re
 import resource
 import subprocess
 
-from bench_common import DURATION, ENVOY, admin_stat, free_port, render, wait_port
+from .common import DURATION, ENVOY, admin_stat, free_port, render, wait_port
 
 WRK_FLOOD = """
 local threads = 0

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The floor under tollgate's paths (docs/performance.md, "The floor").
 
 benches/floor is a proxy-wasm filter that makes the host calls one of
@@ -8,16 +7,16 @@ request no rule matches), `local` (a synced rule's admitted request) and
 through tollgate's stream and framing shim to Valkey, resumed on the
 reply), and `sized` (`store` with a message as large as tollgate's: an
 `ECHO` of 100 bytes per request). Measured beside tollgate at once
-(scripts/bench_together.py: per round a new Envoy per case and one with no
+(scripts/bench/together.py: per round a new Envoy per case and one with no
 rule matching, three on CPU 0 during the same seconds, each driven by its
 own `wrk -c64` on CPU 1; ratios to no rule matching within each round,
 medians), it shows what Envoy itself charges for each path: the part of
 #26's and #27's ratios that no module can remove.
 
-    python3 scripts/bench_floor.py [--rounds N] [--alternate N]      (make bench-floor)
+    python3 scripts/bench floor [--rounds N] [--alternate N]      (make bench-floor)
 
 With `--alternate N` each Envoy of a round is driven alone instead, N turns
-of 3 s each (bench_together.py's `--alternate`): the paths without another
+of 3 s each (scripts/bench/together.py's `--alternate`): the paths without another
 Envoy taking the core while one waits (docs/performance.md, "Measured
 alone").
 """
@@ -25,9 +24,8 @@ alone").
 import argparse
 import subprocess
 
-import bench_together
-import bench_variants
-from bench_common import ROOT, TOOLS
+from . import together, variants
+from .common import ROOT, TOOLS
 
 # The floor's paths set the decision's filter state, as tollgate does with
 # `response.filter_state: true` (the `logged` cases).
@@ -45,7 +43,7 @@ def build():
     and every call into the VM costs), then wasm-opt -O3."""
     subprocess.run(["cargo", "build", "--quiet", "--release", "--target", "wasm32-wasip1"],
                    cwd=ROOT / "benches/floor", check=True)
-    raw, out = ROOT / "benches/floor/target/wasm32-wasip1/release/tollgate_floor.wasm", bench_variants.FLOOR_WASM
+    raw, out = ROOT / "benches/floor/target/wasm32-wasip1/release/tollgate_floor.wasm", variants.FLOOR_WASM
     dce = out.with_suffix(".dce.wasm")
     subprocess.run([str(TOOLS / "binaryen/usr/bin/wasm-metadce"), "--graph-file", str(ROOT / "src/filter/exports.json"),
                     str(raw), "-o", str(dce)], check=True, capture_output=True)
@@ -57,7 +55,7 @@ def build():
 def run(rounds, alternate=0):
     """{case: {"ratio": median ÷ unmatched, "ratios": per round, "us": median µs}}."""
     build()
-    return bench_together.together(GROUPS, rounds=rounds, alternate=alternate)
+    return together.together(GROUPS, rounds=rounds, alternate=alternate)
 
 
 def table(results):

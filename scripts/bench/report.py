@@ -1,16 +1,14 @@
-"""docs/benchmarks.md from the figures of `scripts/bench.py` (its tables, the
-charts of `bench_charts.py` in docs/bench/, the targets, the flood, the host
+"""docs/benchmarks.md from the figures of `scripts/bench/suite.py` (its tables, the
+charts of `scripts/bench/charts.py` in docs/bench/, the targets, the flood, the host
 calls, the synced rules, the cluster section, the profiles, then docs/benchmarks-notes.md as
 written by hand)."""
 
 import os
 import platform
 
-import bench_charts
-import bench_cluster
-import bench_sync
-from bench_common import DURATION, ROOT, WASM
-from bench_flood import FLOOD_CONNECTIONS
+from . import charts, cluster, sync
+from .common import DURATION, ROOT, WASM
+from .flood import FLOOD_CONNECTIONS
 
 
 def baseline_row(baseline, name, r):
@@ -69,7 +67,7 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
     lines = [
         "# Benchmarks",
         "",
-        "Produced by `make bench` (`scripts/bench.py`) in one run; do not edit by hand.",
+        "Produced by `make bench` (`scripts/bench/suite.py`) in one run; do not edit by hand.",
         "",
         f"- Machine: {os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}.",
         f"- Envoy 1.40.0 with one worker (`--concurrency 1`), Valkey 9 on loopback, `wrk -t1`, {DURATION} per run.",
@@ -95,7 +93,7 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
             lines.append(f"| {name} | {r['connections']} | {r['rps']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | "
                          f"{ratio:.2f} | {valkey_cols[0]} | {valkey_cols[1]} | {valkey_cols[2]} |"
                          + baseline_cells(baseline, name, r, "rps", "{:.0f}") + baseline_p50(baseline, name, r))
-    lines += bench_charts.chart_section(results)
+    lines += charts.chart_section(results)
     allowed64 = min(r["rps"] for n, rows in results.items() if n.startswith("tollgate allowed")
                     for r in rows if r["connections"] == 64)
     denied = {r["connections"]: r for r in results["tollgate denied"]}
@@ -118,7 +116,7 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
          f"{nomatch64 / base[64]['rps']:.2f} × no filter", nomatch64 / base[64]["rps"] >= 0.85),
     ]
     if synced.get("together"):
-        checks += bench_sync.targets(synced)
+        checks += sync.targets(synced)
     checks += baseline_targets(results, baseline)
     lines += ["", "## Where the time goes, per request", "",
               "CPU time of each process over the run (`/proc/<pid>/stat`), divided by the requests wrk",
@@ -155,8 +153,8 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
               "|---|---|---|---|---|---|---|",
               f"| {f['requests']} | {f['rps']:.0f} | {share(f['store'])} | {share(f['local'])} | "
               f"{share(f['overloaded'])} | {share(f['failure_mode'])} | {f['timeouts']} |"]
-    if bench_sync.SYNCED in results:
-        lines += bench_sync.sync_report(results, synced)
+    if sync.SYNCED in results:
+        lines += sync.sync_report(results, synced)
     if costs:
         base_costs = baseline[2] if baseline and len(baseline) > 2 else {}
         lines += ["", "## Host calls per request", "",
@@ -175,7 +173,7 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
                          + (f" {b['host_calls']:.2f} | {b['callbacks'] + b['buffers']:.2f} |" if b else
                             " — | — |" if base_costs else ""))
     if clustered:
-        lines += bench_cluster.cluster_report(clustered)
+        lines += cluster.cluster_report(clustered)
     for name, prof in profiles.items():
         lines += ["", f"## Profile: {name}, 64 connections", "",
                   "Envoy's CPU samples by where they ran (`perf record -e cpu-clock`, software clock):", "",
@@ -189,4 +187,4 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
     print(f"wrote {out}")
     # The charts again, from the report's rounded figures: what
     # tests/host/bench_charts.rs draws and compares.
-    bench_charts.main([])
+    charts.main([])

@@ -1,16 +1,16 @@
-"""The Valkey Cluster section of `make bench` (scripts/bench.py imports it):
+"""The Valkey Cluster section of `make bench` (scripts/bench/suite.py imports it):
 the same load through envoy/envoy-cluster.yaml on a cluster of 1 master, then
 of 3, in one run, and requests of two rules in different slots (two calls,
 admitted; three when one denies and the other's record is undone). Each
 master's share of the calls and Valkey's µs per call on it come from
-`INFO commandstats`. Run alone: `python3 scripts/bench.py --cluster-only`."""
+`INFO commandstats`. Run alone: `python3 scripts/bench suite --cluster-only`."""
 
 import re
 import subprocess
 import json
 
-from bench_common import (DIRECT, DURATION, ENVOY, ROOT, VALKEY, WASM, WRK_USERS, admin_stat, cpu_seconds, free_port, resp,
-                   wait_port, wrk)
+from .common import (DIRECT, DURATION, ENVOY, ROOT, VALKEY, WASM, WRK_USERS, admin_stat, cpu_seconds, free_port, resp,
+                     wait_port, wrk)
 
 CLUSTER_CONNECTIONS = 64
 CLUSTER_USERS = 10_000

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Envoy's instructions per request, by case, counted by callgrind: the
 measure of a path's cost that this machine kind's noise does not move.
 
@@ -14,13 +13,13 @@ kernel's share (about a fifth of an unmatched request's CPU, the sockets)
 is not counted, nor cycles lost to cache misses. Two counts of one case
 agree within about 1 %.
 
-    python3 scripts/bench_instructions.py [--cases unmatched,synced,...] [--seconds N] [--baseline REF]
+    python3 scripts/bench instructions [--cases unmatched,synced,...] [--seconds N] [--baseline REF]
 
---baseline builds REF's module (as scripts/bench_variants.py does) and
+--baseline builds REF's module (as scripts/bench/variants.py does) and
 counts its cases too (the floor's are counted once).
 
-Cases are scripts/bench_variants.py's, the floor's included (build it with
-scripts/bench_floor.py first, or pass --floor).
+Cases are scripts/bench/variants.py's, the floor's included (build it with
+scripts/bench/floor.py first, or pass --floor).
 """
 
 import argparse
@@ -30,9 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import bench_floor
-import bench_variants
-from bench_common import COMPLETED, WASM, admin_stat, valkey_server, wait_port
+from . import floor, variants
+from .common import COMPLETED, WASM, admin_stat, valkey_server, wait_port
 
 
 
@@ -61,7 +59,7 @@ def count(case, valkey_port, workdir, seconds, wasm=WASM, cache_sim=False):
     out = workdir / f"{case.replace(' ', '_')}-{time.time_ns()}.cg"
     callgrind = ["valgrind", "--tool=callgrind", "--smc-check=all-non-file", "--instr-atstart=no",
                  f"--callgrind-out-file={out}"] + (["--cache-sim=yes"] if cache_sim else [])
-    v = bench_variants.Variant("i", wasm, {}, case, valkey_port, workdir, under=callgrind)
+    v = variants.Variant("i", wasm, {}, case, valkey_port, workdir, under=callgrind)
     envoy = v.envoy
     url = f"http://127.0.0.1:{v.ports[0]}/"
     try:
@@ -104,11 +102,11 @@ def run(cases, seconds=3, repeat=1, baseline=None, cache_sim=False):
     workdir = Path(tempfile.mkdtemp(prefix="tollgate-instructions-"))
     modules = [("this tree", WASM)]
     if baseline:
-        modules.insert(0, (f"baseline {baseline}", bench_variants.build_baseline(baseline, workdir)))
+        modules.insert(0, (f"baseline {baseline}", variants.build_baseline(baseline, workdir)))
     with valkey_server(workdir) as (valkey_port, _):
         return {(label, case): [count(case, valkey_port, workdir, seconds, wasm, cache_sim) for _ in range(repeat)]
                 for label, wasm in modules for case in cases
-                if "floor" not in bench_variants.CASES[case] or label == "this tree"}
+                if "floor" not in variants.CASES[case] or label == "this tree"}
 
 
 def main():
@@ -122,7 +120,7 @@ def main():
                         help="simulate the caches too: misses and estimated cycles per request")
     args = parser.parse_args()
     if args.floor:
-        bench_floor.build()
+        floor.build()
     results = run(args.cases.split(","), args.seconds, args.repeat, args.baseline, args.cache_sim)
     for (label, case), rows in results.items():
         base = results.get((label, "unmatched"), [{}])[0].get("instructions")

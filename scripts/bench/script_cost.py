@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """`make bench-script`: what one decision costs inside Valkey.
 
 Runs `examples/script_cost`: every algorithm, 1 and 2 windows,
@@ -6,16 +5,16 @@ allowed on a new key, allowed on a key in use and denied, through the function
 library (FCALL) and the script (EVALSHA), straight to a valkey-server of its
 own (no Envoy). Prints the table and writes it into docs/algorithms.md.
 
-    scripts/script_cost.py [--baseline GIT_REF] [--server PATH] [--no-docs]
+    python3 scripts/bench script_cost [--baseline GIT_REF] [--server PATH] [--no-docs]
 
 --baseline also measures the script of an older version in the same run: the
 concatenation of its src/limiter/{prelude,sliding_log,gcra,sliding_window,
 fixed_window,decide}.lua (the layout since the four algorithms; a version
 whose decide.lua only defines `decide` gets `return decide(KEYS, ARGV, true)`).
 
-For `make bench` (scripts/bench.py):
+From another module of the package:
 
-    import script_cost
+    from . import script_cost
     rows = script_cost.rows()   # list of dicts, one per algorithm x case x path:
     # server, path ("FCALL" | "EVALSHA"), algorithm, windows, decision,
     # decisions, usec_per_decision (commandstats), cpu_usec_per_decision,
@@ -29,7 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .common import ROOT
+
 FILES = ["prelude", "sliding_log", "gcra", "sliding_window", "fixed_window", "decide"]
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Variants of the module or its configuration measured against one another
 in one run, the way ../shared/measuring.md measures Envoy's CPU per request:
 one Envoy per variant (--concurrency 1), all up at once against one Valkey,
@@ -11,12 +10,12 @@ p50 at 1 connection and p99 at 16 connections (measured once per round, for
 `make bench BASELINE=<ref>` builds its baseline module with
 `build_baseline` below; alone, against the working tree:
 
-    python3 scripts/bench_variants.py [--baseline REF] [--rounds N] [--messages 1,2,4,64]
+    python3 scripts/bench variants [--baseline REF] [--rounds N] [--messages 1,2,4,64]
 
 --messages measures the working tree's module with each value of
 `valkey.max_messages_in_flight` (how its default was chosen).
 
-    python3 scripts/bench_variants.py --module LABEL=PATH ... --cases unmatched,synced
+    python3 scripts/bench variants --module LABEL=PATH ... --cases unmatched,synced
         [--fresh] [--pin]
 
 compares built modules (e.g. with one host call repeated ten times, to
@@ -36,8 +35,8 @@ from pathlib import Path
 
 import time
 
-from bench_common import (ENVOY, ROOT, TOOLS, WASM, admin_stat, counting, cpu_seconds, free_port, render,
-                          valkey_server, wait_port, worktree, wrk)
+from .common import (ENVOY, ROOT, TOOLS, WASM, admin_stat, counting, cpu_seconds, free_port, render,
+                     valkey_server, wait_port, worktree, wrk)
 
 BIG = 1_000_000_000
 CASES = {
@@ -60,7 +59,7 @@ LOGGED = {"response": {"filter_state": True}}
 CASES["synced logged"] = dict(CASES["synced"], plugin_extra=LOGGED)
 CASES["synced quiet"] = dict(CASES["synced"], plugin_extra={"response": {"on_allowed": False}})
 CASES["admitted logged"] = dict(CASES["admitted"], plugin_extra=LOGGED)
-# The floor (benches/floor, scripts/bench_floor.py): a module making only the
+# The floor (benches/floor, scripts/bench/floor.py): a module making only the
 # host calls of tollgate's path of the same name, in the filter's place
 # (tollgate stays the store tunnel's framing shim).
 FLOOR_WASM = ROOT / "benches/floor/target/floor.wasm"
@@ -102,7 +101,7 @@ def build_baseline(ref, workdir):
 class Variant:
     def __init__(self, label, wasm, valkey_extra, case, valkey_port, workdir, count_calls=False, pin=False,
                  warm="1s", under=()):
-        """`under`: a command Envoy runs under (scripts/bench_instructions.py: callgrind)."""
+        """`under`: a command Envoy runs under (scripts/bench/instructions.py: callgrind)."""
         self.label, self.case_name, self.pin, self.warm = label, case, pin, warm
         self.ports = [free_port(), free_port(), free_port()]
         base = {"valkey": {"cluster": "tollgate_valkey", "timeout": "1s", **valkey_extra}}

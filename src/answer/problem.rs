@@ -8,9 +8,9 @@
 //! violated window).
 //!
 //! ```
-//! use tollgate::headers::PolicyStat;
+//! use tollgate::answer::headers::PolicyStat;
 //! use tollgate::limiter::WindowOutcome;
-//! use tollgate::problem::quota_exceeded;
+//! use tollgate::answer::problem::quota_exceeded;
 //!
 //! let burst = WindowOutcome {
 //!     check: 0, window: 1, limit: 5, period_ms: 3_000,
@@ -22,8 +22,8 @@
 //! assert!(body.ends_with(r#""retry_after":2}"#));
 //! ```
 
-use crate::headers::{retry_after_secs, PolicyStat};
-use crate::text::{push_json_escaped, push_json_string, push_u64};
+use crate::answer::headers::{retry_after_secs, PolicyStat};
+use crate::answer::text::{push_json_escaped, push_json_string, push_u64};
 
 /// Media type of the bodies below.
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";

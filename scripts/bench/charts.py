@@ -2,13 +2,13 @@
 (plain text, no plotting library) into docs/bench/: throughput and its ratio
 to "no filter" per case, latency percentiles, decisions per store message.
 
-`scripts/bench_report.py` calls `chart_section(results)` with the run's
+`scripts/bench/report.py` calls `chart_section(results)` with the run's
 figures. Run alone, this script draws them from the main table of the
 committed docs/benchmarks.md (the figures of its last run) and puts the
 section back in place:
 
-    python3 scripts/bench_charts.py            # docs/bench/*.svg and the section
-    python3 scripts/bench_charts.py --check DIR  # draws into DIR and parses each as XML
+    python3 scripts/bench charts              # docs/bench/*.svg and the section
+    python3 scripts/bench charts --check DIR  # draws into DIR and parses each as XML
 """
 
 import re
@@ -17,7 +17,8 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-ROOT = Path(__file__).resolve().parent.parent
+from .common import ROOT
+
 REPORT = ROOT / "docs/benchmarks.md"
 CHARTS = ROOT / "docs/bench"
 HEADING = "## Charts"
@@ -111,7 +112,7 @@ def write_charts(results, directory):
 def chart_section(results, directory=CHARTS):
     """Writes the charts and returns the report's lines that show them."""
     files = write_charts(results, directory)
-    lines = ["", HEADING, "", "The table above, drawn (`scripts/bench_charts.py`).", ""]
+    lines = ["", HEADING, "", "The table above, drawn (`scripts/bench/charts.py`).", ""]
     titles = {"throughput.svg": "Throughput per case", "ratio.svg": "Throughput as a ratio to no filter",
               "latency.svg": "Latency percentiles per case", "decisions.svg": "Decisions per store message"}
     for name in files:
@@ -134,6 +135,9 @@ def results_from_report(text):
 
 
 def main(argv):
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
     text = REPORT.read_text()
     results = results_from_report(text)
     if argv[:1] == ["--check"]:

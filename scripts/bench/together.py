@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Envoy CPU per request of two cases measured at the same time, so that
 the machine's drift falls on both alike.
 
@@ -18,7 +17,7 @@ Both Envoys share one core's caches, switching every few milliseconds, a
 cost an Envoy alone on its core does not pay: the ratio is the two paths'
 relative cost under that sharing, not a figure for either alone.
 
-    python3 scripts/bench_together.py [--case synced,admitted] [--case 'synced+synced quiet'] [--rounds 8] [--duration 3] [--wasm PATH] [--against PATH]
+    python3 scripts/bench together [--case synced,admitted] [--case 'synced+synced quiet'] [--rounds 8] [--duration 3] [--wasm PATH] [--against PATH]
 """
 
 import argparse
@@ -27,8 +26,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import bench_variants
-from bench_common import COMPLETED, WASM, admin_stat, cpu_seconds, valkey_server, wait_port
+from .common import COMPLETED, WASM, admin_stat, cpu_seconds, valkey_server, wait_port
+from .variants import Variant
 
 
 def usage(v):
@@ -50,7 +49,7 @@ def one_round(runs, valkey_port, workdir, duration, alternate=0):
     """{name: Envoy CPU µs per request} of `runs` ((name, case, module)), all
     their Envoys measured at once; with `alternate`, each alone instead, in
     turn, `alternate` times for `duration` seconds each."""
-    variants = [bench_variants.Variant(name.replace(" ", "_").replace("/", "_"), wasm, {}, case, valkey_port,
+    variants = [Variant(name.replace(" ", "_").replace("/", "_"), wasm, {}, case, valkey_port,
                                        workdir, pin=True) for name, case, wasm in runs]
     try:
         for v in variants:
@@ -121,7 +120,7 @@ def together(cases, rounds=8, duration=3, wasm=WASM, against=None, alternate=0):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--case", default="synced", help="cases of scripts/bench_variants.py, comma-separated; "
+    parser.add_argument("--case", default="synced", help="cases of scripts/bench/variants.py, comma-separated; "
                         "cases joined by + run at once")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--duration", type=int, default=3)

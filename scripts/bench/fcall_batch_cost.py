@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Whether several decisions per FCALL pay on top of group commit
 (docs/performance.md, "Several decisions per FCALL"): Valkey CPU per
 decision for N decisions as N pipelined FCALLs in one write (what group
@@ -8,7 +7,7 @@ straight to a valkey-server of its own. Both entries are registered in one
 function library built from this tree's src/limiter/*.lua, so the
 definitions are made once, as in the shipped library.
 
-    python3 scripts/fcall_batch_cost.py [--batch 32] [--decisions 200000] [--rounds 3]
+    python3 scripts/bench fcall_batch_cost [--batch 32] [--decisions 200000] [--rounds 3]
 """
 
 import argparse
@@ -17,7 +16,7 @@ import subprocess
 import tempfile
 import time
 
-from bench_common import ROOT, VALKEY, cpu_seconds, free_port, wait_port
+from .common import ROOT, VALKEY, cpu_seconds, free_port, wait_port
 
 FILES = ["prelude", "sliding_log", "gcra", "sliding_window", "fixed_window", "decide"]
 MULTI = """

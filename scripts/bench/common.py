@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools"
 ENVOY = os.environ.get("TOLLGATE_ENVOY", str(TOOLS / "bin/envoy"))
 VALKEY = os.environ.get("TOLLGATE_VALKEY", str(TOOLS / "bin/valkey-server"))

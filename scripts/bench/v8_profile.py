@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The module's own compute as V8 runs it, by function: the admitted
 path's bench (benches/admitted_path.rs) built for wasm32-wasip1 with the
 release profile (`--features v8-profile`, the example admitted_path_wasm)
@@ -12,7 +11,7 @@ and the sampling profiler attributes time spent in V8's own helpers (a
 `memory.copy` it calls out for, say) to the wasm function that called
 them: read the shares as where to look, not as Envoy's figures.
 
-    python3 scripts/v8_profile.py [--stage synced] [--iters 2000000] [--top 30]
+    python3 scripts/bench v8_profile [--stage synced] [--iters 2000000] [--top 30]
 """
 
 import argparse
@@ -24,7 +23,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bench_common import ROOT
+from .common import ROOT
 
 WASM = ROOT / "target/wasm32-wasip1/release/examples/admitted_path_wasm.wasm"
 
