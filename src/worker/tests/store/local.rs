@@ -1,8 +1,8 @@
 //! `failure_mode: local` and `overload`: what a request gets when the store
 //! cannot decide it, or the worker cannot take it.
 
-use super::fake::Rig;
 use crate::testing::plugin;
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Flow, Stat};
 
 fn local(share: &str) -> Rig {
@@ -20,7 +20,7 @@ fn status(rig: &mut Rig, user: &str) -> Option<u32> {
     if flow == Flow::Continue {
         return Some(200);
     }
-    rig.settle();
+    rig.run_until_quiet();
     rig.host.status(id)
 }
 
@@ -52,7 +52,7 @@ fn while_the_store_is_down_each_worker_limits_by_its_share_then_the_store_decide
     rig.host.refuse_open = None;
     for _ in 0..200 {
         rig.tick(5);
-        rig.settle();
+        rig.run_until_quiet();
     }
     assert_eq!(rig.store.executed, executed + 1, "what it admitted flushed (tests/synced.rs)");
     assert_eq!(status(&mut rig, "back"), Some(200));

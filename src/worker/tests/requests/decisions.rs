@@ -3,8 +3,8 @@
 //! request got, and for a decision its windows and the store's round trip,
 //! when `response.filter_state` asks for it (off by default).
 
-use super::fake::Rig;
 use crate::testing::{plugin, Plugin};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Answer, Decider};
 
 /// The seed rule, without the record.
@@ -28,7 +28,7 @@ fn store_and_cache_decisions_name_the_denying_window() {
     let mut ids = Vec::new();
     for _ in 0..7 {
         let (id, _) = rig.request("alice");
-        rig.settle();
+        rig.run_until_quiet();
         ids.push(id);
         rig.now += 10;
     }
@@ -54,7 +54,7 @@ fn failure_mode_and_the_local_limiter_are_recorded() {
         let mut rig = Rig::new(seed().failure_mode(mode));
         rig.host.refuse_open = Some("unreachable".into());
         let (id, _) = rig.request("bob");
-        rig.settle();
+        rig.run_until_quiet();
         assert_eq!(rig.host.status(id), Some(status), "{mode}");
         assert_eq!(summary(&rig, id), (decider, answer, vec![]), "{mode}");
     }
@@ -78,7 +78,7 @@ fn by_default_nothing_is_recorded_and_the_answers_stay() {
     let mut statuses = Vec::new();
     for _ in 0..7 {
         let (id, _) = rig.request("alice");
-        rig.settle();
+        rig.run_until_quiet();
         statuses.push(rig.host.status(id));
         rig.now += 10;
     }
@@ -88,7 +88,7 @@ fn by_default_nothing_is_recorded_and_the_answers_stay() {
     let mut rig = Rig::new(bare().top(r#""response": { "filter_state": false }"#).failure_mode("deny"));
     rig.host.refuse_open = Some("unreachable".into());
     let (id, _) = rig.request("bob");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(503), "failure_mode: deny");
     assert!(rig.host.decisions.is_empty(), "no record: {:?}", rig.host.decisions);
 }

@@ -2,8 +2,8 @@
 //! worker says: read it, hold it, or let it go; and a request or a response
 //! that has no body, decided or settled at once on the empty one.
 
-use super::fake::Rig;
 use crate::testing::{plugin, rule, Plugin};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{BodyStep, CountStat, Flow, ResponseFlow, ResponseView, Stat};
 
 /// 100 per 3 s per tenant, reserving from the request's JSON body and
@@ -28,7 +28,7 @@ fn a_request_body_is_read_once_complete_or_max_body_bytes_long_then_waits_with_i
     assert_eq!(step(&rig, None, true), BodyStep::Read(1025), "at the trailers, size unknown");
     assert_eq!(rig.request_body(id, &[b' '; 1024], false), Flow::Pause);
     assert_eq!(step(&rig, Some(2_048), false), BodyStep::Wait, "decided on its first bytes: the rest waits with it");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!(step(&rig, Some(2_048), true), BodyStep::Pass, "admitted: the rest goes on");
     let (other, flow) = rig.request_with(&[]);
@@ -42,7 +42,7 @@ fn a_request_without_a_body_is_decided_at_once_on_the_empty_one() {
     let (id, flow) = rig.request_ending(&TENANT, true);
     assert_eq!(flow, Flow::Pause, "sent to the store, not waiting for a body");
     assert!(!rig.host.outbox.is_empty() || rig.host.wakes > 0, "on its way");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!(rig.host.count(Stat::BodyTooLarge), 0, "an empty body is complete");
     assert_eq!(rig.host.count(Stat::Count(0, CountStat::Reserved)), 100, "no max_tokens: the default");
@@ -54,19 +54,19 @@ fn a_response_body_goes_to_the_worker_and_one_without_is_settled_at_once() {
     let json = [("content-type", "application/json")];
     let (first, _) = rig.request_with(&TENANT);
     rig.request_body(first, br#"{"max_tokens":40}"#, true);
-    rig.settle();
+    rig.run_until_quiet();
     assert!(!rig.worker.reads_response_body(first), "not before its response");
     assert_eq!(rig.response(first, 200, &json), ResponseFlow::ReadBody);
     assert!(rig.worker.reads_response_body(first));
     rig.response_body(first, br#"{"usage":{"total_tokens":25}}"#, true);
     assert!(!rig.worker.reads_response_body(first), "read to its end");
-    rig.settle();
+    rig.run_until_quiet();
     let (second, _) = rig.request_with(&TENANT);
     rig.request_body(second, br#"{"max_tokens":30}"#, true);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.response_ending(second, (200, &json), true), ResponseFlow::Continue);
     assert!(!rig.worker.reads_response_body(second), "no body to read");
-    rig.settle();
+    rig.run_until_quiet();
     let count = |s| rig.host.count(Stat::Count(0, s));
     assert_eq!(count(CountStat::CostFallback), 1, "no body: its reservation is its cost");
     assert_eq!((count(CountStat::Reserved), count(CountStat::Settled)), (70, 55));

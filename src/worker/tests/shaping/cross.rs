@@ -5,10 +5,10 @@
 //! time; past `max_delay` it is denied and undone; a held request that goes
 //! away gives back every slot; a parked one that goes away is dropped.
 
-use super::cluster::{cluster_base, cluster_rig, key};
-use super::cluster_cross::{both, split_user};
-use super::fake::Rig;
 use crate::testing::{rule, Plugin};
+use crate::worker::tests::cluster::basics::{cluster_base, cluster_rig, key};
+use crate::worker::tests::cluster::cross::{both, split_user};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{ShapeStat, Stat};
 
 const SHAPE: &str = r#""shape": { "max_delay": "2s" }"#;
@@ -32,7 +32,7 @@ fn a_burst_across_slots_is_held_until_every_slot_records_it() {
     let user = split_user(&rig);
     let start = rig.now;
     let ids: Vec<u32> = (0..7).map(|_| both(&mut rig, &user).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     let now: Vec<u32> = ids.iter().copied().filter(|id| rig.host.status(*id) == Some(200)).collect();
     assert_eq!(now.len(), 2, "b's two fit now");
     assert_eq!(rig.gauges().2, 4, "four held");
@@ -65,14 +65,14 @@ fn a_held_request_across_slots_that_goes_away_gives_back_every_slot() {
     let user = split_user(&rig);
     let start = rig.now;
     let ids: Vec<u32> = (0..3).map(|_| both(&mut rig, &user).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.gauges().2, 1);
     let held = ids.iter().copied().find(|id| rig.host.status(*id).is_none()).unwrap();
     assert_eq!(times(&rig, "a", &user), [start, start, start + 1_000]);
     let given = rig.host.count(Stat::Shape(ShapeStat::GivenBack));
     rig.worker.on_gone(held);
     rig.tick(5);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), given + 2, "one per slot");
     assert_eq!(times(&rig, "a", &user), [start, start]);
     assert_eq!(times(&rig, "b", &user), [start, start]);
@@ -88,7 +88,7 @@ fn a_parked_request_that_goes_away_is_dropped_and_the_next_starts() {
     let ids: Vec<u32> = (0..3).map(|_| both(&mut rig, &user).0).collect();
     // The first is in rounds; the second and third are parked behind it.
     rig.worker.on_gone(ids[1]);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(ids[0]), Some(200));
     assert_eq!(rig.host.status(ids[1]), None, "gone, never decided");
     assert_eq!(rig.host.status(ids[2]), Some(200));

@@ -3,9 +3,9 @@
 //! time, for every failure mode; once the store is healthy again, nothing is
 //! left waiting and nothing was answered twice.
 
-use super::fake::Rig;
 use crate::testing::plugin;
 use crate::testing::Rng;
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::Flow;
 use std::collections::HashMap;
 

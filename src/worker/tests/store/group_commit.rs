@@ -2,9 +2,9 @@
 //! while the window of messages awaiting replies is full, decisions wait in
 //! the worker's queue and leave together when a reply frees it; no timer.
 
-use super::fake::Rig;
 use crate::store::FailureKind;
 use crate::testing::{plugin, Plugin};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Stat, MAX_WAIT_MS};
 
 fn rule() -> Plugin {

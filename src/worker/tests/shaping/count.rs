@@ -4,11 +4,11 @@
 //! and settles nothing; rules in one slot shaped together; a request across
 //! slots placed now or denied, never held.
 
-use super::cluster::{cluster_base, cluster_rig, executed};
-use super::cluster_cross::{entries, split_user};
-use super::fake::Rig;
 use crate::answer::response::SERVER_TIMING;
 use crate::testing::{rule, Plugin};
+use crate::worker::tests::cluster::basics::{cluster_base, cluster_rig, executed};
+use crate::worker::tests::cluster::cross::{entries, split_user};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{CountStat, Flow, ResponseFlow, ShapeStat, Stat};
 
 const SHAPE: &str = r#""shape": { "max_delay": "2s" }"#;
@@ -23,7 +23,7 @@ fn counted() -> Plugin {
 /// A burst of `n` for acme, answered by the store: the ids.
 fn burst(rig: &mut Rig, n: usize) -> Vec<u32> {
     let ids: Vec<u32> = (0..n).map(|_| rig.request_with(&[("x-tenant", "acme")]).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     ids
 }
 
@@ -42,13 +42,13 @@ fn a_reservation_is_held_until_its_slot_and_settled_there() {
     for &id in &now {
         assert_eq!(rig.response(id, 200, &[("x-used", "1")]), ResponseFlow::Pause);
     }
-    rig.settle();
+    rig.run_until_quiet();
     rig.run_for(1_010);
     for &id in &ids[5..] {
         assert_eq!(released(&rig, id), Some(1_000), "released at its slot");
         assert_eq!(rig.response(id, 200, &[("x-used", "1")]), ResponseFlow::Pause);
     }
-    rig.settle();
+    rig.run_until_quiet();
     for &id in &ids[5..] {
         let resumed = rig.resumed(id).expect("resumed after its settlement");
         let timing = (SERVER_TIMING.to_string(), "tollgate-delay;dur=1000".to_string());
@@ -74,13 +74,13 @@ fn a_held_reservation_whose_client_leaves_is_given_back_once_and_never_settled()
     assert_eq!(rig.gauges().2, 1);
     rig.worker.on_gone(gone);
     rig.tick(5);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.store.adjusted, [(start + 1_000, 2, 0)], "its reservation taken back from its slot");
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), 1);
     rig.run_for(1_500);
     assert_eq!(released(&rig, gone), None);
     assert_eq!(rig.response(gone, 200, &[("x-used", "1")]), ResponseFlow::Continue, "owes nothing");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.store.adjusted.len(), 1, "no settlement after the give-back");
     assert_eq!(rig.host.count(Stat::Count(0, CountStat::Settled)), 0);
     assert_eq!(rig.store.model.entries("tollgate:{tokens:acme}:log"), 10, "the five admitted at once only");
@@ -95,7 +95,7 @@ fn rules_in_one_slot_are_shaped_together_on_a_cluster() {
         .with(rule("b").header("x-user-id").limit(100, "1m").field(r#""hash_tag": 0"#).field(SHAPE));
     let mut rig = cluster_rig(config, 3);
     let ids: Vec<u32> = (0..7).map(|_| rig.request("alice").0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     let at_once = ids.iter().filter(|id| rig.host.status(**id) == Some(200)).count();
     assert_eq!(at_once, 5);
     assert_eq!(rig.host.count(Stat::ClusterCrossShard), 0, "one call per request");
@@ -117,12 +117,12 @@ fn a_request_across_slots_is_placed_now_or_denied_never_held() {
     let user = split_user(&rig);
     // Alone, `a` holds a sixth request until +200 ms.
     let alone: Vec<u32> = (0..6).map(|_| rig.request(&user).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.gauges().2, 1);
     // Across slots the same key has no room now: denied, `b` undone.
     let (across, flow) = rig.request_with(&[("x-user-id", &user), ("x-b", &user)]);
     assert_eq!(flow, Flow::Pause);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(across), Some(429), "not held behind the slot given at +200 ms");
     assert_eq!(rig.host.count(Stat::ClusterCrossShard), 1);
     assert_eq!(entries(&rig, "b", &user), 0, "its record in b undone");
@@ -131,7 +131,7 @@ fn a_request_across_slots_is_placed_now_or_denied_never_held() {
     assert!(alone.iter().all(|id| rig.host.status(*id) == Some(200)));
     // Once a's slots have passed, a request across slots fits now.
     let (later, _) = rig.request_with(&[("x-user-id", &user), ("x-b", &user)]);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(later), Some(200));
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::Delayed)), 1, "never held");
     assert_eq!(entries(&rig, "b", &user), 1);
@@ -157,6 +157,6 @@ fn requests_waiting_for_their_body_count_against_max_waiting() {
     for id in [a, b] {
         rig.request_body(id, br#"{"max_tokens": 1}"#, true);
     }
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.store.executed, 2, "only the two counted reached the store");
 }

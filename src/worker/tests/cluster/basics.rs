@@ -1,10 +1,10 @@
 //! Cluster mode: the slot map read from the seeds, one stream per master,
 //! `MOVED` and `ASK`, checks on several slots, and the wait for a map.
 
-use super::fake::Rig;
-use super::fake_cluster::FakeCluster;
 use crate::store::cluster::key_slot;
 use crate::testing::{plugin, Plugin};
+use crate::worker::tests::rig::fake::Rig;
+use crate::worker::tests::rig::fake_cluster::FakeCluster;
 use crate::worker::{Stat, IDLE_TICK, TICK};
 
 pub const SEEDS: &str = "tollgate_valkey_seeds";
@@ -63,7 +63,7 @@ fn the_first_request_reads_the_slot_map_then_each_master_gets_its_own_stream() {
     assert!(rig.host.opened.is_empty(), "a root that serves no request never asks");
     let users: Vec<String> = (0..3).map(|m| user_on(&rig, "hot", m)).collect();
     let ids: Vec<u32> = users.iter().map(|u| rig.request(u).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     assert_eq!(rig.host.opened[0].1, SEEDS, "the map is read first, on the seed stream");
     assert_eq!(store_targets(&rig), ["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"]);
@@ -73,12 +73,12 @@ fn the_first_request_reads_the_slot_map_then_each_master_gets_its_own_stream() {
     // Exact per bucket, on every master; streams are kept.
     for _ in 0..2 {
         let ids: Vec<u32> = users.iter().map(|u| rig.request(u).0).collect();
-        rig.settle();
+        rig.run_until_quiet();
         let statuses: Vec<Option<u32>> = ids.iter().map(|id| rig.host.status(*id)).collect();
         assert!(statuses.iter().all(|s| *s == statuses[0]), "{statuses:?}");
     }
     let last: Vec<u32> = users.iter().map(|u| rig.request(u).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert!(last.iter().all(|id| rig.host.status(*id) == Some(429)));
     assert_eq!(rig.host.opened.len(), 4, "one seed stream and one per master, kept");
     // The three denials came at once: their counters wait for a tick,
@@ -88,7 +88,7 @@ fn the_first_request_reads_the_slot_map_then_each_master_gets_its_own_stream() {
     rig.tick(5);
     assert_eq!(rig.host.tick, IDLE_TICK, "idle, but the map is read again every refresh");
     rig.run_for(5_000);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::ClusterRefresh), 2);
 }
 
@@ -97,7 +97,7 @@ fn moved_updates_the_map_and_the_call_goes_to_the_new_master() {
     let mut rig = cluster_rig(hot(), 3);
     let user = user_on(&rig, "hot", 0);
     rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     // The slot moves to master 1 behind the worker's back (keys included).
     let slot = key_slot(key("hot", &user).as_bytes());
     let cluster = rig.cluster.as_mut().unwrap();
@@ -105,19 +105,19 @@ fn moved_updates_the_map_and_the_call_goes_to_the_new_master() {
     cluster.migrate_keys(slot);
     cluster.finish_migration(slot);
     let (moved, _) = rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(moved), Some(200));
     assert_eq!(rig.host.count(Stat::ClusterMoved), 1);
     assert_eq!((executed(&rig, 0), executed(&rig, 1)), (1, 1));
     // The map was updated: the next call goes straight to master 1, and the
     // limit counts both decisions.
     let (third, _) = rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(third), Some(429));
     assert_eq!(rig.host.count(Stat::ClusterMoved), 1);
     // And the whole map is read again soon, not after `refresh`.
     rig.run_for(150);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::ClusterRefresh), 2);
 }
 
@@ -126,13 +126,13 @@ fn ask_is_followed_once_after_asking_without_changing_the_map() {
     let mut rig = cluster_rig(cluster_plugin().rule("hot", Some("x-user-id"), &[(3, "1h")]), 3);
     let user = user_on(&rig, "hot", 0);
     rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     let slot = key_slot(key("hot", &user).as_bytes());
     let cluster = rig.cluster.as_mut().unwrap();
     cluster.migrating.insert(slot, 2);
     cluster.migrate_keys(slot);
     let (asked, _) = rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(asked), Some(200));
     assert_eq!(rig.host.count(Stat::ClusterAsk), 1);
     assert_eq!(executed(&rig, 2), 1);
@@ -143,7 +143,7 @@ fn ask_is_followed_once_after_asking_without_changing_the_map() {
     // The map did not change: the next call asks master 0 again, and is
     // sent on.
     let (again, _) = rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(again), Some(200));
     assert_eq!(rig.host.count(Stat::ClusterAsk), 2);
     assert_eq!(rig.host.count(Stat::ClusterMoved), 0);
@@ -151,7 +151,7 @@ fn ask_is_followed_once_after_asking_without_changing_the_map() {
     // across the move.
     rig.cluster.as_mut().unwrap().finish_migration(slot);
     let (last, _) = rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(last), Some(429));
     assert_eq!(rig.host.count(Stat::ClusterMoved), 1);
     assert_eq!(rig.host.count(Stat::ClusterAsk), 2);
@@ -168,7 +168,7 @@ fn checks_sharing_a_hash_tag_are_decided_in_one_call() {
     let statuses: Vec<Option<u32>> = (0..3)
         .map(|_| {
             let (id, _) = rig.request("alice");
-            rig.settle();
+            rig.run_until_quiet();
             rig.host.status(id)
         })
         .collect();
@@ -184,9 +184,9 @@ fn requests_wait_for_the_slot_map_at_most_the_timeout() {
         n.down = true;
     }
     let (id, _) = rig.request("a");
-    rig.settle();
+    rig.run_until_quiet();
     rig.run_for(150);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), None, "within the timeout");
     rig.run_for(60);
     assert_eq!(rig.host.status(id), Some(503));
@@ -198,9 +198,9 @@ fn requests_wait_for_the_slot_map_at_most_the_timeout() {
         n.down = false;
     }
     rig.run_for(100);
-    rig.settle();
+    rig.run_until_quiet();
     let (id, _) = rig.request("a");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
 }
 
@@ -210,7 +210,7 @@ fn the_function_library_is_loaded_on_each_master_that_lacks_it() {
     rig.cluster.as_mut().unwrap().nodes[1].loaded = false;
     let users: Vec<String> = (0..3).map(|m| user_on(&rig, "hot", m)).collect();
     let ids: Vec<u32> = users.iter().map(|u| rig.request(u).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     let loads: Vec<usize> =
         rig.cluster.as_ref().unwrap().log.iter().filter(|(_, v, _)| v == "FUNCTION").map(|(n, _, _)| *n).collect();
@@ -223,9 +223,9 @@ fn a_server_without_cluster_shards_is_asked_cluster_slots() {
     rig.cluster.as_mut().unwrap().no_shards = true;
     let user = user_on(&rig, "hot", 2);
     let (id, _) = rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     rig.run_for(100);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!(store_targets(&rig), ["10.0.0.3:6379"]);
     let asked: Vec<String> = rig.cluster.as_ref().unwrap().log.iter().map(|(_, v, _)| v.clone()).collect();
@@ -242,7 +242,7 @@ fn auth_goes_first_on_the_seed_stream_and_on_every_master_stream() {
     rig.cluster = Some(cluster);
     let users: Vec<String> = (0..3).map(|m| user_on(&rig, "hot", m)).collect();
     let ids: Vec<u32> = users.iter().map(|u| rig.request(u).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     let log = &rig.cluster.as_ref().unwrap().log;
     for (token, _, _) in &rig.host.opened {
@@ -256,7 +256,7 @@ fn auth_goes_first_on_the_seed_stream_and_on_every_master_stream() {
     cluster.data.password = Some("s3cret".into());
     rig.cluster = Some(cluster);
     let (id, _) = rig.request("a");
-    rig.settle();
+    rig.run_until_quiet();
     rig.run_for(200);
     assert_eq!(rig.host.status(id), Some(503));
     assert!(rig.host.count(Stat::ClusterRefreshFailure) >= 1);

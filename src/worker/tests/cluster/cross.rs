@@ -3,10 +3,10 @@
 //! admitted. Interleavings, a group denied, a group failing, an undo lost,
 //! `MOVED` on one group, a client gone between the steps.
 
-use super::cluster::{cluster_base, cluster_rig, key, store_targets};
-use super::fake::Rig;
 use crate::answer::response::SHADOW_HEADER;
 use crate::testing::Plugin;
+use crate::worker::tests::cluster::basics::{cluster_base, cluster_rig, key, store_targets};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Flow, Stat, CROSS_CACHE_MS};
 
 /// Rule `a` per `x-user-id` (limit `a`), rule `b` per `x-b` (limit `b`);
@@ -54,7 +54,7 @@ fn admitted_only_if_both_masters_admit_and_a_denial_keeps_nothing() {
     let statuses: Vec<Option<u32>> = (0..3)
         .map(|_| {
             let (id, _) = both(&mut rig, &user);
-            rig.settle();
+            rig.run_until_quiet();
             rig.host.status(id)
         })
         .collect();
@@ -66,7 +66,7 @@ fn admitted_only_if_both_masters_admit_and_a_denial_keeps_nothing() {
     assert_eq!(undos_on(&rig, 0), 1, "the undo went to a's master");
     // A request of `a` alone still has the room the denial left.
     let (id, _) = rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
 }
 
@@ -86,9 +86,9 @@ fn the_denial_is_the_reply_of_one_decision_of_every_check() {
     let user = split_user(&cluster);
     for n in 0..3 {
         let (a, _) = both(&mut cluster, &user);
-        cluster.settle();
+        cluster.run_until_quiet();
         let (b, _) = both(&mut single, &user);
-        single.settle();
+        single.run_until_quiet();
         assert_eq!(cluster.host.status(a), single.host.status(b), "request {n}");
         assert_eq!(cluster.host.reply(a), single.host.reply(b), "request {n}");
         assert_eq!(cluster.response_headers(a), single.response_headers(b), "request {n}");
@@ -103,7 +103,7 @@ fn a_concurrent_request_meets_the_record_until_the_undo_lands_and_the_denial_wai
     let mut rig = cluster_rig(two("deny", 1, 1), 3);
     let user = split_user(&rig);
     let (first, _) = rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(first), Some(200));
     let (denied, _) = both(&mut rig, &user);
     rig.wake();
@@ -128,7 +128,7 @@ fn a_concurrent_request_meets_the_record_until_the_undo_lands_and_the_denial_wai
     assert_eq!(rig.host.count(Stat::CacheHit), 1);
     rig.now += 1;
     let (after, _) = rig.request_with(&[("x-b", &user)]);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(after), Some(200));
 }
 
@@ -138,7 +138,7 @@ fn interleaved_requests_on_shared_buckets_never_admit_over_a_limit() {
     let (user, other) = (split_user(&rig), split_user_n(&rig, 1));
     // The slot map is read and both streams open.
     both(&mut rig, &other);
-    rig.settle();
+    rig.run_until_quiet();
     let mut ids = Vec::new();
     for round in 0..6 {
         // Three requests of both rules and one of `b` alone arrive together;
@@ -154,7 +154,7 @@ fn interleaved_requests_on_shared_buckets_never_admit_over_a_limit() {
                 rig.answer(token);
             }
         }
-        rig.settle();
+        rig.run_until_quiet();
         rig.now += 1;
     }
     let admitted = |rig: &Rig, ids: &[u32]| ids.iter().filter(|id| rig.host.status(**id) == Some(200)).count();
@@ -179,7 +179,7 @@ fn a_shadow_denial_passes_and_keeps_nothing() {
     let ids: Vec<u32> = (0..2)
         .map(|_| {
             let (id, _) = both(&mut rig, &user);
-            rig.settle();
+            rig.run_until_quiet();
             id
         })
         .collect();

@@ -2,10 +2,10 @@
 //! by the tick, the `max_waiting` bound, slots given back by requests that
 //! go away, the headers and stats.
 
-use super::fake::Rig;
 use crate::answer::response::{DELAY_HEADER, SERVER_TIMING};
 use crate::testing::{plugin, rule, Plugin};
 use crate::worker::decision::ruling::RuleOutcome;
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Flow, ShapeStat, Stat, TICK};
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ fn shaped(algorithm: &str, max_waiting: Option<u64>) -> Plugin {
 /// A burst of `n` for alice, answered by the store: the ids.
 fn burst(rig: &mut Rig, n: usize) -> Vec<u32> {
     let ids = (0..n).map(|_| rig.request("alice")).map(|(id, flow)| (id, assert_eq!(flow, Flow::Pause)).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     ids
 }
 
@@ -61,7 +61,7 @@ fn the_burst_is_released_at_the_slots_the_windows_allow() {
         assert_eq!(rig.host.shape_delays, delays);
         assert_eq!(rig.host.count(Stat::Rule(0, RuleOutcome::Allowed)), 10);
         assert_eq!(rig.gauges().2, 0);
-        rig.settle();
+        rig.run_until_quiet();
         assert_eq!(rig.host.tick, Duration::ZERO, "{algorithm}: nothing held, no tick");
     }
 }
@@ -87,12 +87,12 @@ fn a_held_request_that_goes_away_gives_its_slot_back() {
     rig.worker.on_gone(seventh);
     rig.tick(5);
     assert_eq!(rig.gauges().2, 1);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), 1);
     // The next request takes the slot given back (+400 ms), not +600 ms.
     let asked = rig.now - start;
     let (next, _) = rig.request("alice");
-    rig.settle();
+    rig.run_until_quiet();
     rig.run_for(1_000);
     let delay = |id| rig.host.delayed.iter().find(|(d, _)| *d == id).map(|(_, ms)| *ms);
     assert_eq!(delay(sixth), Some(200));
@@ -106,14 +106,14 @@ fn max_waiting_refuses_without_a_store_call() {
     let ids: Vec<u32> = (0..8).map(|_| rig.request("alice").0).collect();
     let refused = ids.iter().filter(|id| rig.host.status(**id) == Some(429)).count();
     assert_eq!(refused, 5, "three counted at once: the rest refused at arrival");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.store.executed, 3);
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::Full)), 5);
     let reply = rig.host.reply(ids[7]).unwrap();
     assert!(reply.headers.iter().any(|(k, v)| k == "retry-after" && v == "2"), "{:?}", reply.headers);
     // Decided at once: they no longer count.
     let (id, _) = rig.request("bob");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
 }
 
@@ -121,18 +121,18 @@ fn max_waiting_refuses_without_a_store_call() {
 /// the give-back go to the master of the bucket's slot.
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn on_a_cluster_each_bucket_is_shaped_by_its_master() {
-    use super::cluster::{cluster_plugin, cluster_rig, executed, user_on};
+    use crate::worker::tests::cluster::basics::{cluster_plugin, cluster_rig, executed, user_on};
     let shape = r#""shape": { "max_delay": "2s" }"#;
     let config = cluster_plugin().with(rule("burst").header("x-user-id").limit(5, "1s").algorithm("gcra").field(shape));
     let mut rig = cluster_rig(config, 3);
     let user = user_on(&rig, "burst", 2);
     let ids: Vec<u32> = (0..7).map(|_| rig.request(&user).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(admitted(&rig, &ids), 5);
     assert_eq!((executed(&rig, 0), executed(&rig, 1), executed(&rig, 2)), (0, 0, 7));
     rig.worker.on_gone(ids[6]);
     rig.tick(5);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.cluster.as_ref().unwrap().nodes[2].adjusted, 1, "given back on its master");
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), 1);
     rig.run_for(300);
@@ -176,12 +176,12 @@ fn a_request_gone_while_its_call_is_with_the_store_gives_its_slot_back() {
     rig.worker.on_gone(gone);
     let (refused, _) = rig.request("alice");
     assert_eq!(rig.host.status(refused), Some(429), "five held and one in flight fill max_waiting 6");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.store.model.entries(KEY), 10, "the gone request's slot (+2 s) was given back");
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), 1);
     assert_eq!(rig.host.status(gone), None, "never admitted");
     let (next, _) = rig.request("alice");
-    rig.settle();
+    rig.run_until_quiet();
     assert_ne!(rig.host.status(next), Some(429), "the give-back answered: counted no more");
     assert_eq!(rig.gauges().2, 6, "the next one is held for the slot given back");
     assert_eq!(rig.store.model.entries(KEY), 11, "the next one took the slot given back");
@@ -201,10 +201,10 @@ fn a_held_request_gone_stays_counted_until_its_slot_is_given_back() {
     assert!(!rig.host.outbox.get(&stream).is_none_or(Vec::is_empty), "its give-back is on the stream");
     let (refused, _) = rig.request("alice");
     assert_eq!(rig.host.status(refused), Some(429), "the give-back not answered yet: still full");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), 1);
     let (next, flow) = rig.request("alice");
     assert_eq!(flow, Flow::Pause, "room again: sent to the store");
-    rig.settle();
+    rig.run_until_quiet();
     assert_ne!(rig.host.status(next), Some(429));
 }

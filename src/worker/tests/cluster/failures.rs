@@ -1,11 +1,11 @@
 //! Cluster mode when things break: `CLUSTERDOWN` and `TRYAGAIN`, a master
 //! killed and its replica promoted, redirections that cannot be followed.
 
-use super::cluster::{cluster_plugin, cluster_rig, executed, key, store_targets, user_on};
-use super::fake::Rig;
 use crate::store::cluster::key_slot;
 use crate::store::FailureKind;
 use crate::testing::Plugin;
+use crate::worker::tests::cluster::basics::{cluster_plugin, cluster_rig, executed, key, store_targets, user_on};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Reset, Stat};
 
 fn hot() -> Plugin {
@@ -15,7 +15,7 @@ fn hot() -> Plugin {
 /// One request of `user`, settled: its status.
 fn status(rig: &mut Rig, user: &str) -> Option<u32> {
     let (id, _) = rig.request(user);
-    rig.settle();
+    rig.run_until_quiet();
     rig.host.status(id)
 }
 
@@ -39,7 +39,7 @@ fn clusterdown_and_tryagain_are_store_failures_that_read_the_map_again_soon() {
         assert_eq!(status(&mut rig, &user), Some(503), "failure_mode deny");
         assert_eq!(rig.host.count(Stat::StoreError(FailureKind::Busy)), n);
         rig.run_for(100);
-        rig.settle();
+        rig.run_until_quiet();
         assert_eq!(rig.host.count(Stat::ClusterRefresh), 1 + n, "read again within 100 ms, not after 5 s");
     }
     rig.cluster.as_mut().unwrap().nodes[1].forced = None;
@@ -63,7 +63,7 @@ fn a_killed_master_fails_only_its_own_requests_until_its_replica_is_promoted() {
     // failures asked for it).
     rig.cluster.as_mut().unwrap().promote(3);
     rig.run_for(200);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(status(&mut rig, &lost), Some(200));
     assert_eq!(store_targets(&rig).last().map(String::as_str), Some("10.0.1.1:6379"));
     assert_eq!(executed(&rig, 3), 1, "decided on the promoted replica");
@@ -86,7 +86,7 @@ fn a_stream_to_a_node_that_is_no_longer_a_master_is_closed_once_idle() {
     // A manual failover: the replica takes over, the old master follows it.
     rig.cluster.as_mut().unwrap().promote(5);
     rig.run_for(5_000);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.cancelled, old, "the idle stream to the former master is closed");
     assert_eq!(rig.host.count(Stat::StreamReset(Reset::Switched)), 1);
     assert_eq!(status(&mut rig, &user), Some(200));
@@ -122,7 +122,7 @@ fn queued_requests_follow_their_slot_when_the_map_changes() {
     assert_eq!(rig.host.status(queued), Some(200));
     assert_eq!(rig.host.status(sent), None);
     rig.answer(master0);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(sent), Some(200));
     assert_eq!(rig.host.count(Stat::ClusterMoved), 1, "only the call already on master 0's stream");
     assert_eq!(executed(&rig, 1), 2);
@@ -144,7 +144,7 @@ fn redirections_that_loop_or_name_a_hostname_fail_the_request() {
     cluster.nodes[0].forced = Some(format!("MOVED {slot} valkey-2.valkey:6379"));
     cluster.nodes[1].forced = Some(format!("MOVED {slot} valkey-2.valkey:6379"));
     let (id, _) = rig.request(&user);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(503), "a hostname is never followed");
     assert_eq!(rig.host.count(Stat::StoreError(FailureKind::Other)), 2);
     assert!(!store_targets(&rig).iter().any(|t| t.contains("valkey-2")));

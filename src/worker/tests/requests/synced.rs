@@ -2,8 +2,8 @@
 //! sync, flushed every interval, a lost flush sent again and applied once,
 //! and what `failure_mode: local` admitted flushed when the store is back.
 
-use super::fake::Rig;
 use crate::testing::{plugin, rule};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Flow, Stat, TICK};
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ fn status(rig: &mut Rig) -> Option<u32> {
     if flow == Flow::Continue {
         return Some(200);
     }
-    rig.settle();
+    rig.run_until_quiet();
     rig.host.status(id)
 }
 
@@ -29,7 +29,7 @@ fn status(rig: &mut Rig) -> Option<u32> {
 fn sync_for(rig: &mut Rig, ms: u64) {
     for _ in 0..ms / 5 {
         rig.tick(5);
-        rig.settle();
+        rig.run_until_quiet();
     }
 }
 

@@ -4,10 +4,10 @@
 //! never takes back what a check-only rule did not record; records a
 //! failed slot's `failure_mode` keeps are settled from what they recorded.
 
-use super::cluster::{cluster_base, cluster_rig, executed};
-use super::cluster_cross::{entries, split_user, undos_on};
-use super::fake::Rig;
 use crate::testing::{rule, Plugin};
+use crate::worker::tests::cluster::basics::{cluster_base, cluster_rig, executed};
+use crate::worker::tests::cluster::cross::{entries, split_user, undos_on};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{CountStat, ResponseFlow, Stat};
 
 /// Rule `a` per `x-user-id` (100 per hour) counting on the response as
@@ -30,7 +30,7 @@ fn send(rig: &mut Rig, user: &str, extra: &[(&str, &str)]) -> u32 {
     let mut headers = vec![("x-user-id", user), ("x-b", user)];
     headers.extend_from_slice(extra);
     let (id, _) = rig.request_with(&headers);
-    rig.settle();
+    rig.run_until_quiet();
     id
 }
 
@@ -42,7 +42,7 @@ fn a_reservation_across_slots_is_settled_on_its_own_master() {
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!((entries(&rig, "a", &user), entries(&rig, "b", &user)), (30, 1), "the reservation recorded");
     assert_eq!(rig.response(id, 200, &[("x-used", "12")]), ResponseFlow::Pause);
-    rig.settle();
+    rig.run_until_quiet();
     let resumed = rig.resumed(id).unwrap().to_vec();
     assert_eq!(header(&resumed, "ratelimit"), Some(r#""a/1h";r=88;t=3600, "b/1h";r=4;t=3600"#));
     assert_eq!((entries(&rig, "a", &user), entries(&rig, "b", &user)), (12, 1), "settled at the actual cost");
@@ -63,7 +63,7 @@ fn a_denial_across_slots_gives_the_reservation_back_and_owes_nothing() {
     assert_eq!(entries(&rig, "a", &user), 30);
     assert!(!rig.worker.owes(denied));
     assert_eq!(rig.response(denied, 429, &[("x-used", "40")]), ResponseFlow::Continue);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(entries(&rig, "a", &user), 30, "no settlement");
     assert_eq!(rig.host.count(Stat::Count(0, CountStat::Reserved)), 30, "the denied reservation is not counted");
 }
@@ -78,7 +78,7 @@ fn an_undo_never_takes_back_what_a_check_only_rule_did_not_record() {
     let failed = send(&mut rig, &user, &[]);
     assert_eq!(entries(&rig, "a", &user), 0, "a only checks on the request");
     assert_eq!(rig.response(failed, 401, &[]), ResponseFlow::Pause);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(entries(&rig, "a", &user), 1, "the failure charged");
     let denied = send(&mut rig, &user, &[]);
     assert_eq!(rig.host.status(denied), Some(429));
@@ -100,7 +100,7 @@ fn a_kept_record_of_a_request_failure_mode_admitted_is_settled_from_the_reservat
     assert_eq!(rig.host.count(Stat::FailureMode { allowed: true }), 1);
     assert_eq!(entries(&rig, "a", &user), 30, "a's record kept");
     assert_eq!(rig.response(id, 200, &[("x-used", "12")]), ResponseFlow::Continue, "no store headers to hold");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(entries(&rig, "a", &user), 12);
     let count = |s| rig.host.count(Stat::Count(0, s));
     assert_eq!((count(CountStat::Reserved), count(CountStat::Settled), count(CountStat::Refunded)), (30, 12, 18));

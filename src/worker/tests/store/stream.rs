@@ -1,9 +1,9 @@
 //! The store stream: replies paired in order however they are split, a
 //! stream that closes, is refused or stalls, `AUTH`, deadlines and overload.
 
-use super::fake::Rig;
 use crate::store::FailureKind;
 use crate::testing::{plugin, Plugin};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Reset, Stat, MAX_WAIT_MS};
 
 fn rule() -> Plugin {
@@ -43,7 +43,7 @@ fn a_stream_closed_with_requests_on_it_fails_them_as_may_have_run_and_reopens() 
     assert_eq!(rig.host.count(Stat::StreamReset(Reset::Closed)), 1);
     // The stream had answered: the next request reopens at once.
     let (next, _) = rig.request("next");
-    rig.settle();
+    rig.run_until_quiet();
     assert_ne!(rig.stream(), first);
     assert_eq!(rig.host.status(next), Some(200));
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
@@ -67,7 +67,7 @@ fn a_refused_stream_never_ran_anything_its_requests_fail_fast_until_the_backoff_
     // After the backoff the next request opens a stream and is decided.
     rig.tick(60);
     let (c, _) = rig.request("c");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(c), Some(200));
     assert_eq!(rig.host.opened.len(), 2);
 }
@@ -166,7 +166,7 @@ fn auth_goes_first_and_nothing_else_before_it_is_accepted() {
     assert!(sent.starts_with(b"*2\r\n$4\r\nAUTH\r\n") && !sent.windows(7).any(|w| w == b"EVALSHA"));
     let reply = rig.store.answer(&sent, rig.now);
     rig.message(token, &reply);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
 }
 
@@ -176,7 +176,7 @@ fn a_refused_password_fails_requests_as_auth() {
     let mut rig = Rig::with_config(config);
     rig.store.password = Some("s3cret".into());
     let (id, _) = rig.request("a");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(503));
     assert_eq!(rig.host.count(Stat::StoreError(FailureKind::Auth)), 1);
     assert_eq!(rig.host.count(Stat::StreamReset(Reset::Auth)), 1);
@@ -189,12 +189,12 @@ fn a_refused_password_fails_requests_as_auth() {
 fn a_failed_send_puts_the_requests_back_and_never_fails_them_as_run() {
     let mut rig = Rig::new(rule());
     rig.request("warm");
-    rig.settle();
+    rig.run_until_quiet();
     rig.host.refuse_send = true;
     let (id, _) = rig.request("r");
     assert_eq!(rig.host.count(Stat::StreamReset(Reset::Closed)), 1);
     rig.host.refuse_send = false;
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200), "sent on the next stream");
     assert_eq!(rig.host.count(Stat::UnknownOutcome), 0);
 }
@@ -203,14 +203,14 @@ fn a_failed_send_puts_the_requests_back_and_never_fails_them_as_run() {
 fn events_of_an_old_stream_are_ignored() {
     let mut rig = Rig::new(rule());
     rig.request("o");
-    rig.settle();
+    rig.run_until_quiet();
     let old = rig.stream();
     rig.close(old, 2);
     let (id, _) = rig.request("n");
     rig.wake();
     rig.message(old, b":1\r\n");
     rig.close(old, 2);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!(rig.host.count(Stat::StreamReset(Reset::Closed)), 1);
 }
@@ -222,9 +222,9 @@ fn one_decision_in_flight_still_goes_out_behind_the_librarys_load() {
     let mut rig = Rig::new(rule().valkey(r#""max_in_flight": 1"#));
     rig.store.script_loaded = false;
     let (first, _) = rig.request("a");
-    rig.settle();
+    rig.run_until_quiet();
     let (second, _) = rig.request("b");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!((rig.host.status(first), rig.host.status(second)), (Some(200), Some(200)));
     assert_eq!(rig.host.count(Stat::Overloaded), 0);
 }

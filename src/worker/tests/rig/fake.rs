@@ -2,10 +2,10 @@
 //! ([`RecordingHost`]) and the store that decides with the pure models (the
 //! executable spec, [`ModelStore`]).
 
-use super::fake_cluster::FakeCluster;
 use crate::model::host::{FakeRequest, FakeResponse, RecordingHost};
 use crate::model::store::ModelStore;
 use crate::testing::Plugin;
+use crate::worker::tests::rig::fake_cluster::FakeCluster;
 use crate::worker::{Flow, ResponseFlow, ResponseHeaders, Worker};
 use std::collections::HashMap;
 
@@ -148,12 +148,12 @@ impl Rig {
     }
 
     /// Wakes the worker and answers on its stream until nothing moves.
-    pub fn settle(&mut self) {
+    pub fn run_until_quiet(&mut self) {
         for _ in 0..100 {
             self.wake();
             let pending: Vec<u32> = self.host.outbox.iter().filter(|(_, b)| !b.is_empty()).map(|(t, _)| *t).collect();
             if pending.is_empty() && self.host.wakes == 0 {
-                if self.host.tick == super::super::DEFERRED_TICK {
+                if self.host.tick == crate::worker::DEFERRED_TICK {
                     self.tick(1);
                     continue;
                 }
@@ -163,7 +163,10 @@ impl Rig {
                 self.answer(token);
             }
         }
-        panic!("the worker never settled: {:?} wakes {} tick {:?}", self.host.outbox, self.host.wakes, self.host.tick);
+        panic!(
+            "the worker never went quiet: {:?} wakes {} tick {:?}",
+            self.host.outbox, self.host.wakes, self.host.tick
+        );
     }
 
     /// The response of request `id` arrives: `status` and `headers`.

@@ -1,11 +1,11 @@
 //! Requests from arrival to answer: decisions, the denial cache, shadow mode,
 //! coalescing, the bounds, `NOSCRIPT`, `failure_mode` per failure kind.
 
-use super::fake::Rig;
 use crate::answer::response::SHADOW_HEADER;
 use crate::store::FailureKind;
 use crate::testing::{plugin, Plugin};
 use crate::worker::decision::ruling::RuleOutcome;
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Flow, Stat, DEFERRED_TICK, TICK};
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ fn the_seed_scenario_with_cache_denials_after_the_first() {
     for _ in 0..8 {
         let (id, flow) = rig.request("alice");
         if flow == Flow::Pause {
-            rig.settle();
+            rig.run_until_quiet();
         }
         statuses.push(rig.host.status(id));
         rig.now += 10;
@@ -60,7 +60,7 @@ fn requests_arriving_together_share_one_message_each_with_its_own_call() {
     assert_eq!(rig.host.count(Stat::StoreRequests), 10);
     assert_eq!(rig.gauges().0, 10);
     assert_eq!(rig.host.tick, TICK, "held requests: the deadline tick runs");
-    rig.settle();
+    rig.run_until_quiet();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     assert_eq!(rig.store.executed, 10);
     assert_eq!(rig.gauges().0, 0);
@@ -79,7 +79,7 @@ fn a_full_queue_refuses_explicitly_and_never_admits_unchecked() {
     assert_eq!((reply.status, &reply.body), (503, &crate::answer::response::overloaded().body));
     assert_eq!(rig.host.count(Stat::Overloaded), 1);
     assert_eq!(rig.host.count(Stat::FailureMode { allowed: true }), 0);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.store.executed, 3);
 }
 
@@ -92,7 +92,7 @@ fn the_stream_holds_at_most_max_in_flight_decisions() {
     let token = rig.stream();
     rig.answer(token);
     assert_eq!((rig.host.messages, rig.gauges().0), (2, 2), "the replies made room for two more");
-    rig.settle();
+    rig.run_until_quiet();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
 }
 
@@ -101,7 +101,7 @@ fn a_missing_library_is_loaded_once_and_each_request_runs_once() {
     let mut rig = Rig::new(seed());
     rig.store.script_loaded = false;
     let ids: Vec<u32> = (0..30).map(|i| rig.request(&format!("u{i}")).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     assert_eq!(rig.store.executed, 30, "a missing function ran nothing; each request ran once");
     assert_eq!((rig.store.loads, rig.store.evals), (1, 0), "one FUNCTION LOAD, ahead of the calls sent again");
@@ -115,7 +115,7 @@ fn a_refused_function_load_moves_the_worker_to_the_script() {
     rig.store.script_loaded = false;
     rig.store.refuse_load = Some("NOPERM this user has no permissions to run the 'function|load' command".into());
     let ids: Vec<u32> = (0..30).map(|i| rig.request(&format!("u{i}")).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     assert_eq!(rig.store.executed, 30);
     assert_eq!((rig.store.loads, rig.store.evals), (1, 1), "one refused load, then one EVAL");
@@ -123,7 +123,7 @@ fn a_refused_function_load_moves_the_worker_to_the_script() {
     assert_eq!(rig.host.count(Stat::StoreError(FailureKind::NoScript)), 0);
     // From then on, the script by its SHA.
     let (late, _) = rig.request("late");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!((rig.host.status(late), rig.store.loads, rig.store.evals), (Some(200), 1, 1));
 }
 
@@ -133,14 +133,14 @@ fn a_load_refused_for_now_fails_the_calls_behind_it_and_is_tried_again() {
     rig.store.script_loaded = false;
     rig.store.refuse_load = Some("OOM command not allowed when used memory > 'maxmemory'.".into());
     let ids: Vec<u32> = (0..3).map(|i| rig.request(&format!("u{i}")).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(503)), "failure_mode, as an oom");
     assert_eq!(rig.host.count(Stat::StoreError(FailureKind::Oom)), 3);
     assert_eq!((rig.store.executed, rig.store.evals), (0, 0), "still the function: nothing ran");
     // Memory freed: the next request loads the library again and is decided.
     rig.store.refuse_load = None;
     let (late, _) = rig.request("late");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!((rig.host.status(late), rig.store.executed), (Some(200), 1));
     assert_eq!(rig.host.count(Stat::StoreError(FailureKind::Oom)), 3);
 }
@@ -150,7 +150,7 @@ fn noscript_sends_the_script_once_and_runs_each_request_once() {
     let mut rig = Rig::new(seed().valkey(r#""invoke": "evalsha""#));
     rig.store.script_loaded = false;
     let ids: Vec<u32> = (0..30).map(|i| rig.request(&format!("u{i}")).0).collect();
-    rig.settle();
+    rig.run_until_quiet();
     assert!(ids.iter().all(|id| rig.host.status(*id) == Some(200)));
     assert_eq!(rig.store.executed, 30, "NOSCRIPT ran nothing; each request ran once");
     assert_eq!(rig.store.evals, 1, "one call carried the script; the others found it by its SHA");
@@ -164,9 +164,9 @@ fn shadow_rules_admit_report_and_strip_forged_reports() {
         plugin().rule_json(r#"{ "name": "trial", "shadow": true, "key": [ { "header": "x-user-id" } ], "limits": [ { "limit": 1, "period": "1h" } ] }"#),
     );
     let (first, _) = rig.request("bob");
-    rig.settle();
+    rig.run_until_quiet();
     let (second, _) = rig.request("bob");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!((rig.host.status(first), rig.host.status(second)), (Some(200), Some(200)));
     assert_eq!(rig.host.admitted[1].1.as_deref(), Some("trial/1h"));
     assert_eq!(rig.host.count(Stat::Rule(0, RuleOutcome::ShadowDenied)), 1);
@@ -179,10 +179,10 @@ fn the_test_clock_header_is_read_and_never_forwarded() {
     let mut rig = Rig::new(seed().now_header("x-now"));
     for i in 0..6u64 {
         rig.request_with(&[("x-user-id", "carol"), ("x-now", &(5_000 + i).to_string())]);
-        rig.settle();
+        rig.run_until_quiet();
     }
     let (id, _) = rig.request_with(&[("x-user-id", "carol"), ("x-now", "8001")]);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200), "3 s later on the injected clock the burst window has room");
     assert!(rig.host.removed_headers.iter().filter(|h| *h == "x-now").count() >= 7);
 }
@@ -242,7 +242,7 @@ fn a_request_that_leaves_while_in_flight_has_its_reply_dropped() {
     let (kept, _) = rig.request("kept");
     rig.wake();
     rig.worker.on_gone(gone);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!((rig.host.status(gone), rig.host.status(kept)), (None, Some(200)));
     assert_eq!(rig.store.executed, 2, "its call still ran (and its reply was read)");
 }
@@ -280,7 +280,7 @@ fn a_request_callback_sends_no_reply_for_another_request() {
     assert_eq!(flow, Flow::Pause);
     rig.tick(1);
     rig.tick(1);
-    rig.settle();
+    rig.run_until_quiet();
     assert!(ids.iter().all(|id| matches!(rig.host.status(*id), Some(200 | 429))));
     assert_eq!(ids.iter().filter(|id| rig.host.status(**id) == Some(429)).count(), 300 - 10);
     assert_eq!(rig.host.status(late), Some(200));

@@ -1,8 +1,8 @@
 //! Sentinel discovery: the first request starts it, the store stream goes
 //! to the master the Sentinels report, and follows it when it moves.
 
-use super::fake::Rig;
 use crate::testing::plugin;
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Reset, Stat, IDLE_TICK, TICK};
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ fn nothing_is_asked_before_the_first_request_which_starts_discovery() {
     assert!(rig.host.opened.is_empty(), "a root that serves no request (Envoy's main thread) never asks");
     let (id, _) = rig.request("a");
     assert_eq!(rig.host.wakes, 1);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!(store_target(&rig).as_deref(), Some("10.0.0.1:6379"));
     assert_eq!(rig.host.count(Stat::SentinelLookup), 1);
@@ -47,12 +47,12 @@ fn without_a_master_requests_wait_the_timeout_then_fail_and_lookups_retry() {
     let mut rig = rig();
     rig.store.master = None;
     let (id, _) = rig.request("a");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::SentinelFailure), 1);
     assert_eq!(rig.host.tick, TICK);
     for _ in 0..40 {
         rig.tick(5);
-        rig.settle();
+        rig.run_until_quiet();
     }
     assert_eq!(rig.host.status(id), Some(503));
     assert!(rig.host.opened.iter().all(|(_, c, _)| c == "tollgate_sentinels"), "no store stream without a master");
@@ -64,7 +64,7 @@ fn without_a_master_requests_wait_the_timeout_then_fail_and_lookups_retry() {
 fn a_failover_moves_the_store_stream_to_the_new_master() {
     let mut rig = rig();
     let (id, _) = rig.request("a");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
     let old = rig.host.opened.iter().rev().find(|(_, c, _)| c == "tollgate_valkey").map(|(t, _, _)| *t).unwrap();
     // The master dies: its stream closes, the next lookup (due soon after
@@ -72,9 +72,9 @@ fn a_failover_moves_the_store_stream_to_the_new_master() {
     rig.close(old, 2);
     rig.store.master = Some("10.0.0.2:6379".into());
     rig.tick(100);
-    rig.settle();
+    rig.run_until_quiet();
     let (next, _) = rig.request("b");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(next), Some(200));
     assert_eq!(store_target(&rig).as_deref(), Some("10.0.0.2:6379"));
     assert_eq!(rig.host.count(Stat::SentinelSwitch), 1);
@@ -85,13 +85,13 @@ fn a_failover_moves_the_store_stream_to_the_new_master() {
 fn a_switch_seen_while_the_old_stream_is_open_resets_it() {
     let mut rig = rig();
     rig.request("a");
-    rig.settle();
+    rig.run_until_quiet();
     rig.store.master = Some("10.0.0.2:6379".into());
     rig.tick(5_000);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::StreamReset(Reset::Switched)), 1);
     let (id, _) = rig.request("b");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200));
     assert_eq!(store_target(&rig).as_deref(), Some("10.0.0.2:6379"));
     rig.tick(5);
@@ -106,7 +106,7 @@ fn a_switch_seen_while_the_old_stream_is_open_resets_it() {
 fn a_killed_master_under_load_is_followed_to_the_promoted_replica() {
     let mut rig = rig();
     rig.request("warm");
-    rig.settle();
+    rig.run_until_quiet();
     let old = store_stream(&rig);
     let mut seen: std::collections::HashSet<u32> = rig.host.opened.iter().map(|(t, _, _)| *t).collect();
     let mut dead = vec![old];

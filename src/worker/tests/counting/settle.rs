@@ -5,8 +5,8 @@
 //! time; a response that never comes; the denial cache after a refund;
 //! `failure_mode: local`; shadow denials.
 
-use super::fake::Rig;
 use crate::testing::{plugin, rule, Plugin};
+use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{CountStat, Flow, ResponseFlow, Stat};
 
 const ALICE: &str = "tollgate:{auth.failedLogins:alice}:log";
@@ -43,7 +43,7 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 fn admitted(rig: &mut Rig, headers: &[(&str, &str)]) -> u32 {
     let (id, flow) = rig.request_with(headers);
     assert_eq!(flow, Flow::Pause);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(id), Some(200), "{headers:?}");
     id
 }
@@ -60,7 +60,7 @@ fn failed_logins_are_charged_and_the_sixth_is_denied_on_the_request() {
     for failure in 1..=5u64 {
         let id = admitted(&mut rig, &alice);
         assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Pause);
-        rig.settle();
+        rig.run_until_quiet();
         let resumed = rig.resumed(id).expect("resumed after the settlement").to_vec();
         let expected =
             format!(r#""auth.failedLogins/60s";r={};t=60, "auth.failedLogins/3s";r={};t=3"#, 20 - failure, 5 - failure);
@@ -70,7 +70,7 @@ fn failed_logins_are_charged_and_the_sixth_is_denied_on_the_request() {
     assert_eq!(rig.store.model.entries(ALICE), 5, "only the failures are recorded");
     let executed = rig.store.executed;
     let (sixth, _) = rig.request_with(&alice);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(sixth), Some(429), "denied before reaching the upstream");
     assert_eq!(rig.response(sixth, 429, &[]), ResponseFlow::Continue, "its own 429 settles nothing");
     assert_eq!(rig.store.executed, executed + 1, "one decision, no settlement");
@@ -95,13 +95,13 @@ fn reservations_from_a_header_settle_with_the_cost_a_header_says() {
     let first = admitted(&mut rig, &[("x-tenant", "acme"), ("x-max-tokens", "30")]);
     assert_eq!(rig.store.model.entries(key), 30, "the reservation is recorded on admission");
     assert_eq!(rig.response(first, 200, &[("x-tokens-used", "12")]), ResponseFlow::Pause);
-    rig.settle();
+    rig.run_until_quiet();
     let resumed = rig.resumed(first).unwrap().to_vec();
     assert_eq!(header(&resumed, "ratelimit"), Some(r#""llm.tokens/1m";r=988;t=60, "llm.tokens/3s";r=88;t=3"#));
     assert_eq!(rig.store.model.entries(key), 12, "settled at the actual cost");
     // A reservation above the smallest limit is that limit: 12 + 100 > 100.
     let (big, _) = rig.request_with(&[("x-tenant", "acme"), ("x-max-tokens", "5000")]);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(big), Some(429));
     // No header: the default; no cost in the response: the reservation
     // stands. (The denial of a larger reservation was not remembered.)
@@ -130,31 +130,31 @@ fn body_reservations_settle_with_the_json_body_or_the_last_event() {
     assert_eq!(flow, Flow::ReadBody);
     assert!(rig.host.outbox.is_empty() && rig.host.wakes == 0, "nothing is decided before the body");
     assert_eq!(rig.request_body(first, br#"{"model":"m","max_tokens":40}"#, true), Flow::Pause);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!((rig.host.status(first), remaining_3s(&rig, first)), (Some(200), 60));
     let json = [("content-type", "application/json")];
     assert_eq!(rig.response(first, 200, &json), ResponseFlow::ReadBody);
     rig.response_body(first, br#"{"id":"x","usage":{"prompt_tokens":5,"#, false);
     assert!(rig.host.outbox.is_empty(), "settled when the body ends");
     rig.response_body(first, br#""total_tokens":25}}"#, true);
-    rig.settle();
+    rig.run_until_quiet();
     // The settled state shows on the next response: 100 - 25 - 30.
     let (second, _) = rig.request_with(&tenant);
     rig.request_body(second, br#"{"max_tokens":30}"#, true);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(remaining_3s(&rig, second), 45);
     let sse = [("content-type", "text/event-stream; charset=utf-8")];
     assert_eq!(rig.response(second, 200, &sse), ResponseFlow::ReadBody);
     rig.response_body(second, b"data: {\"delta\":\"a\"}\n\ndata: {\"usage\":{\"total_tok", false);
     rig.response_body(second, b"ens\":7}}\n\ndata: [DONE]\n\n", false);
     rig.response_body(second, b"", true);
-    rig.settle();
+    rig.run_until_quiet();
     // A body past max_body_bytes reserves the default (the smallest limit).
     let (third, _) = rig.request_with(&tenant);
     assert!(rig.worker.waiting(third), "waiting for its body");
     rig.request_body(third, &[b' '; 1024], false);
     assert!(rig.worker.waiting(third), "decided on its first bytes: the rest waits with it");
-    rig.settle();
+    rig.run_until_quiet();
     assert!(!rig.worker.waiting(third));
     assert_eq!(rig.host.status(third), Some(429), "25 + 7 + 100 > 100");
     assert_eq!(rig.host.count(Stat::BodyTooLarge), 1);
@@ -195,10 +195,10 @@ fn a_settlement_answered_within_the_hold_is_the_response_headers() {
     let other = admitted(&mut rig, &[("x-user-id", "bob")]);
     assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Pause);
     rig.run_for(90);
-    rig.settle();
+    rig.run_until_quiet();
     assert!(rig.resumed(id).is_some() && rig.host.count(Stat::PauseExpired) == 0);
     assert_eq!(rig.response(other, 401, &[]), ResponseFlow::Pause);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::Count(0, CountStat::Settled)), 2);
     assert_eq!(rig.store.model.entries(ALICE), 1);
 }
@@ -251,7 +251,7 @@ fn a_reservation_whose_response_never_comes_stands() {
     let id = admitted(&mut rig, &[("x-tenant", "acme")]);
     let executed = rig.store.executed;
     rig.worker.on_gone(id);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.store.executed, executed, "no store call for a request that is gone");
     assert_eq!(rig.store.model.entries("tollgate:{llm.tokens:acme}:log"), 3);
     assert_eq!(rig.response(id, 200, &[]), ResponseFlow::Continue);
@@ -265,10 +265,10 @@ fn a_refund_frees_what_the_denial_cache_remembered() {
     ));
     let full = admitted(&mut rig, &[("x-tenant", "acme"), ("x-max-tokens", "100")]);
     let (denied, _) = rig.request_with(&[("x-tenant", "acme"), ("x-max-tokens", "10")]);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(denied), Some(429));
     rig.response(full, 200, &[("x-tokens-used", "5")]);
-    rig.settle();
+    rig.run_until_quiet();
     let after = admitted(&mut rig, &[("x-tenant", "acme"), ("x-max-tokens", "10")]);
     assert_eq!(rig.host.count(Stat::CacheHit), 0, "the refund made the worker forget the denial");
     assert!(rig.host.status(after) == Some(200));
@@ -281,14 +281,14 @@ fn the_local_limiter_counts_failures_while_the_store_is_down() {
     let alice = [("x-user-id", "alice")];
     let (first, flow) = rig.request_with(&alice);
     rig.wake();
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!((flow, rig.host.status(first)), (Flow::Pause, Some(200)), "the local limiter admits");
     assert_eq!(rig.response(first, 401, &[]), ResponseFlow::Continue, "not held: the store is down");
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::Count(0, CountStat::Failed)), 1, "the store could not be told");
     // Each worker's allowance of the 5 per 3 s window is 1: the failure used it.
     let (second, _) = rig.request_with(&alice);
-    rig.settle();
+    rig.run_until_quiet();
     assert_eq!(rig.host.status(second), Some(429));
     assert_eq!(rig.host.count(Stat::Local { allowed: false }), 1);
 }
@@ -316,7 +316,7 @@ fn a_request_a_shadow_rule_would_deny_is_not_settled() {
 /// on that master's stream, like the decision it settles.
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn in_cluster_mode_a_settlement_goes_to_the_master_of_its_slot() {
-    use super::cluster::{cluster_plugin, cluster_rig, executed, user_on};
+    use crate::worker::tests::cluster::basics::{cluster_plugin, cluster_rig, executed, user_on};
     let config = cluster_plugin()
         .with(rule("auth.failedLogins").header("x-user-id").limit(5, "3s").field(r#""count": { "status": [401] }"#));
     let mut rig = cluster_rig(config, 3);
@@ -324,7 +324,7 @@ fn in_cluster_mode_a_settlement_goes_to_the_master_of_its_slot() {
     for user in &users {
         let id = admitted(&mut rig, &[("x-user-id", user.as_str())]);
         assert_eq!(rig.response(id, 401, &[]), ResponseFlow::Pause);
-        rig.settle();
+        rig.run_until_quiet();
         assert!(header(rig.resumed(id).unwrap(), "ratelimit").unwrap().ends_with("r=4;t=3"));
     }
     assert_eq!([0, 1, 2].map(|n| executed(&rig, n)), [2, 0, 2], "a decision and a settlement on each owner");

@@ -1,0 +1,4 @@
+//! Counting on the response: reservations, settlements, bodies read for their cost.
+
+mod bodies;
+mod settle;

@@ -1,0 +1,5 @@
+//! A request's decisions and lifecycle, and synced rules decided on the worker.
+
+mod decisions;
+mod lifecycle;
+mod synced;
