@@ -19,11 +19,11 @@ all: build
 tools:
 	@scripts/install-tools.sh
 
-# Debian's Redis 7 with TLS, for tests/live/tls_redis7.rs only (apt-get: needs root).
+# Debian's Redis 7 with TLS, for tests/live/store/tls_redis7.rs only (apt-get: needs root).
 redis7:
 	@scripts/install-redis.sh
 
-# Debian's Prometheus 2.42 and promtool, for tests/live/monitoring.rs only
+# Debian's Prometheus 2.42 and promtool, for tests/live/operations/monitoring.rs only
 # (apt-get: needs root).
 prometheus:
 	@scripts/install-prometheus.sh
@@ -77,9 +77,9 @@ compose-registry: image
 
 # Regenerates envoy/compose/ from envoy/envoy-dynamic.yaml,
 # envoy/dynamic/listeners.yaml, envoy/envoy-sentinel.yaml and
-# envoy/envoy-cluster.yaml (the edits are listed in tests/live/packaging_compose.rs).
+# envoy/envoy-cluster.yaml (the edits are listed in tests/live/packaging/compose_configs.rs).
 compose-configs:
-	TOLLGATE_WRITE_COMPOSE_CONFIGS=1 cargo test --quiet --test live packaging_compose::compose_envoy_configs
+	TOLLGATE_WRITE_COMPOSE_CONFIGS=1 cargo test --quiet --test live packaging::compose_configs::compose_envoy_configs
 
 demo: build
 	cargo run --quiet --example demo

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the compose setup (envoy/docker-compose.yml) and its test
-# (tests/live/compose.rs) need. Idempotent: present pieces are skipped.
+# (tests/live/packaging/compose.rs) need. Idempotent: present pieces are skipped.
 #
 #   dockerd, docker    Debian's docker.io (apt-get; needs root or sudo), when no
 #                      dockerd is installed

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian's prometheus (2.42, with promtool), for the alert rules and the
-# dashboard of monitoring/ (tests/live/monitoring.rs: `promtool test rules`,
+# dashboard of monitoring/ (tests/live/operations/monitoring.rs: `promtool test rules`,
 # and every expression evaluated by a real Prometheus scraping Envoy). Run by
 # `make prometheus`, a prerequisite of `make integration` only. Skipped when
 # both are present; otherwise installed with apt-get, which needs root (CI

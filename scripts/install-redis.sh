@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian's redis-server (Redis 7, built with TLS) and openssl, for the TLS and
-# Redis 7 compatibility test (tests/live/tls_redis7.rs). Run by `make redis7`, a
+# Redis 7 compatibility test (tests/live/store/tls_redis7.rs). Run by `make redis7`, a
 # prerequisite of `make integration` only: `make run` and `make build` never
 # need it. Skipped when both are present; otherwise installed with apt-get,
 # which needs root (CI runs as root). The package's service is not started (a

@@ -8,7 +8,7 @@
 #   .tools/bin/wasm-opt              binaryen 108 (Debian's .deb, unpacked; scripts/install-wasm-opt.sh)
 #   rustup targets wasm32-wasip1 and wasm32-unknown-unknown for the pinned toolchain
 #
-# Redis 7 (tests/live/tls_redis7.rs) is not installed here: `make redis7`
+# Redis 7 (tests/live/store/tls_redis7.rs) is not installed here: `make redis7`
 # (scripts/install-redis.sh) does that for `make integration`, as root.
 # Version checks capture a tool's output first, then match it: piping the
 # tool into a quiet grep under pipefail fails at random when grep exits

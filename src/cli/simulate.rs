@@ -5,7 +5,7 @@
 //! shaping (a held request goes on at its slot: the row says `held <ms>
 //! ms`) and the response a client sees. Time is the trace's, as `testing.now_header` makes
 //! it in Envoy, so a replay through a real Envoy and Valkey gives the same
-//! table (`tests/live/cli_simulate_envoy.rs`).
+//! table (`tests/live/operations/cli_simulate.rs`).
 
 use std::io::Write;
 use std::path::Path;

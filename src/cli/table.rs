@@ -1,7 +1,7 @@
 //! The seed's table: one row per request (call, time, status, remaining per
 //! window, denied by), read from what a client sees: the status, the
 //! `RateLimit` header and the problem+json body. `tollgate simulate` fills it
-//! from the responses it builds; `tests/live/cli_simulate_envoy.rs` fills it from
+//! from the responses it builds; `tests/live/operations/cli_simulate.rs` fills it from
 //! a real Envoy's responses and must print the same table.
 
 use std::fmt::Write as _;

@@ -54,7 +54,7 @@
 //!   [`super::reply::parse_flush`]).
 //!
 //! `FCALL` needs Valkey (any version) or Redis 7.0 and later. The smallest ACL
-//! (`tests/live/script_acl.rs`): `~<key prefix>:* +time +zadd +zcount
+//! (`tests/live/store/script_acl.rs`): `~<key prefix>:* +time +zadd +zcount
 //! +zrangebyscore +zremrangebyscore +hmget +hset +pexpire`, plus `+fcall
 //! +function|load` for the library, `+evalsha +eval` for the script; shaping
 //! `sliding_window` or `fixed_window` also `+hget` (docs/shaping.md); `flush`

@@ -6,7 +6,7 @@
 //! slot the group's reply gave), or a give-back before a move. A request
 //! whose proxy crashed between the steps never undoes. The stores are
 //! [`Shard`]s: the pure models here (`cross/tests.rs` checks the guarantees
-//! on them), or real Valkey servers in `tests/live/differential_cross.rs`,
+//! on them), or real Valkey servers in `tests/live/differential/cross.rs`,
 //! which must give the same reply at every step.
 //!
 //! A shaping run ([`Run::shaping`]) sends each group's first step as a

@@ -3,7 +3,7 @@
 //! (its tests aside). [`store::ModelStore`] answers a worker's store stream
 //! with the pure models of the algorithms ([`crate::limiter::model`]);
 //! [`cross`] is the reference of the decision across slots, run over those
-//! models or over real Valkey servers (`tests/live/differential_cross.rs`);
+//! models or over real Valkey servers (`tests/live/differential/cross.rs`);
 //! [`host::RecordingHost`] is the worker's [`crate::worker::Host`] recording
 //! what it was asked, with a request and a response to hand the worker.
 //!

@@ -1,6 +1,6 @@
 //! One builder of limiter checks for every test: the unit tests
 //! (`crate::testing`, `Check::for_test`) and the integration tests
-//! (`tests/harness`, which include this file by path). The including module
+//! (`tests/support/differential.rs`, which includes this file by path). The including module
 //! imports `Algorithm`, `Check` and `Window` (the crate's path differs).
 #![allow(dead_code)]
 

@@ -1,6 +1,6 @@
 //! Hostile and oversized plugin configurations: 1,000 rules of 5 windows,
 //! absurd periods, 1 MiB documents. Each is accepted, or rejected with an
-//! error naming the field, in bounded time (tests/live/config_limits_envoy.rs
+//! error naming the field, in bounded time (tests/live/operations/config_limits.rs
 //! loads the 1,000-rule configuration in a real Envoy).
 
 use crate::plugin;

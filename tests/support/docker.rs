@@ -1,5 +1,5 @@
-//! A Docker engine and Compose projects for tests/live/compose.rs and
-//! tests/live/compose_cluster.rs.
+//! A Docker engine and Compose projects for tests/live/packaging/compose.rs and
+//! tests/live/packaging/compose_cluster.rs.
 //!
 //! [`Engine::get`] uses the running engine, or starts `dockerd` (as root) when
 //! none answers. Test processes share the engine through two file locks in

@@ -3,7 +3,7 @@
 //! seed's scenario with users on every master, exact admission under
 //! concurrency from 2 Envoys × 2 workers, and requests whose rules span
 //! slots (two steps; one call with a shared `hash_tag`). Requests across
-//! slots under load: `tests/live/cluster_cross.rs`.
+//! slots under load: `tests/live/cluster/cross.rs`.
 
 use crate::support;
 

@@ -1,5 +1,5 @@
 //! `envoy/docker-compose.yml` and its Envoy configs, checked without a Docker
-//! engine (tests/live/compose.rs runs the stack for real):
+//! engine (tests/live/packaging/compose.rs runs the stack for real):
 //! - `envoy/compose/envoy.yaml`, `envoy/compose/dynamic/listeners.yaml` and
 //!   `envoy/compose/envoy-sentinel.yaml` and `envoy/compose/envoy-cluster.yaml`
 //!   are `envoy/envoy-dynamic.yaml`, `envoy/dynamic/listeners.yaml`,

@@ -1,5 +1,5 @@
 //! envoy/docker-compose.yml's `cluster` profile, run for real (the engine and
-//! images as in tests/live/compose.rs: local stand-ins, nothing pulled): three
+//! images as in tests/live/packaging/compose.rs: local stand-ins, nothing pulled): three
 //! Valkey masters and their replicas joined by `cluster-init`, and
 //! `envoy-cluster` reading the slot map from them. The seed's scenario for
 //! three users, one on each master: each master holds its user's entries
