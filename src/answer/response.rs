@@ -16,7 +16,7 @@ use std::borrow::Cow;
 /// a request that shadow mode let through (`"rule/period", ...`).
 pub const SHADOW_HEADER: &str = "x-tollgate-shadow-denied";
 /// The request header that tells the upstream how long (ms) a request was
-/// held for its slot (shaping, docs/shaping.md); a client's own is removed.
+/// held for its turn (shaping, docs/shaping.md); a client's own is removed.
 pub const DELAY_HEADER: &str = "x-tollgate-delay-ms";
 /// The response header that tells the client the same:
 /// `tollgate-delay;dur=<ms>`.

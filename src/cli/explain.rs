@@ -110,7 +110,7 @@ fn explain_rule(config: &Config, index: usize, rule: &Rule) -> String {
     }
     if let Some(s) = rule.shaping {
         out.push_str(&format!(
-            "  shaped: a request that does not fit waits for its slot, up to {} ms (later: denied); at most {} of the rule held or being decided per worker\n",
+            "  shaped: a request that does not fit waits for its turn, up to {} ms (later: denied); at most {} of the rule held or being decided per worker\n",
             s.max_delay_ms, s.max_waiting
         ));
     }

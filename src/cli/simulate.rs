@@ -2,7 +2,7 @@
 //! filter's own worker ([`crate::worker::Worker`], the same code Envoy runs),
 //! with the pure models answering its store stream instead of Valkey
 //! ([`ModelStore`]): plan, the denial cache, the decision, shadow mode,
-//! shaping (a held request goes on at its slot: the row says `held <ms>
+//! shaping (a held request goes on at its turn: the row says `held <ms>
 //! ms`) and the response a client sees. Time is the trace's, as `testing.now_header` makes
 //! it in Envoy, so a replay through a real Envoy and Valkey gives the same
 //! table (`tests/live/operations/cli_simulate.rs`).
@@ -85,7 +85,7 @@ impl Simulator {
             if let Some(response) = self.answer(id, headers) {
                 return response;
             }
-            // Held for its slot (shaping): the trace's clock moves on to it.
+            // Held for its turn (shaping): the trace's clock moves on to it.
             let held = headers.borrow().iter().find(|(k, _)| k == "server-timing").and_then(|(_, v)| delay_of(v));
             if let Some(delay) = held {
                 self.worker.on_tick(&mut self.host, now.saturating_add(delay));

@@ -33,7 +33,7 @@ pub(crate) fn document<T: Object>(bytes: &[u8]) -> Result<T, ConfigError> {
     // with, so the conversion cannot fail.
     let unshaped = || ConfigError::new(super::error::ROOT, "invalid configuration");
     match root {
-        Some(Node::Obj(slots)) => T::from_slots(slots).ok_or_else(unshaped),
+        Some(Node::Obj(fields)) => T::from_fields(fields).ok_or_else(unshaped),
         _ => Err(unshaped()),
     }
 }
@@ -108,7 +108,7 @@ impl Seed<'_> {
     }
 
     fn fields<'de, A: MapAccess<'de>>(self, shape: &'static Shape, mut map: A) -> Result<Vec<Option<Node>>, A::Error> {
-        let mut slots: Vec<Option<Node>> = shape.fields.iter().map(|_| None).collect();
+        let mut values: Vec<Option<Node>> = shape.fields.iter().map(|_| None).collect();
         let mut seen = vec![false; shape.fields.len()];
         while let Some(key) = map.next_key::<String>()? {
             let Some(index) = shape.index(&key) else {
@@ -130,14 +130,14 @@ impl Seed<'_> {
             let seed = Seed { reader: self.reader, kind: field.kind, optional: !field.required };
             let node = map.next_value_seed(seed)?;
             self.reader.path.borrow_mut().pop();
-            if let Some(slot) = slots.get_mut(index) {
-                *slot = node;
+            if let Some(value) = values.get_mut(index) {
+                *value = node;
             }
         }
         if let Some((field, _)) = shape.fields.iter().zip(&seen).find(|(f, seen)| f.required && !**seen) {
             return Err(self.reader.fail(Some(field.name), "missing field".to_owned()));
         }
-        Ok(slots)
+        Ok(values)
     }
 }
 

@@ -234,7 +234,7 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             json!({ "description": "Hold a request that does not fit until it does, at most max_delay, instead of denying it (not in shadow mode; on a Valkey Cluster a request whose buckets span slots is not held: admitted now or denied)." })
         }
         "rules[].shape.max_delay" => {
-            json!({ "description": "The longest a request may wait for its slot: > 0 and <= 30s; a request that would wait longer is denied." })
+            json!({ "description": "The longest a request may wait for its turn: > 0 and <= 30s; a request that would wait longer is denied." })
         }
         "rules[].shape.max_waiting" => count(
             "Requests of the rule held or being decided per worker, at most; beyond, a request is denied (429) without a store call.",

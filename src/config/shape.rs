@@ -93,14 +93,14 @@ pub(crate) trait Shaped: Sized {
     fn from_node(node: Node) -> Option<Self>;
 
     /// The value of a field: its node, or `None` when it was left out.
-    fn from_slot(slot: Option<Node>) -> Option<Self> {
-        Self::from_node(slot?)
+    fn from_field(field: Option<Node>) -> Option<Self> {
+        Self::from_node(field?)
     }
 
-    /// The value of the field in `slot`, taken out of it (one call per
-    /// field type, not per field: the code stays small).
-    fn take(slot: Option<&mut Option<Node>>) -> Option<Self> {
-        Self::from_slot(slot.and_then(Option::take))
+    /// The value of `field`, taken out of it (one call per field type, not
+    /// per field: the code stays small).
+    fn take(field: Option<&mut Option<Node>>) -> Option<Self> {
+        Self::from_field(field.and_then(Option::take))
     }
 }
 
@@ -109,7 +109,7 @@ pub(crate) trait Object: Sized {
     const SHAPE: Shape;
 
     /// The struct from the object's fields, in shape order.
-    fn from_slots(slots: Vec<Option<Node>>) -> Option<Self>;
+    fn from_fields(fields: Vec<Option<Node>>) -> Option<Self>;
 }
 
 impl<T: Shaped> Shaped for Option<T> {
@@ -123,8 +123,8 @@ impl<T: Shaped> Shaped for Option<T> {
     /// Never `None` (a node of another kind, which the reader never gives,
     /// reads as absent): only required fields can fail an object, which
     /// keeps the module smaller.
-    fn from_slot(slot: Option<Node>) -> Option<Self> {
-        Some(slot.and_then(T::from_node))
+    fn from_field(field: Option<Node>) -> Option<Self> {
+        Some(field.and_then(T::from_node))
     }
 }
 
@@ -154,7 +154,7 @@ impl<T: Object> Shaped for StrOrObj<T> {
     fn from_node(node: Node) -> Option<Self> {
         match node {
             Node::Str(s) => Some(StrOrObj::Str(s)),
-            Node::Obj(slots) => T::from_slots(slots).map(StrOrObj::Obj),
+            Node::Obj(fields) => T::from_fields(fields).map(StrOrObj::Obj),
             _ => None,
         }
     }
@@ -267,9 +267,9 @@ macro_rules! objects {
                 },)*],
             };
 
-            fn from_slots(mut slots: Vec<Option<$crate::config::node::Node>>) -> Option<Self> {
-                let mut slots = slots.iter_mut();
-                $(let $field = <$ty as $crate::config::shape::Shaped>::take(slots.next());)*
+            fn from_fields(mut fields: Vec<Option<$crate::config::node::Node>>) -> Option<Self> {
+                let mut fields = fields.iter_mut();
+                $(let $field = <$ty as $crate::config::shape::Shaped>::take(fields.next());)*
                 // One exit for all fields, not one per field: less code.
                 match ($($field,)*) {
                     ($(Some($field),)*) => Some($name { $($field,)* }),
@@ -284,8 +284,8 @@ macro_rules! objects {
 
             fn from_node(node: $crate::config::node::Node) -> Option<Self> {
                 match node {
-                    $crate::config::node::Node::Obj(slots) => {
-                        <$name as $crate::config::shape::Object>::from_slots(slots)
+                    $crate::config::node::Node::Obj(fields) => {
+                        <$name as $crate::config::shape::Object>::from_fields(fields)
                     }
                     _ => None,
                 }

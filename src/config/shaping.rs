@@ -9,7 +9,7 @@ use super::raw::RawShape;
 use super::Bounds;
 
 /// The longest `shape.max_delay`, in milliseconds: a held request keeps its
-/// connection and a slot of `max_waiting` this long at most.
+/// connection and one of its rule's `max_waiting` places this long at most.
 pub const MAX_SHAPE_DELAY_MS: u64 = 30_000;
 /// Spelling of [`MAX_SHAPE_DELAY_MS`] in messages.
 pub(crate) const MAX_SHAPE_DELAY_LABEL: &str = "30s";
@@ -21,7 +21,7 @@ pub const MAX_WAITING_BOUNDS: Bounds = (1, 65_536);
 /// A rule that shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shaping {
-    /// The longest a request of the rule may wait for its slot, in ms.
+    /// The longest a request of the rule may wait for its turn, in ms.
     pub max_delay_ms: u64,
     /// At most this many requests of the rule per worker are held or being
     /// decided; beyond, a request is refused (429) without a store call.

@@ -40,7 +40,10 @@ pub(crate) fn sync_policy(
         return fail(path, format!("does not apply with rules[{i}].count: a synced rule is counted on the request"));
     }
     if shape {
-        return fail(path, format!("does not apply with rules[{i}].shape: a held request needs the store's slot"));
+        return fail(
+            path,
+            format!("does not apply with rules[{i}].shape: a held request needs the store to give it its turn"),
+        );
     }
     let interval_path = format!("{path}.interval");
     let (interval, label) = duration(&raw.interval, &interval_path, MAX_SYNC_INTERVAL_MS, MAX_SYNC_INTERVAL_LABEL)?;

@@ -76,7 +76,7 @@ impl Metrics {
         }
     }
 
-    /// Records the delay of one request held for its slot, in ms.
+    /// Records the delay of one request held for its turn, in ms.
     pub fn shape_delay(&self, ms: u64) {
         if let Some(id) = self.shape_delay {
             let _ = hostcalls::record_metric(id, ms);

@@ -97,8 +97,8 @@ pub fn callback<T>(f: impl FnOnce() -> T) -> T {
 
 fn report() {
     REPORT.with(|r| {
-        let Ok(mut slot) = r.try_borrow_mut() else { return };
-        let Some(report) = slot.as_mut() else { return };
+        let Ok(mut current) = r.try_borrow_mut() else { return };
+        let Some(report) = current.as_mut() else { return };
         let counts = COUNTS.with(Cell::get);
         for ((handle, total), reported) in report.handles.iter().zip(counts).zip(report.reported.iter_mut()) {
             let delta = total.wrapping_sub(*reported);

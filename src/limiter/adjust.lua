@@ -8,24 +8,24 @@
 -- ARGV[1]   now, as for decide().
 -- ARGV[2]   at: the now_ms of the decision that recorded what changes (its
 --           reply's second item: the store's clock); for a shaped
---           admission, its slot (now_ms + delay_ms: a held request that
---           went away gives its slot back, from its cost to 0).
+--           admission, its turn (now_ms + delay_ms: a held request that
+--           went away gives its turn back, from its cost to 0).
 -- ARGV[3..] for each key, in KEYS order: algorithm, from, to, n, then n
 --           pairs limit, period_ms. `from`: the units the decision
 --           recorded (0 if it only checked); `to`: the units it should
 --           have recorded (0 to 2^32).
 -- Per bucket, after the usual housekeeping:
 --   to > from  an extra charge: to - from units are recorded at c = the
---              later of now and the bucket's last slot (charge_at: the
+--              later of now and the bucket's last turn (charge_at: the
 --              log's newest entry, gcra's latest "at", the counters' field
 --              "s"), as a commit at c that checks nothing (the log records
 --              at most its largest limit; a gcra debt at most a full
 --              window): the state read at c, gcra's at = c, the counters'
---              "s" written when c > now, as a shaped commit does. A slot a
+--              "s" written when c > now, as a shaped commit does. A turn a
 --              shaped call gave in the future keeps its record, and later
---              slots come after the charge. The key's TTL is its longest
+--              turns come after the charge. The key's TTL is its longest
 --              period after c, never shorter than a record still stored
---              needs. With no slot after now, c = now: as a decision's
+--              needs. With no turn after now, c = now: as a decision's
 --              commit (the counters read "s" in the same HMGET; the log
 --              counts its entries after now unless a window counted none).
 --   to < from  a refund: from - to units come back from the decision's own
@@ -35,7 +35,7 @@
 -- Reply     as decide()'s: { 1, now_ms, then remaining, reset_ms, 0 per
 --           window }, the state after the change; a bucket charged at
 --           c > now reports as a shaped call does (at now, counting its
---           records at future slots).
+--           records at future turns).
 -- Errors    "ERR tollgate: ..." on malformed arguments.
 
 -- An amount of units (from, to): an integer in [0, 2^32].
@@ -47,19 +47,19 @@ end
 
 -- Changes bucket b from b.from to b.to units (as above) for a decision
 -- made at `at`, and readies it for report(): b.later when it was charged
--- at a slot later than now. flush() charges through it too.
+-- at a turn later than now. flush() charges through it too.
 local function change(b, at)
   local algorithm = b.algorithm
   local charge = b.to > b.from
   -- Reads the state (and keeps house), as phase 1 of a decision of 1 unit
-  -- (and, before a charge, the counters' last slot in the same HMGET).
+  -- (and, before a charge, the counters' last turn in the same HMGET).
   b.cost = 1
   algorithm.check(b, nil, charge)
   b.committed, b.later = false, false
   if charge then
     local units = b.to - b.from
     if algorithm.max_charge then units = algorithm.max_charge(b, units) end
-    -- A commit at c = the later of now and the bucket's last slot, as a
+    -- A commit at c = the later of now and the bucket's last turn, as a
     -- shaped commit at c: the state read at c, the TTL from c, the
     -- counters' "s" noted when c > now.
     local c = algorithm.charge_at(b)

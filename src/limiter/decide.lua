@@ -68,7 +68,7 @@ end
 -- bucket's `committed`: whether phase 2 recorded its cost): the reply
 -- { allowed, now, then remaining, reset, retry per window }. `shaped`:
 -- true for shaping's stats in every bucket, 'later' in the buckets that
--- adjust() charged at a slot later than now (b.later). (The reply is made
+-- adjust() charged at a turn later than now (b.later). (The reply is made
 -- at its final size when that is 1 or 2 windows: growing a table costs.)
 local function report(keys, allowed, shaped)
   local flag, reply = allowed and 1 or 0, nil
@@ -97,8 +97,8 @@ local function report(keys, allowed, shaped)
 end
 
 -- A shaped call (contract in prelude.lua; model: src/limiter/model/shape.rs):
--- t0 = the latest of now + floor and every bucket's last slot; the slot =
--- the latest time any window fits from t0; recorded at the slot in every
+-- t0 = the latest of now + floor and every bucket's last turn; the turn =
+-- the latest time any window fits from t0; recorded at the turn in every
 -- bucket (but those that only check) if it is at most max_delay ms away.
 local function shape(keys, max_delay, floor)
   local t0 = now + floor

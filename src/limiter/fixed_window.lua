@@ -9,16 +9,16 @@
 -- commit    count = count + cost; TTL = longest period.
 -- stats     remaining = limit - count; reset = end of the window if
 --           count > 0, else 0.
--- shaping  (COUNTER_SHAPING in prelude.lua) the last slot in field "s"; a
+-- shaping  (COUNTER_SHAPING in prelude.lua) the last turn in field "s"; a
 --           window fits at t0 + retry at t0; the commit counts in the
---           slot's window, TTL = longest period after the slot; stats at
---           the later of now and the last slot.
+--           turn's window, TTL = longest period after the turn; stats at
+--           the later of now and the last turn.
 -- adjust    an extra charge reads "s" in its HMGET and commits at the
 --           later of now and it (the state read there).
 -- Commands  one HMGET (every window), then HSET and PEXPIRE when admitted.
 
 MAKE_ALGORITHM.fw = function() return {
-  -- The state at t (default now); with `charge`, the last slot too.
+  -- The state at t (default now); with `charge`, the last turn too.
   check = function(b, t, charge)
     t = t or now
     for w = 1, b.n do

@@ -10,7 +10,7 @@
 -- KEYS[2k+1]    the token key of the flush: exactly KEYS[1] .. ':flush:' ..
 --               <name>, a name of 1..64 bytes (the proxy's series, e.g. its
 --               syncer; key::flush_token_key), so a flush writes no other
---               key of the slot.
+--               key of the hash slot.
 -- ARGV[1]       now, as for decide().
 -- ARGV[2]       the token: 1..64 bytes unique per flush. A worker whose reply
 --               was lost sends the same token, keys and units again.
@@ -25,7 +25,7 @@
 -- Behaviour     If the token key holds the token, the flush was applied
 --               already: nothing is recorded. Else units are recorded in each
 --               bucket as adjust()'s extra charge (from 0: at now, or the
---               bucket's last slot if later; checking nothing, with its
+--               bucket's last turn if later; checking nothing, with its
 --               caps), and the token key is set to the token for the
 --               longest period of all buckets: a flush resent later is not
 --               recognised (and would be counted again).

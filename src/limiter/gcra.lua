@@ -13,8 +13,8 @@
 -- commit    at = now, d = debt + cost * P; TTL = longest period.
 -- stats     remaining = floor((P * L - debt) / P); reset = ceil(debt / L).
 -- shaping  last = the latest "at" of the bucket's windows; a window fits at
---           t0 + retry at t0 (t0 >= at); the commit records at = the slot,
---           d = the debt at the slot + cost * P; stats are taken at the later
+--           t0 + retry at t0 (t0 >= at); the commit records at = the turn,
+--           d = the debt at the turn + cost * P; stats are taken at the later
 --           of now and at, reset_ms adding the wait until at.
 -- adjust    an extra charge commits at the later of now and the latest
 --           "at" (read by check: no command more), d = the debt there +
@@ -138,7 +138,7 @@ MAKE_ALGORITHM.gcra = function() return {
     return t0 + cdiv(over, w.limit)
   end,
 
-  -- Before a shaped commit: the debt at the slot.
+  -- Before a shaped commit: the debt at the turn.
   at_slot = function(b)
     for w = 1, b.n do b[w].debt = gcra_debt_at(b[w], slot) end
   end,

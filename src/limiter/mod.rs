@@ -113,7 +113,7 @@ pub struct Check {
 
 /// A change to what one admitted request recorded in a bucket (`adjust`):
 /// the request was decided at `at_ms` on the store's clock (a shaped
-/// admission: at its slot), recording `from` units; it should have
+/// admission: at its turn), recording `from` units; it should have
 /// recorded `to` (0 undoes it). More than `from` is
 /// an extra charge, recorded now; less is a refund, taken from what the
 /// request recorded where that can still be told apart (see each
@@ -224,7 +224,7 @@ pub struct Decision {
     pub now_ms: u64,
     /// Every window of every check, in check order then window order.
     pub windows: Vec<WindowOutcome>,
-    /// How long an admitted request of a shaped call waits for its slot (ms
+    /// How long an admitted request of a shaped call waits for its turn (ms
     /// after `now_ms`; 0 = now, and always 0 unshaped): see docs/shaping.md.
     pub delay_ms: u64,
 }

@@ -11,7 +11,7 @@
 -- (each registers one algorithm in MAKE_ALGORITHM and states its per-bucket
 -- contract), decide.lua (decide(KEYS, ARGV, once): argument parsing and the
 -- three phases), adjust.lua (adjust(KEYS, ARGV, once): changes what a
--- decision recorded, an extra charge never before a bucket's last slot;
+-- decision recorded, an extra charge never before a bucket's last turn;
 -- its own contract) and flush.lua (flush(KEYS, ARGV,
 -- once): records what a worker admitted locally; its own contract).
 -- src/limiter/script.rs ships it as scripts (the definitions, then `return
@@ -37,8 +37,8 @@
 --           shape the call (docs/shaping.md; model:
 --           src/limiter/model/shape.rs). The request is given the earliest
 --           time >= now + floor_ms (0 when absent) at which it fits every
---           window of every key and at or after every key's last slot (its
---           slot); if the slot is at most max_delay_ms away it is recorded
+--           window of every key and at or after every key's last turn (its
+--           turn); if the turn is at most max_delay_ms away it is recorded
 --           there, else nothing is.
 -- ARGV[2..] (ARGV[3..] when shaped) for each key, in KEYS order:
 --             algorithm (log | gcra | sw | fw), cost, n, then n pairs:
@@ -58,10 +58,10 @@
 --           retry_ms:  ms until this request would fit this window (0 = fits);
 --                      the request fits every window at max(retry_ms).
 --           A shaped call's reply has one more item, delay_ms: ms from now
---           to the admitted request's slot (0 when denied). Its retry_ms is
+--           to the admitted request's turn (0 when denied). Its retry_ms is
 --           max(0, the window's earliest fitting time - now - max_delay_ms),
 --           and remaining, reset_ms count the entries or debt at future
---           slots. An unshaped call's reply is unchanged.
+--           turns. An unshaped call's reply is unchanged.
 -- Errors    "ERR tollgate: ..." on malformed arguments.
 --
 -- Every number is an integer below 2^53 (gcra and sliding_window compute with
@@ -76,9 +76,10 @@
 -- state; expiry only collects idle keys).
 local now, now_s, ttl_slack = 0, nil, 0
 
--- The time a commit records at: now, a shaped request's slot (set by
+-- The time a commit records at: now, a shaped request's turn (set by
 -- decide()), or an extra charge's c (adjust.lua's change()); read_clock()
--- makes it now.
+-- makes it now. (`slot` here and in slot_str, at_slot, note_slot names this
+-- turn, never a hash slot.)
 local slot = 0
 
 -- An integer (|x| < 2^53) as a decimal string, never an exponent. ('%d' is
@@ -104,8 +105,8 @@ local function slot_str()
   return num(slot)
 end
 
--- The TTL of bucket b after a commit at the slot: its longest period after
--- the slot (the number as sent when the slot is now), for ttl().
+-- The TTL of bucket b after a commit at the turn: its longest period after
+-- the turn (the number as sent when the turn is now), for ttl().
 local function commit_ttl(b)
   if slot == now then return b.max_period, b.max_period_s end
   return b.max_period + slot - now, nil
@@ -113,8 +114,8 @@ end
 
 -- Shaping for the counters (fixed_window.lua, sliding_window.lua), whose
 -- records do not say when they were made: the bucket's field "s" holds the
--- last slot given later than its call's now. `check(b, t)` reads the state
--- at time t (default now), so the slot is found, recorded and reported at
+-- last turn given later than its call's now. `check(b, t)` reads the state
+-- at time t (default now), so the turn is found, recorded and reported at
 -- the time it concerns; `check(b, nil, true)` also reads "s" into b.last0
 -- (for adjust()'s charge_at). b.stats_at: the time the state was read at,
 -- for shaped_stats.
@@ -132,26 +133,26 @@ local COUNTER_SHAPING = {
     end
     return t0 + w.retry
   end,
-  -- Before a commit at the slot: the state at the slot.
+  -- Before a commit at the turn: the state at the turn.
   at_slot = function(b)
     b.algorithm.check(b, slot)
     b.stats_at = slot
   end,
-  -- Not committed: the state at the later of now and its last slot.
+  -- Not committed: the state at the later of now and its last turn.
   restat = function(b)
     local from = now
     if b.last0 > from then from = b.last0 end
     b.algorithm.check(b, from)
     b.stats_at = from
   end,
-  -- adjust(): an extra charge records at the later of now and the last slot.
+  -- adjust(): an extra charge records at the later of now and the last turn.
   charge_at = function(b)
     if b.last0 > now then return b.last0 end
     return now
   end,
 }
 
--- After a counter's commit at a slot later than now: the slot, in "s".
+-- After a counter's commit at a turn later than now: the turn, in "s".
 local function note_slot(b)
   if slot ~= now then redis.call('HSET', b.key, 's', slot_str()) end
 end
@@ -263,24 +264,24 @@ end
 --                        the counters read at t, default now; charge: also
 --                        read what charge_at needs, when it costs nothing
 --                        more than a field.)
---   commit(b)            phase 2: record b.cost in every window at the slot
+--   commit(b)            phase 2: record b.cost in every window at the turn
 --                        (now, unless shaped or charge_at says later), set
---                        the TTL: the longest period after the slot (not
+--                        the TTL: the longest period after the turn (not
 --                        called for a key that only checks)
 --   stats(b, w, allowed) phase 3: remaining, reset_ms of window w after the
 --                        decision
 -- and, for shaping (decide.lua's shape()):
---   last(b)              the latest slot recorded in the bucket (0 if none),
+--   last(b)              the latest turn recorded in the bucket (0 if none),
 --                        after housekeeping; reads the state
 --   earliest(b, w, t0)   the first time >= t0 at which b.cost fits window w
 --                        (t0 >= last(b))
---   at_slot(b)           (optional) before a commit at the slot
+--   at_slot(b)           (optional) before a commit at the turn
 --   restat(b)            (optional) before stats, when not committed
---   shaped_stats(b, w)   as stats, at now, with state at future slots
+--   shaped_stats(b, w)   as stats, at now, with state at future turns
 -- and, for adjust():
 --   charge_at(b)         after check(b, nil, true): the time an extra charge
 --                        records at, the later of now and the bucket's last
---                        slot (what last(b) finds)
+--                        turn (what last(b) finds)
 --   max_charge(b, units) (optional) the units an extra charge records
 --   refund(b, at, units) takes units back from a decision at `at`
 -- Each algorithm file registers a function making its table in

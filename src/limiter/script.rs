@@ -165,7 +165,7 @@ pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: 
 }
 
 /// [`encode_call`] for a shaped call (docs/shaping.md): the request may wait
-/// up to `max_delay_ms` for its slot (`~<max_delay_ms>` after the time).
+/// up to `max_delay_ms` for its turn (`~<max_delay_ms>` after the time).
 pub fn encode_shaped_call(
     out: &mut Vec<u8>,
     script: &Script,
@@ -177,7 +177,7 @@ pub fn encode_shaped_call(
     encode_decide(out, script, how, checks, Some((max_delay_ms, 0)), now_ms);
 }
 
-/// [`encode_shaped_call`] with a floor: the slot is at least `floor_ms`
+/// [`encode_shaped_call`] with a floor: the turn is at least `floor_ms`
 /// from the store's now (`~<max_delay_ms>:<floor_ms>`; a floor of 0 is
 /// written as the plain shaped call). A request held across cluster slots
 /// (docs/shaping.md, "Across slots").

@@ -14,9 +14,9 @@
 -- shaping  last = the newest entry (if after now); a window fits at t >= t0 when the
 --           (count + cost - limit)-th oldest entry counted at t0 leaves
 --           (t0 + period if cost exceeds the limit); stats as above, the
---           entries at future slots counted. Commands: ZREMRANGEBYSCORE,
+--           entries at future turns counted. Commands: ZREMRANGEBYSCORE,
 --           ZCOUNT after now (and the newest entry if any), per window ZCOUNT (and the entry it waits
---           for), when admitted ZCOUNT at the slot, ZADD, PEXPIRE; per window
+--           for), when admitted ZCOUNT at the turn, ZADD, PEXPIRE; per window
 --           ZCOUNT and the oldest counted entry for stats.
 -- adjust    an extra charge records its entries at the later of now and
 --           the newest entry: ZCOUNT after now (and the newest entry if
@@ -42,7 +42,7 @@ local function log_oldest(b, w)
   return w.oldest
 end
 
--- The newest entry of `key` later than now, or 0 if none. (Only a slot
+-- The newest entry of `key` later than now, or 0 if none. (Only a turn
 -- after now matters: t0 = max(now, last). ZCOUNT and ZRANGEBYSCORE, not
 -- ZRANGE: the limiter's ACL allows no more.)
 local function log_newest_after_now(key)

@@ -3,7 +3,7 @@
 //! stores. A schedule picks, step after step, one of the actions possible
 //! then ([`Run::available`]): a group's decision (`decide`), a group never
 //! sent because another group denied first, an undo (`adjust` to 0, at the
-//! slot the group's reply gave), or a give-back before a move. A request
+//! turn the group's reply gave), or a give-back before a move. A request
 //! whose proxy crashed between the steps never undoes. The stores are
 //! [`Shard`]s: the pure models here (`cross/tests.rs` checks the guarantees
 //! on them), or real Valkey servers in `tests/live/differential/cross.rs`,
@@ -13,15 +13,15 @@
 //! shaped call that may not wait (`max_delay` 0); a holding run
 //! ([`Run::holding`]) lets it wait, and carries out the rounds of
 //! [`crate::worker::cross::rounds`]: groups below the target give their
-//! record back and decide again with a floor, until every slot is at the
-//! target (released) or the rounds run out (denied, every record undone)
-//! (docs/shaping.md, "Across slots"). On the model's one clock a call is
-//! queued at the instant its round starts: the request's first step, or
-//! the reply that ended the previous round.
+//! record back and decide again with a floor, until every group's turn is
+//! at the target (released) or the rounds run out (denied, every record
+//! undone) (docs/shaping.md, "Across slots"). On the model's one clock a
+//! call is queued at the instant its round starts: the request's first
+//! step, or the reply that ended the previous round.
 
 use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Check, Decision};
-use crate::worker::cross::protocol::{answer, fate, groups, slot_of, undo, Fate, Group, Step};
+use crate::worker::cross::protocol::{answer, fate, groups, turn_of, undo, Fate, Group, Step};
 use crate::worker::cross::rounds::{Next, Placed, Rounds};
 
 /// One shard's store: the limiter's calls.
@@ -61,9 +61,9 @@ pub struct Request {
     pub rounds: Option<Rounds>,
     /// Per group: its next call's queue time and `(max_delay, floor)`.
     pub calls: Vec<(u64, (u64, u64))>,
-    /// Per group: the slot of a record to give back before it moves.
+    /// Per group: the turn of a record to give back before it moves.
     pub give_back: Vec<Option<u64>>,
-    /// Released at this time (every slot at its target).
+    /// Released at this time (every group's turn at its target).
     pub released: Option<u64>,
     /// Gave up after the last round: denied, every record undone.
     pub gave_up: bool,
@@ -229,7 +229,7 @@ impl<S: Shard> Run<S> {
             }
             Action::Undo(..) => {
                 let Step::Decided(d) = step else { return };
-                let u = store.adjust(&undo(&checks), slot_of(d), now_ms);
+                let u = store.adjust(&undo(&checks), turn_of(d), now_ms);
                 *undone = Some(u.clone());
                 Some(u)
             }
@@ -267,7 +267,7 @@ impl<S: Shard> Run<S> {
                         continue;
                     };
                     if let Step::Decided(d) = step {
-                        *owed = Some(slot_of(d));
+                        *owed = Some(turn_of(d));
                     }
                     *step = Step::Waiting;
                     *call = (now_ms, shape);

@@ -26,7 +26,7 @@ pub struct Judged {
     /// The decision's time: the store's clock, or the proxy's for a
     /// decision on the worker.
     pub now_ms: u64,
-    /// A shaped admission's delay: its slot is `now_ms + delay_ms`.
+    /// A shaped admission's delay: its turn is `now_ms + delay_ms`.
     pub delay_ms: u64,
 }
 
@@ -41,7 +41,7 @@ pub struct RecordingHost {
     pub messages: usize,
     pub cancelled: Vec<u32>,
     pub admitted: Vec<(u32, Option<String>)>,
-    /// Admissions held for their slot (shaping): id, delay in ms (each is
+    /// Admissions held for their turn (shaping): id, delay in ms (each is
     /// in `admitted` too).
     pub delayed: Vec<(u32, u64)>,
     pub replies: Vec<(u32, LocalReply)>,
@@ -65,7 +65,7 @@ pub struct RecordingHost {
     later: bool,
     pub in_flight: i64,
     pub held: i64,
-    /// Requests held for their slot (the shaping gauge).
+    /// Requests held for their turn (the shaping gauge).
     pub waiting: i64,
     pub tick: Duration,
     /// `wake`s asked for and not yet carried out (the driver resets it).

@@ -46,7 +46,7 @@ pub struct ModelStore {
 pub enum Ran {
     /// A decision at `now_ms`: its checks (a check's cost is what it
     /// records, unless it only checks), whether it admitted, and a shaped
-    /// admission's delay (its slot is `now_ms + delay_ms`).
+    /// admission's delay (its turn is `now_ms + delay_ms`).
     Decide { now_ms: u64, checks: Vec<Check>, allowed: bool, delay_ms: u64 },
     /// An `adjust` at `now_ms` of what a decision at `at_ms` recorded.
     Adjust { now_ms: u64, at_ms: u64, adjustments: Vec<Adjustment> },

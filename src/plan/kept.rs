@@ -6,7 +6,7 @@
 use super::RequestView;
 use std::cell::RefCell;
 
-/// Headers kept per request, at most: one slot per name of
+/// Headers kept per request, at most: one value per name of
 /// `Reads::headers_kept` (names beyond are read each time).
 pub const KEPT: usize = 8;
 
@@ -22,22 +22,22 @@ pub trait Source {
 pub struct Kept<'a, S> {
     source: S,
     names: &'a [String],
-    slots: RefCell<[Option<Option<Vec<u8>>>; KEPT]>,
+    values: RefCell<[Option<Option<Vec<u8>>>; KEPT]>,
 }
 
 impl<'a, S: Source> Kept<'a, S> {
     pub fn new(source: S, names: &'a [String]) -> Self {
-        Kept { source, names, slots: RefCell::new(Default::default()) }
+        Kept { source, names, values: RefCell::new(Default::default()) }
     }
 }
 
 impl<S: Source> RequestView for Kept<'_, S> {
     fn header(&self, name: &str) -> Option<Vec<u8>> {
-        let Some(slot) = self.names.iter().take(KEPT).position(|n| n == name) else {
+        let Some(index) = self.names.iter().take(KEPT).position(|n| n == name) else {
             return self.source.read_header(name);
         };
-        let Ok(mut slots) = self.slots.try_borrow_mut() else { return self.source.read_header(name) };
-        let Some(entry) = slots.get_mut(slot) else { return self.source.read_header(name) };
+        let Ok(mut values) = self.values.try_borrow_mut() else { return self.source.read_header(name) };
+        let Some(entry) = values.get_mut(index) else { return self.source.read_header(name) };
         entry.get_or_insert_with(|| self.source.read_header(name)).clone()
     }
 

@@ -165,12 +165,12 @@ pub enum Stat {
 /// The counters of shaping (`tollgate.shape.<name>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ShapeStat {
-    /// Requests admitted at a later slot and held until then.
+    /// Requests admitted at a later turn and held until then.
     Delayed,
     /// Requests refused without a store call: a rule had `max_waiting`
     /// requests held or being decided.
     Full,
-    /// Slots of held requests that went away, given back in the store.
+    /// Turns of held requests that went away, given back in the store.
     GivenBack,
     /// Give-backs the store did not apply (or that could not be sent).
     GiveBackFailed,
@@ -242,9 +242,9 @@ pub enum Gauge {
     /// Commands sent on the store stream and not yet answered.
     InFlight,
     /// Requests the worker holds: waiting for the store, or answered and
-    /// waiting for their turn to be resumed.
+    /// waiting for a VM entry's budget to resume them ([`super::verdict`]).
     Held,
-    /// Requests admitted at a later slot, held until then (shaping).
+    /// Requests admitted at a later turn, held until then (shaping).
     Waiting,
 }
 
@@ -291,7 +291,7 @@ pub trait Host {
     /// Lets paused request `id` go on (with the shadow-mode report for the
     /// upstream, if any). A request that is gone is ignored.
     fn admit(&mut self, id: u32, shadow_denied: Option<&str>);
-    /// [`Host::admit`] for a request held `delay_ms` for its slot
+    /// [`Host::admit`] for a request held `delay_ms` for its turn
     /// (shaping): the upstream is told the delay.
     fn admit_delayed(&mut self, id: u32, shadow_denied: Option<&str>, delay_ms: u64);
     /// Answers request `id` with a local reply.
@@ -320,7 +320,7 @@ pub trait Host {
     fn gauge(&mut self, gauge: Gauge, delta: i64);
     /// Records one store round trip, in ms.
     fn record_store_time(&mut self, ms: u64);
-    /// Records the delay of one request held for its slot, in ms.
+    /// Records the delay of one request held for its turn, in ms.
     fn record_shape_delay(&mut self, ms: u64);
     /// Calls `on_tick` every `period` (zero: never).
     fn set_tick(&mut self, period: Duration);

@@ -1,6 +1,6 @@
 //! Calls handed back by the streams ([`Landed`]), each to the room that owns
 //! its kind: a request's decision to its lifecycle, a part across slots to
-//! [`super::cross`], a settlement to [`super::counting`], a slot given back
+//! [`super::cross`], a settlement to [`super::counting`], a turn given back
 //! to [`super::shaping`], a flush to [`super::synced`]. This is the only
 //! place that knows every kind of call: a new kind is a [`CallId`] variant,
 //! its room, and one arm in each match below.

@@ -13,14 +13,14 @@
 //!    [`Worker::decided`]; failed → `failure_mode`; waited too long →
 //!    `overload`.
 //! 4. **Verdict**: admitted (its headers set, what it owes noted), held for
-//!    its slot by shaping, or answered; handed over within each VM
+//!    its turn by shaping, or answered; handed over within each VM
 //!    entry's budget ([`super::verdict`]).
 //! 5. **Response** ([`Worker::on_response`]): a counting rule's cost read
 //!    from its status, headers or body, and settled.
 //!
 //! **Gone** ([`Worker::on_gone`]) at any state: a queued call is dropped; a
-//! sent one's reply still lands (a shaped admission's slot is given back);
-//! a held request's slot is given back; parts across slots are undone;
+//! sent one's reply still lands (a shaped admission's turn is given back);
+//! a held request's turn is given back; parts across slots are undone;
 //! a reservation whose response never came stands.
 
 use crate::answer::response::{DELAY_HEADER, SHADOW_HEADER};
@@ -225,7 +225,7 @@ impl Worker {
 
     /// The store decided request `id` (`p`, its call, answered after
     /// `round_trip_ms`): the local limiter learns, its rules are ruled on,
-    /// shaping may hold it for its slot, and its verdict is delivered.
+    /// shaping may hold it for its turn, and its verdict is delivered.
     pub(super) fn decided(
         &mut self,
         host: &mut dyn Host,
@@ -332,10 +332,10 @@ impl Worker {
         let sent = self.streams.withdraw(CallId::Request(id));
         if self.holding.active() {
             match sent.filter(|p| shaping::max_delay(&self.config, &p.checks).is_some()) {
-                // Its call may give it a slot: given back when the reply
+                // Its call may give it a turn: given back when the reply
                 // comes (it stays counted until then).
                 Some(p) => self.holding.orphan(id, p.checks, p.arrival),
-                // A held request's slot is given back at the next entry.
+                // A held request's turn is given back at the next entry.
                 None => self.holding.gone(id),
             }
         }

@@ -19,7 +19,7 @@
 //!   admission, the cost the response says, and the settlement that
 //!   corrects the store's record (`Settlement` calls).
 //! * [`shaping`]: requests of rules that shape, counted against
-//!   `max_waiting`, admissions held until their slot, slots given back
+//!   `max_waiting`, admissions held until their turn, turns given back
 //!   (`GiveBack` calls).
 //! * [`synced`]: rules decided on the worker from its view of each window,
 //!   and the flushes that sync that view with the store (`Flush` calls).

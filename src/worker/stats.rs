@@ -16,7 +16,7 @@ use crate::store::FailureKind;
 pub const STORE_ERRORS: &str = "tollgate.store.errors";
 /// The histogram of store round trips, in ms.
 pub const STORE_TIME: &str = "tollgate.store.rq_time";
-/// The histogram of shaping delays (requests held for their slot), in ms.
+/// The histogram of shaping delays (requests held for their turn), in ms.
 pub const SHAPE_DELAY: &str = "tollgate.shape.delay";
 
 /// The gauges, by name.

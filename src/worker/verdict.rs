@@ -18,7 +18,7 @@ pub const MAX_DELIVERED_PER_ENTRY: usize = 128;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Admit(Option<String>),
-    /// An admission held for its slot (shaping), after this many ms.
+    /// An admission held for its turn (shaping), after this many ms.
     AdmitDelayed(Option<String>, u64),
     Reply(LocalReply),
     /// A paused response goes on, with these headers.

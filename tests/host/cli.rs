@@ -283,5 +283,5 @@ fn simulate_shows_requests_held_for_their_slot() {
     assert!(out.contains("   4 |     10 |    200 |              0 | held 990 ms\n"), "{out}");
     let (code, out, _) = tollgate(&["explain", "tests/fixtures/cli/shape.json"]);
     assert_eq!(code, 0);
-    assert!(out.contains("  shaped: a request that does not fit waits for its slot, up to 1000 ms"), "{out}");
+    assert!(out.contains("  shaped: a request that does not fit waits for its turn, up to 1000 ms"), "{out}");
 }

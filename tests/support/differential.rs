@@ -224,7 +224,7 @@ impl<'a> Differential<'a> {
     pub fn adjust(&mut self, adjustments: &[Adjustment], at: u64, now: u64) -> Decision {
         self.expire(now);
         // An extra charge lands at the later of now and the bucket's last slot.
-        let charged_at: Vec<u64> = adjustments.iter().map(|a| now.max(self.model.last_slot(&a.check))).collect();
+        let charged_at: Vec<u64> = adjustments.iter().map(|a| now.max(self.model.last_turn(&a.check))).collect();
         let expected = self.model.adjust(adjustments, at, now);
         let sent = Instant::now();
         let got = store_adjust_via(self.valkey, self.path, adjustments, at, Some(now));
@@ -248,7 +248,7 @@ impl<'a> Differential<'a> {
     /// entries. The token key and syncer sets expire as Valkey's would.
     pub fn flush(&mut self, flush: &Flush, now: u64) -> FlushReply {
         self.expire(now);
-        let charged_at: Vec<u64> = flush.entries.iter().map(|e| now.max(self.model.last_slot(&e.check))).collect();
+        let charged_at: Vec<u64> = flush.entries.iter().map(|e| now.max(self.model.last_turn(&e.check))).collect();
         let expected = self.model.flush(flush, now);
         let sent = Instant::now();
         let got = store_flush_via(self.valkey, self.path, flush, Some(now));

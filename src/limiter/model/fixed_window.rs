@@ -9,18 +9,18 @@
 //! * **commit**: `count += cost` (once per distinct period).
 //! * **stats**: `remaining = limit - count`; `reset_ms` = the end of the
 //!   window if `count > 0`, else 0.
-//! * Shaping ([`super::shape`]): the bucket also stores the last slot given
+//! * Shaping ([`super::shape`]): the bucket also stores the last turn given
 //!   later than its call's `now`; a window fits at `t0 + retry(t0)` (the
-//!   next window's start when full); the commit counts in the slot's
-//!   window; stats at the later of `now` and the last slot. An extra
+//!   next window's start when full); the commit counts in the turn's
+//!   window; stats at the later of `now` and the last turn. An extra
 //!   charge ([`super::Model::adjust`]) commits at the later of `now` and
-//!   the last slot, as a shaped commit there.
+//!   the last turn, as a shaped commit there.
 
 use super::{sat, Bucket};
 use crate::limiter::{Window, STATE_MAX};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Per period: `(k, count)`; and the last slot of a shaped call later than
+/// Per period: `(k, count)`; and the last turn of a shaped call later than
 /// its `now` (shaping), 0 if none.
 #[derive(Debug, Default, Clone)]
 pub struct Counters {

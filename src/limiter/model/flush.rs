@@ -101,7 +101,7 @@ impl Model {
     /// The error `flush.lua` answers, before any write, for a flush whose
     /// token key is not exactly its first bucket's key, `:flush:`, then a
     /// name of 1 to 64 bytes ([`crate::key::flush_token_key`]): a token key
-    /// elsewhere could overwrite any key of the slot. (Its other argument
+    /// elsewhere could overwrite any key of the hash slot. (Its other argument
     /// checks are the encoder's types.)
     pub fn flush_error(flush: &Flush) -> Option<&'static str> {
         let first = flush.entries.first().map_or("", |e| e.check.key.as_str());

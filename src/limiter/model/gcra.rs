@@ -19,7 +19,7 @@
 //! * **commit**: `at = now`, `d = debt + cost × P` (once per distinct window).
 //! * **stats**: `remaining = floor((P × limit - debt) / P)` whole units;
 //!   `reset_ms = ceil(debt / limit)`, when the bucket is full again.
-//! * Shaping ([`super::shape`]): the last slot is the latest `at` of the
+//! * Shaping ([`super::shape`]): the last turn is the latest `at` of the
 //!   check's windows; a window fits at `t0 + retry(t0)`; stats are taken at
 //!   the later of `now` and `at` (`reset_ms` adds the wait until `at`).
 //!   An extra charge ([`super::Model::adjust`]) commits at the later of
@@ -90,7 +90,7 @@ impl Bucket for Gcra {
         }
     }
 
-    fn last_slot(&self, windows: &[Window]) -> u64 {
+    fn last_turn(&self, windows: &[Window]) -> u64 {
         let at = |w: &Window| self.windows.get(&(w.limit.get(), w.period_ms.get())).map_or(0, |&(at, _)| at);
         windows.iter().map(at).max().unwrap_or(0)
     }
@@ -100,7 +100,7 @@ impl Bucket for Gcra {
         t0.saturating_add(self.retry(w, cost, t0))
     }
 
-    /// At `now` or, when the last admission is a future slot, at that slot:
+    /// At `now` or, when the last admission is a future turn, at that turn:
     /// `reset_ms` counts the time until it too.
     fn shaped_stats(&self, w: &Window, now: u64) -> (u64, u64) {
         let (limit, period) = (i128::from(w.limit.get()), i128::from(w.period_ms.get()));

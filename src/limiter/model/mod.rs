@@ -46,11 +46,11 @@ pub trait Bucket {
     /// recorded, where that record can still be told apart (see each
     /// algorithm), at `now`.
     fn refund(&mut self, windows: &[Window], at: u64, units: u64, now: u64);
-    /// Shaping ([`shape`]): the latest slot recorded in the bucket's
+    /// Shaping ([`shape`]): the latest turn recorded in the bucket's
     /// `windows` (0 if none).
-    fn last_slot(&self, windows: &[Window]) -> u64;
+    fn last_turn(&self, windows: &[Window]) -> u64;
     /// Shaping: the earliest time `>= t0` at which `cost` fits window `w`,
-    /// for `t0` at or after [`Bucket::last_slot`].
+    /// for `t0` at or after [`Bucket::last_turn`].
     fn earliest(&self, _w: &Window, _cost: u64, t0: u64) -> u64 {
         t0
     }
@@ -59,26 +59,26 @@ pub trait Bucket {
     fn shaped_stats(&self, w: &Window, now: u64) -> (u64, u64) {
         self.stats(w, now)
     }
-    /// Shaping: a commit at `slot`, later than the call's `now`, was made
+    /// Shaping: a commit at `turn`, later than the call's `now`, was made
     /// (for the buckets whose records do not say when they were made).
-    fn note_slot(&mut self, _slot: u64) {}
+    fn note_turn(&mut self, _turn: u64) {}
 }
 
 /// The counters' shaping stats: `stats` at `from` = the later of `now` and
-/// the last slot, `reset_ms` counted from `now`.
+/// the last turn, `reset_ms` counted from `now`.
 pub(crate) fn stats_from(stats: (u64, u64), from: u64, now: u64) -> (u64, u64) {
     let (remaining, reset) = stats;
     (remaining, if reset > 0 { reset + (from - now) } else { 0 })
 }
 
 /// Shaping of the counters (fixed and sliding window), whose records do
-/// not say when they were made: the bucket keeps its last slot in `last`;
+/// not say when they were made: the bucket keeps its last turn in `last`;
 /// a request fits at the earliest time its window allows from `t0`; stats
-/// are read at the later of `now` and the last slot. Expands to the four
+/// are read at the later of `now` and the last turn. Expands to the four
 /// shaping methods of a [`Bucket`] impl.
 macro_rules! counters_shaping {
     () => {
-        fn last_slot(&self, _windows: &[Window]) -> u64 {
+        fn last_turn(&self, _windows: &[Window]) -> u64 {
             self.last
         }
 
@@ -91,8 +91,8 @@ macro_rules! counters_shaping {
             super::stats_from(self.stats(w, from), from, now)
         }
 
-        fn note_slot(&mut self, slot: u64) {
-            self.last = slot;
+        fn note_turn(&mut self, turn: u64) {
+            self.last = turn;
         }
     };
 }
@@ -177,10 +177,10 @@ impl Model {
         }
     }
 
-    /// The latest slot recorded in `check`'s bucket (0 if none): an extra
+    /// The latest turn recorded in `check`'s bucket (0 if none): an extra
     /// charge ([`Model::adjust`]) at an earlier `now` lands there.
-    pub fn last_slot(&self, check: &Check) -> u64 {
-        self.bucket(check).map_or(0, |b| b.last_slot(&check.windows))
+    pub fn last_turn(&self, check: &Check) -> u64 {
+        self.bucket(check).map_or(0, |b| b.last_turn(&check.windows))
     }
 
     /// Forgets `key` (a bucket, a flush's token key or a syncer set), as
@@ -207,10 +207,10 @@ impl Model {
     ///
     /// * an extra charge (`to > from`) is recorded as a commit of `to - from`
     ///   units that checks nothing (the log records at most its largest
-    ///   limit), at **c** = the later of `now_ms` and the bucket's last slot
-    ///   ([`Bucket::last_slot`]): never before a slot a shaped call already
-    ///   gave, so a future window keeps its count and the order of slots is
-    ///   kept; when `c > now_ms` the counters note it as their last slot, as
+    ///   limit), at **c** = the later of `now_ms` and the bucket's last turn
+    ///   ([`Bucket::last_turn`]): never before a turn a shaped call already
+    ///   gave, so a future window keeps its count and the order of turns is
+    ///   kept; when `c > now_ms` the counters note it as their last turn, as
     ///   a shaped commit does. The key's TTL runs from `c` (the script's
     ///   `PEXPIRE`): its longest period after it, never shorter than any
     ///   record still stored needs;
@@ -219,7 +219,7 @@ impl Model {
     ///
     /// The reply is the buckets' state afterwards, as a decision that
     /// admits; a bucket charged at `c > now_ms` reports as a shaped call
-    /// does ([`Bucket::shaped_stats`]: at now, counting its future slots).
+    /// does ([`Bucket::shaped_stats`]: at now, counting its future turns).
     pub fn adjust(&mut self, adjustments: &[Adjustment], at_ms: u64, now_ms: u64) -> Decision {
         let mut later = Vec::with_capacity(adjustments.len());
         for a in adjustments {
@@ -232,10 +232,10 @@ impl Model {
                 if a.check.algorithm == Algorithm::SlidingLog {
                     units = units.min(windows.iter().map(|w| w.limit.get()).max().unwrap_or(0));
                 }
-                let c = now_ms.max(bucket.last_slot(windows));
+                let c = now_ms.max(bucket.last_turn(windows));
                 bucket.commit(windows, units, c);
                 if c > now_ms {
-                    bucket.note_slot(c);
+                    bucket.note_turn(c);
                     at_c = true;
                 }
             } else if a.from > a.to {

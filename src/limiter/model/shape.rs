@@ -1,43 +1,43 @@
 //! Shaping (docs/shaping.md): a request that does not fit now is given the
-//! earliest time at which it fits every window of every check, its *slot*,
-//! and is recorded at that time if the slot is within the call's
+//! earliest time at which it fits every window of every check, its *turn*,
+//! and is recorded at that time if the turn is within the call's
 //! `max_delay_ms`; otherwise it is denied and records nothing.
 //!
 //! * **t0** = the latest of `now + floor_ms` (the floor: 0 but for a
 //!   request held across cluster slots) and every bucket's last recorded
-//!   slot ([`Bucket::last_slot`]): a request is never placed before a slot
+//!   turn ([`Bucket::last_turn`]): a request is never placed before a turn
 //!   already given in one of its buckets, so requests of a key leave in the
-//!   order of their slots, whichever proxy holds them.
+//!   order of their turns, whichever proxy holds them.
 //! * Per window, [`Bucket::earliest`]: the first time `>= t0` at which
 //!   `cost` fits. Nothing is recorded after `t0`, so what a window counts
 //!   only shrinks as time goes on: the request fits every window at the
-//!   latest of them, the **slot**, and recording it there keeps every
+//!   latest of them, the **turn**, and recording it there keeps every
 //!   window within its limit in every span of time (the log: entries in
-//!   `(slot - P, slot]` plus `cost` at most the limit, and no entry after
-//!   the slot; gcra: the debt at the slot plus `cost × P` at most `P × L`).
-//! * **allowed** when `slot - now <= max_delay_ms`: every bucket (except
-//!   those that only check) records `cost` at the slot, all or nothing, and
-//!   `delay_ms = slot - now`.
+//!   `(turn - P, turn]` plus `cost` at most the limit, and no entry after
+//!   the turn; gcra: the debt at the turn plus `cost × P` at most `P × L`).
+//! * **allowed** when `turn - now <= max_delay_ms`: every bucket (except
+//!   those that only check) records `cost` at the turn, all or nothing, and
+//!   `delay_ms = turn - now`.
 //! * Per window, `retry_ms = max(0, earliest - now - max_delay_ms)`: how
-//!   long until the same request would be given a slot within the delay
+//!   long until the same request would be given a turn within the delay
 //!   allowed (0 for every window when allowed).
 //! * Per window `remaining` and `reset_ms` at `now`, from the state after
 //!   the decision ([`Bucket::shaped_stats`]).
 //!
 //! Every algorithm shapes; the counters (`sliding_window`, `fixed_window`)
-//! store their last slot, as their records do not say when they were made.
+//! store their last turn, as their records do not say when they were made.
 
 use super::{sat, Bucket, Model};
 use crate::limiter::{Check, Decision};
 
 impl Model {
     /// Decides for all `checks` at once at `now_ms`, shaping: admitted at the
-    /// slot if it is at most `max_delay_ms` away (module doc).
+    /// turn if it is at most `max_delay_ms` away (module doc).
     pub fn decide_shaped(&mut self, checks: &[Check], max_delay_ms: u64, now_ms: u64) -> Decision {
         self.decide_floored(checks, max_delay_ms, 0, now_ms)
     }
 
-    /// [`Model::decide_shaped`] placing the slot at `now_ms + floor_ms` or
+    /// [`Model::decide_shaped`] placing the turn at `now_ms + floor_ms` or
     /// later (module doc).
     pub fn decide_floored(&mut self, checks: &[Check], max_delay_ms: u64, floor_ms: u64, now_ms: u64) -> Decision {
         for check in checks {
@@ -45,7 +45,7 @@ impl Model {
         }
         let mut t0 = now_ms.saturating_add(floor_ms);
         for check in checks {
-            let last = self.bucket(check).map_or(0, |b| b.last_slot(&check.windows));
+            let last = self.bucket(check).map_or(0, |b| b.last_turn(&check.windows));
             t0 = t0.max(last);
         }
         let mut earliest: Vec<u64> = Vec::new();
@@ -54,14 +54,14 @@ impl Model {
                 earliest.push(self.bucket(check).map_or(t0, |b: &dyn Bucket| b.earliest(w, check.cost.get(), t0)));
             }
         }
-        let slot = earliest.iter().copied().fold(t0, u64::max);
-        let allowed = slot - now_ms <= max_delay_ms;
+        let turn = earliest.iter().copied().fold(t0, u64::max);
+        let allowed = turn - now_ms <= max_delay_ms;
         if allowed {
             for check in checks.iter().filter(|c| !c.check_only) {
                 let bucket = self.state_mut(check).bucket_mut();
-                bucket.commit(&check.windows, check.cost.get(), slot);
-                if slot > now_ms {
-                    bucket.note_slot(slot);
+                bucket.commit(&check.windows, check.cost.get(), turn);
+                if turn > now_ms {
+                    bucket.note_turn(turn);
                 }
             }
         }
@@ -69,7 +69,7 @@ impl Model {
         let retries = earliest.iter().map(|&e| sat(i128::from(e) - limit)).collect();
         let checks: Vec<&Check> = checks.iter().collect();
         let mut decision = self.outcome_with(&checks, allowed, retries, now_ms, &vec![true; checks.len()]);
-        decision.delay_ms = if allowed { slot - now_ms } else { 0 };
+        decision.delay_ms = if allowed { turn - now_ms } else { 0 };
         decision
     }
 }

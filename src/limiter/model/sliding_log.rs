@@ -10,9 +10,9 @@
 //! * **stats**: `remaining = limit - count`; `reset_ms` = when the oldest
 //!   counted entry leaves (0 if none).
 //! * Housekeeping: entries at or before `now - longest period` are dropped.
-//! * Shaping ([`super::shape`]): the last slot is the newest entry; a
+//! * Shaping ([`super::shape`]): the last turn is the newest entry; a
 //!   window fits at `t >= t0` once enough entries counted at `t0` left;
-//!   stats as above (entries at future slots count). An extra charge
+//!   stats as above (entries at future turns count). An extra charge
 //!   ([`super::Model::adjust`]) records its entries at the later of `now`
 //!   and the newest entry.
 
@@ -86,7 +86,7 @@ impl Bucket for Log {
         self.entries.drain(start..start + taken);
     }
 
-    fn last_slot(&self, _windows: &[Window]) -> u64 {
+    fn last_turn(&self, _windows: &[Window]) -> u64 {
         self.entries.last().copied().unwrap_or(0)
     }
 

@@ -22,21 +22,21 @@
 //! * **stats**: `remaining = limit - cur - ceil(prev × (P - e) / P)` (at
 //!   least 0); `reset_ms` = until the estimate is 0: the end of window
 //!   `k + 1` if `cur > 0`, else the end of window `k` if `prev > 0`, else 0.
-//! * Shaping ([`super::shape`]): the bucket also stores the last slot given
+//! * Shaping ([`super::shape`]): the bucket also stores the last turn given
 //!   later than its call's `now`; a window fits at `t0 + retry(t0)`; the
-//!   commit counts in the slot's window. Recorded at the slot, the
+//!   commit counts in the turn's window. Recorded at the turn, the
 //!   estimate only falls from there (within the window it is `cur` plus a
 //!   shrinking share of `prev`; in the next, a shrinking share of `cur`),
-//!   so fitting at the slot is fitting from then on. Stats at the later of
-//!   `now` and the last slot. An extra charge ([`super::Model::adjust`])
-//!   commits at the later of `now` and the last slot, as a shaped commit
+//!   so fitting at the turn is fitting from then on. Stats at the later of
+//!   `now` and the last turn. An extra charge ([`super::Model::adjust`])
+//!   commits at the later of `now` and the last turn, as a shaped commit
 //!   there.
 
 use super::{ceil_div, sat, Bucket};
 use crate::limiter::{Window, STATE_MAX};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Per period: `(k, cur, prev)`; and the last slot of a shaped call later
+/// Per period: `(k, cur, prev)`; and the last turn of a shaped call later
 /// than its `now` (shaping), 0 if none.
 #[derive(Debug, Default, Clone)]
 pub struct Counters {

@@ -237,11 +237,11 @@ fn one_request_at_a_time_is_one_decision_of_every_check() {
     }
 }
 
-/// Shaped first steps that may not wait, on buckets without a slot in the
+/// Shaped first steps that may not wait, on buckets without a turn in the
 /// future, are the unshaped run: the same replies at every step, the same
 /// guarantees.
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn shaped_steps_without_future_slots_are_the_unshaped_run() {
+fn shaped_steps_without_future_turns_are_the_unshaped_run() {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     for _ in 0..200 {
         let rules = rules(&mut rng);
@@ -259,19 +259,19 @@ fn shaped_steps_without_future_slots_are_the_unshaped_run() {
     }
 }
 
-/// Buckets holding slots in the future (given to requests of one slot that
+/// Buckets holding turns in the future (given to requests of one slot that
 /// wait): a request across slots is never delayed, and no group of it
-/// admits on a bucket before that bucket's last slot.
+/// admits on a bucket before that bucket's last turn.
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn across_slots_a_shaped_request_waits_for_nothing_and_passes_no_slot() {
+fn across_slots_a_shaped_request_waits_for_nothing_and_passes_no_turn() {
     let mut rng = Rng(0x94D0_49BB_1331_11EB);
     let (mut behind, mut admitted) = (0, 0);
     for _ in 0..300 {
         let rules = rules(&mut rng);
         let mut shards = vec![Model::new(), Model::new(), Model::new()];
         // Per bucket, maybe: requests of it alone, shaped up to 10 h, until
-        // one is given a slot in the future.
-        let mut last_slot = vec![0; rules.len()];
+        // one is given a turn in the future.
+        let mut last_turn = vec![0; rules.len()];
         for (i, c) in rules.iter().enumerate() {
             if rng.next(2) == 0 {
                 continue;
@@ -280,7 +280,7 @@ fn across_slots_a_shaped_request_waits_for_nothing_and_passes_no_slot() {
             for _ in 0..8 {
                 let d = shards[shard].decide_shaped(std::slice::from_ref(c), 10 * HOUR, START);
                 if d.allowed {
-                    last_slot[i] = START + d.delay_ms;
+                    last_turn[i] = START + d.delay_ms;
                 }
                 if d.delay_ms > 0 || !d.allowed {
                     break;
@@ -297,11 +297,11 @@ fn across_slots_a_shaped_request_waits_for_nothing_and_passes_no_slot() {
             let q = &run.requests[r];
             let waits = q.groups[g].checks.iter().any(|&i| {
                 let k = rules.iter().position(|c| c.key == q.checks[i].key).unwrap();
-                last_slot[k] > e.now_ms
+                last_turn[k] > e.now_ms
             });
             if waits {
                 behind += 1;
-                assert!(!reply.allowed, "admitted before a slot given in its bucket: {e:?}");
+                assert!(!reply.allowed, "admitted before a turn given in its bucket: {e:?}");
             }
             admitted += usize::from(reply.allowed);
         }
@@ -311,6 +311,6 @@ fn across_slots_a_shaped_request_waits_for_nothing_and_passes_no_slot() {
             assert_eq!(answer.delay_ms, 0);
         }
     }
-    println!("{behind} steps behind a future slot, {admitted} admitted");
+    println!("{behind} steps behind a future turn, {admitted} admitted");
     assert!(behind > 100 && admitted > 100, "{behind} {admitted}");
 }

@@ -7,12 +7,12 @@
 //!   reservation frees room), within the synced bound
 //!   ([`super::synced::Excess`]) for synced ones;
 //! * the store never admits beyond its own records (a decision's windows,
-//!   at its slot, with what was recorded before it: the log and fixed
+//!   at its turn, with what was recorded before it: the log and fixed
 //!   windows, including rules counted on the response);
-//! * shaping: a held request is never released before its slot; every
-//!   recorded slot belongs to a request released or given back (beyond
+//! * shaping: a held request is never released before its turn; every
+//!   recorded turn belongs to a request released or given back (beyond
 //!   those whose reply or give-back was lost, or whose proxy died); and a
-//!   worker never has more than `max_waiting` slots recorded ahead.
+//!   worker never has more than `max_waiting` turns recorded ahead.
 
 use super::bounds::first_over;
 use super::ledger::{admissions, records_ledger, Records};
@@ -50,9 +50,9 @@ pub fn check(trace: &Trace, run: &Run) -> Vec<String> {
         within_records(trace, run, &mut out);
     }
     if let Mode::Shaped { max_waiting, .. } = rule.mode {
-        released_at_slots(run, &mut out);
+        released_at_turns(run, &mut out);
         if rule.count.is_none() {
-            slots_accounted(run, &mut out);
+            turns_accounted(run, &mut out);
         }
         waiting_bounded(run, max_waiting, &mut out);
     }
@@ -82,18 +82,18 @@ fn within_records(trace: &Trace, run: &Run, out: &mut Vec<String>) {
         if now >= wiped {
             return;
         }
-        records.apply(ran, |r, slot, checks| {
+        records.apply(ran, |r, turn, checks| {
             for c in checks {
                 for w in c.windows.iter() {
                     let (limit, period) = (w.limit.get(), w.period_ms.get());
                     let (from, to) = match algorithm {
-                        Algorithm::FixedWindow => (slot / period * period, slot / period * period + period - 1),
-                        _ => ((slot + 1).saturating_sub(period), slot),
+                        Algorithm::FixedWindow => (turn / period * period, turn / period * period + period - 1),
+                        _ => ((turn + 1).saturating_sub(period), turn),
                     };
                     let there = r.units(&c.key, from, to);
                     if there + c.cost.get() > limit {
                         out.push(format!(
-                            "{} {limit}/{period}ms: admitted {} at {slot} over {there} recorded in [{from}, {to}]",
+                            "{} {limit}/{period}ms: admitted {} at {turn} over {there} recorded in [{from}, {to}]",
                             c.key,
                             c.cost.get()
                         ));
@@ -104,13 +104,13 @@ fn within_records(trace: &Trace, run: &Run, out: &mut Vec<String>) {
     }
 }
 
-fn released_at_slots(run: &Run, out: &mut Vec<String>) {
+fn released_at_turns(run: &Run, out: &mut Vec<String>) {
     for n in &run.nodes {
         for j in n.host.judged.iter().filter(|j| j.decider == Decider::Store && j.delay_ms > 0) {
             let released = run.requests.get(&j.id).and_then(|r| r.released_ms);
             if released.is_some_and(|at| at < j.now_ms + j.delay_ms) {
                 out.push(format!(
-                    "request {} released at {released:?} before its slot {}",
+                    "request {} released at {released:?} before its turn {}",
                     j.id,
                     j.now_ms + j.delay_ms
                 ));
@@ -119,7 +119,7 @@ fn released_at_slots(run: &Run, out: &mut Vec<String>) {
     }
 }
 
-/// What calls may have left a slot recorded that nobody uses: replies
+/// What calls may have left a turn recorded that nobody uses: replies
 /// lost (the outcome unknown), give-backs lost, and requests held by a
 /// proxy that died.
 fn unaccounted(run: &Run) -> u64 {
@@ -139,7 +139,7 @@ fn unaccounted(run: &Run) -> u64 {
     lost + dead
 }
 
-fn slots_accounted(run: &Run, out: &mut Vec<String>) {
+fn turns_accounted(run: &Run, out: &mut Vec<String>) {
     let mut records = Records::default();
     for ran in &run.store.ran {
         records.apply(ran, |_, _, _| {});
@@ -168,27 +168,27 @@ fn slots_accounted(run: &Run, out: &mut Vec<String>) {
     }
 }
 
-/// Per worker, the slots of its decisions recorded ahead of each decision
-/// that gives one (a gone request's give-back removes its slot).
+/// Per worker, the turns of its decisions recorded ahead of each decision
+/// that gives one (a gone request's give-back removes its turn).
 fn waiting_bounded(run: &Run, max_waiting: u64, out: &mut Vec<String>) {
     let mut ahead: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     for (ran, &node) in run.store.ran.iter().zip(&run.ran_by) {
-        let slots = ahead.entry(node).or_default();
+        let turns = ahead.entry(node).or_default();
         match ran {
             Ran::Decide { now_ms, allowed: true, delay_ms, .. } if *delay_ms > 0 => {
-                slots.push(now_ms + delay_ms);
-                let n = slots.iter().filter(|&&s| s > *now_ms).count() as u64;
-                // Slots whose reply or give-back was lost stay, uncounted.
+                turns.push(now_ms + delay_ms);
+                let n = turns.iter().filter(|&&s| s > *now_ms).count() as u64;
+                // Turns whose reply or give-back was lost stay, uncounted.
                 let lost = run.nodes.get(node).map_or(0, |n| {
                     n.host.count(Stat::UnknownOutcome) + n.host.count(Stat::Shape(ShapeStat::GiveBackFailed))
                 });
                 if n > max_waiting + lost {
-                    out.push(format!("worker {node}: {n} slots ahead at {now_ms}, max_waiting {max_waiting}"));
+                    out.push(format!("worker {node}: {n} turns ahead at {now_ms}, max_waiting {max_waiting}"));
                 }
             }
             Ran::Adjust { at_ms, adjustments, .. } if adjustments.iter().all(|a| a.to == 0) => {
-                if let Some(i) = slots.iter().position(|s| s == at_ms) {
-                    slots.swap_remove(i);
+                if let Some(i) = turns.iter().position(|s| s == at_ms) {
+                    turns.swap_remove(i);
                 }
             }
             _ => {}

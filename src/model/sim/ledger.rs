@@ -14,7 +14,7 @@ pub type Ledger = BTreeMap<String, Vec<(u64, u64)>>;
 
 /// Every admitted request that reached the upstream, per bucket: its
 /// units at the time they count there (a store decision's time plus its
-/// delay, the slot; a decision on the worker, the worker's time). A
+/// delay, the turn; a decision on the worker, the worker's time). A
 /// request held and then gone (or whose proxy died) never reached it.
 pub fn admissions(run: &Run) -> Ledger {
     let mut out = Ledger::new();
@@ -37,9 +37,9 @@ pub fn admissions(run: &Run) -> Ledger {
 }
 
 /// What the store recorded per bucket, replayed from its journal in the
-/// order the calls ran: a decision's units at its slot; an extra charge
+/// order the calls ran: a decision's units at its turn; an extra charge
 /// (`adjust`, a flush) at the later of its time and the bucket's last
-/// record (it never lands before a slot already given); a refund taken
+/// record (it never lands before a turn already given); a refund taken
 /// from the record at its `at`, never more than is there.
 #[derive(Debug, Default)]
 pub struct Records {
@@ -83,17 +83,17 @@ impl Records {
     }
 
     /// Applies call `ran`; `before` sees the records just before a
-    /// decision that admits, with the decision (the slot and checks).
+    /// decision that admits, with the decision (the turn and checks).
     pub fn apply(&mut self, ran: &Ran, mut before: impl FnMut(&Records, u64, &[Check])) {
         match ran {
             Ran::Decide { now_ms, checks, allowed, delay_ms } => {
                 if !allowed {
                     return;
                 }
-                let slot = now_ms + delay_ms;
-                before(self, slot, checks);
+                let turn = now_ms + delay_ms;
+                before(self, turn, checks);
                 for c in checks.iter().filter(|c| !c.check_only) {
-                    self.add(&c.key, slot, c.cost.get());
+                    self.add(&c.key, turn, c.cost.get());
                 }
             }
             Ran::Adjust { now_ms, at_ms, adjustments } => {

@@ -11,7 +11,7 @@
 //! different sync intervals. The run ([`world`]) is deterministic; its
 //! checks ([`checks`]) hold every bucket to what its algorithm allows in
 //! every span, exactly for rules the store decides and within the stated
-//! bound for synced ones ([`synced`]), and hold shaping to its slots and
+//! bound for synced ones ([`synced`]), and hold shaping to its turns and
 //! `max_waiting`. A failing seed is cut down to a minimal trace
 //! ([`shrink`]) and printed.
 

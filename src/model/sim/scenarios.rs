@@ -89,7 +89,7 @@ fn synced_workers_that_go_quiet_and_come_back() {
 
 /// Shaped, 5 per second, `max_delay` 5 s: 10 requests (5 held), the store
 /// paused for 600 ms, an 11th request whose client gives up after 100 ms,
-/// while its call waits for the store. Before the fix: its slot stayed
+/// while its call waits for the store. Before the fix: its turn stayed
 /// recorded (11 entries).
 #[test]
 fn a_shaped_request_whose_client_leaves_while_its_call_is_with_the_store() {

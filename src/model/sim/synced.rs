@@ -10,7 +10,7 @@
 //! * the units admitted on the worker by proxies that died before they
 //!   flushed them (never counted by the store);
 //! * for each restart of the store without its state in the span or
-//!   shortly before it, the limit again and the slots it had given ahead
+//!   shortly before it, the limit again and the turns it had given ahead
 //!   (requests decided before it, released after it).
 
 use super::ledger::{cut_of, flushed_by_node, Ledger};
@@ -30,7 +30,7 @@ pub struct Excess {
     workers: u64,
     lost: u64,
     /// Restarts without state: when, and the units of requests decided
-    /// before it and released after it (the slots it forgot).
+    /// before it and released after it (the turns it forgot).
     wipes: Vec<(u64, u64)>,
     /// How long after a restart without state its effect lasts.
     wiped_ms: u64,
@@ -113,7 +113,7 @@ impl Excess {
 }
 
 /// How long a restart of the store without its state shows in the
-/// windows: a period, and a rule that shapes releases slots given before
+/// windows: a period, and a rule that shapes releases turns given before
 /// it for `max_delay` more (gcra's checked spans reach two periods).
 fn wiped_ms(trace: &Trace) -> u64 {
     let delay = match trace.rule.mode {
@@ -124,7 +124,7 @@ fn wiped_ms(trace: &Trace) -> u64 {
 }
 
 /// The restarts without state, each with the units of `key` it had
-/// recorded at slots after it for requests that were then released.
+/// recorded at turns after it for requests that were then released.
 fn wipes(run: &Run, key: &str) -> Vec<(u64, u64)> {
     let judged = run.nodes.iter().flat_map(|n| n.host.judged.iter());
     let released: Vec<(u64, u64, u64)> = judged

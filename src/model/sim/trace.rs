@@ -14,7 +14,7 @@ pub const EPOCH_MS: u64 = 1_800_000_000_000;
 pub enum Mode {
     /// By the store, every request.
     Exact,
-    /// By the store, holding a request until its slot (`shape`).
+    /// By the store, holding a request until its turn (`shape`).
     Shaped { max_delay_ms: u64, max_waiting: u64 },
     /// On the workers, synced every interval (`sync`; each proxy has its
     /// own interval, [`Proxy::interval_ms`]).

@@ -1,6 +1,6 @@
 //! The calls a worker holds, what every room speaks of: a request's
 //! decision, a part of a request decided across cluster slots, a
-//! settlement of a response, a slot given back, a flush ([`Call`], by
+//! settlement of a response, a turn given back, a flush ([`Call`], by
 //! [`CallId`], whose kind names the room that owns it), each with what it
 //! runs on the store ([`Command`]) and its request's clock ([`Arrival`]).
 //! Their table ([`table::Calls`], owned by the streams): each call waits in
@@ -29,7 +29,7 @@ pub enum CallId {
     Part(u32),
     /// A settlement of a response.
     Settlement(u32),
-    /// A held request's slot given back (shaping).
+    /// A held request's turn given back (shaping).
     GiveBack(u32),
     /// A flush of synced rules' buckets.
     Flush(u32),
@@ -74,7 +74,7 @@ pub struct Pending {
 #[derive(Debug, Clone)]
 pub enum Command {
     /// `decide` over the checks: unshaped, shaped (the request may wait
-    /// up to `max_delay` ms for its slot), or floored across slots
+    /// up to `max_delay` ms for its turn), or floored across slots
     /// (`(max_delay, floor)`, docs/shaping.md "Across slots").
     Decide(Shape),
     /// `adjust` of these records, decided at `at_ms` on the store's clock.
@@ -127,7 +127,7 @@ pub enum Call {
     Part(Part),
     /// A settlement (`adjust` of `checks`) of a response.
     Settle(SettleCall),
-    /// A gone held request's record taken back from its slot (`adjust` of
+    /// A gone held request's record taken back from its turn (`adjust` of
     /// `checks` to 0; shaping).
     GiveBack,
     /// What a worker admitted in synced rules' buckets (`checks`), sent to

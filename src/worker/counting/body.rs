@@ -109,7 +109,7 @@ pub fn integer(value: &[u8]) -> Option<u64> {
 pub struct BodyReader {
     sse: bool,
     max: usize,
-    /// `Some(path)` per number wanted (a `None` slot wants nothing).
+    /// `Some(path)` per number wanted (a `None` entry wants nothing).
     paths: Vec<Option<JsonPath>>,
     /// JSON: the body so far. Event stream: the current line.
     buf: Vec<u8>,

@@ -121,7 +121,7 @@ impl Settlements {
     }
 
     /// Request `id` was admitted by the store (`decision.allowed`, which
-    /// recorded every check at its slot: `now_ms + delay_ms`, `now_ms` when
+    /// recorded every check at its turn: `now_ms + delay_ms`, `now_ms` when
     /// not shaped), the local limiter or nobody
     /// (`None`, `local`: whether the local limiter).
     pub(in crate::worker) fn admitted(

@@ -123,8 +123,8 @@ impl Settlements {
         }
         if at_headers {
             let headers = corrected(cx.config, &owed, &changes);
-            if let Ok(mut slot) = owed.headers.try_borrow_mut() {
-                *slot = headers;
+            if let Ok(mut current) = owed.headers.try_borrow_mut() {
+                *current = headers;
             }
         }
         ResponseFlow::Continue

@@ -67,7 +67,7 @@ pub struct Crossing {
     pub(super) headers: ResponseHeaders,
     /// A shaped request that may wait: its rounds ([`Rounds`]).
     pub(super) rounds: Option<Rounds>,
-    /// Every slot at the target: released at this time (proxy clock).
+    /// Every group's turn at the target: released at this time (proxy clock).
     pub(super) release_ms: Option<u64>,
     /// The rounds ran out: denied, every record undone.
     pub(super) gave_up: bool,

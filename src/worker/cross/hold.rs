@@ -2,16 +2,16 @@
 //! the pure rule: [`crate::worker::cross::rounds`]): each group's first
 //! call shaped with the request's `max_delay`; once every group admitted,
 //! the groups below the target give their record back and decide again
-//! with a floor, until every slot is at the target (the request is then
-//! held until its release) or the rounds run out (every record undone, a
-//! `429` of its shaping rule, `shape.gave_up`).
+//! with a floor, until every group's turn is at the target (the request is
+//! then held until its release) or the rounds run out (every record undone,
+//! a `429` of its shaping rule, `shape.gave_up`).
 
 use crate::answer::response::SERVER_TIMING;
 use crate::config::Config;
 use crate::limiter::Decision;
 use crate::worker::calls::{Part, PARKED};
 use crate::worker::cross::crossings::{Crossing, Crossings};
-use crate::worker::cross::protocol::{fate, slot_of, Fate, Step};
+use crate::worker::cross::protocol::{fate, turn_of, Fate, Step};
 use crate::worker::cross::rounds::{Next, Placed, Rounds};
 use crate::worker::cross::Others;
 use crate::worker::cx::Cx;
@@ -71,7 +71,7 @@ impl Crossings {
         let Some(c) = self.map.get(&parent) else { return };
         let Some(s) = c.slices.get(g) else { return };
         let Step::Decided(d) = &s.step else { return };
-        let (checks, at_ms, arrival, slot) = (s.group.of(&c.checks), slot_of(d), c.arrival, s.group.slot);
+        let (checks, at_ms, arrival, slot) = (s.group.of(&c.checks), turn_of(d), c.arrival, s.group.slot);
         let ran = s.ran.filter(|(shard, _)| cx.streams.has_shard(*shard));
         let (shard, asking) = match ran {
             Some(ran) => ran,
@@ -126,7 +126,7 @@ pub(super) fn cross_shapes(
         .collect()
 }
 
-/// Request `parent` (`c`, done) is admitted with every slot at
+/// Request `parent` (`c`, done) is admitted with every group's turn at
 /// `release_ms`, later than now: held until then, every group's record
 /// given back if it goes away.
 pub(super) fn hold_crossing(
@@ -146,7 +146,7 @@ pub(super) fn hold_crossing(
         .slices
         .iter()
         .filter_map(|s| match &s.step {
-            Step::Decided(d) if d.allowed => Some((s.group.of(&c.checks), slot_of(d))),
+            Step::Decided(d) if d.allowed => Some((s.group.of(&c.checks), turn_of(d))),
             _ => None,
         })
         .collect();

@@ -18,7 +18,7 @@ use crate::store::{Failure, Outcome};
 use crate::worker::calls::{Call, Part, Pending};
 use crate::worker::cross::crossings::Crossings;
 use crate::worker::cross::hold::hold_crossing;
-use crate::worker::cross::protocol::{slot_of, Fate, Step};
+use crate::worker::cross::protocol::{turn_of, Fate, Step};
 use crate::worker::cross::Others;
 use crate::worker::cx::Cx;
 use crate::worker::host::Throttle;
@@ -58,7 +58,7 @@ impl Crossings {
                     // Admitted already (`overload: allow`): its record stays.
                     let indices = self.slice_mut(parent, group).map(|s| s.group.checks.clone());
                     let indices = indices.unwrap_or_default();
-                    o.settlements.stored((&mut *cx.host, cx.config), parent, &indices, slot_of(&decision));
+                    o.settlements.stored((&mut *cx.host, cx.config), parent, &indices, turn_of(&decision));
                 }
                 if let Some(c) = self.map.get_mut(&parent) {
                     c.placed(group, &decision, now_ms);
@@ -239,7 +239,7 @@ impl Crossings {
             .slices
             .iter()
             .filter_map(|s| match &s.step {
-                Step::Decided(d) if d.allowed => Some((s.group.checks.clone(), slot_of(d))),
+                Step::Decided(d) if d.allowed => Some((s.group.checks.clone(), turn_of(d))),
                 _ => None,
             })
             .collect();

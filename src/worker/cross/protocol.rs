@@ -98,9 +98,9 @@ pub fn fate(steps: &[Step]) -> Option<Fate> {
     }
 }
 
-/// Where a decision's record is, on its store's clock: its slot (its
+/// Where a decision's record is, on its store's clock: its turn (its
 /// `now` when it was not delayed).
-pub fn slot_of(d: &Decision) -> u64 {
+pub fn turn_of(d: &Decision) -> u64 {
     d.now_ms.saturating_add(d.delay_ms)
 }
 

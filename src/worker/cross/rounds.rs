@@ -1,18 +1,18 @@
 //! Holding a shaped request whose buckets span cluster slots, the pure
 //! part (docs/shaping.md, "Across slots"): every slot must record it at the
-//! time it is released, so the slots a first round gave are brought to the
+//! time it is released, so the turns a first round gave are brought to the
 //! latest of them.
 //!
 //! Times are on the proxy's clock. A group's call queued at `q` and answered
-//! at `a` with `delay_ms` d placed its slot in `[q + d, a + d]` (the store's
+//! at `a` with `delay_ms` d placed its turn in `[q + d, a + d]` (the store's
 //! `now` lies between): [`Placed`]. The **target** is the latest lower bound
 //! of any group; a group whose lower bound is below it **moves**: its record
 //! is given back and it is decided again with a floor of `target - q'`
-//! (`q'` the new call's queue time), so its slot is at the target or later.
+//! (`q'` the new call's queue time), so its turn is at the target or later.
 //! A move placed later than the target (its windows were full there) raises
 //! the target, and the groups below move again. Rounds end when no group is
 //! below the target: the request is released at the latest upper bound, so
-//! never before any slot, and every slot lies within the round trips of the
+//! never before any turn, and every turn lies within the round trips of the
 //! last round before the release. After [`MAX_MOVES`] move rounds the
 //! request gives up (every record undone, denied). Every call's `max_delay`
 //! is what is left until the deadline (first queue time + `max_delay`), so
@@ -21,7 +21,7 @@
 /// Move rounds at most before a request gives up.
 pub const MAX_MOVES: u32 = 3;
 
-/// Where a group's slot lies on the proxy's clock.
+/// Where a group's turn lies on the proxy's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placed {
     pub lo_ms: u64,
@@ -38,7 +38,7 @@ impl Placed {
 /// What follows once no group waits and every group admitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
-    /// Every slot is at the target: release at this time.
+    /// Every group's turn is at the target: release at this time.
     Release(u64),
     /// Move these groups (give back, decide again floored).
     Move(Vec<usize>),

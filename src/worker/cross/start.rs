@@ -17,7 +17,7 @@
 //! while another in rounds shares a key with it (or one parked before it
 //! does), is parked until that one is placed (released, given up, denied,
 //! answered, gone), then starts. Rounds run concurrently on a key place
-//! its requests at or after its last slot, so room given back by moves is
+//! its requests at or after its last turn, so room given back by moves is
 //! lost; one at a time, each request's rounds see the previous one placed.
 //! A parked request counts for `max_waiting`, and past `MAX_WAIT_MS` is
 //! answered as overload.
@@ -28,7 +28,7 @@ use crate::limiter::Check;
 use crate::worker::calls::{CallId, Part, Pending, PARKED};
 use crate::worker::cross::crossings::{Crossing, Crossings, Slice};
 use crate::worker::cross::hold::cross_shapes;
-use crate::worker::cross::protocol::{slot_of, Step};
+use crate::worker::cross::protocol::{turn_of, Step};
 use crate::worker::cross::Others;
 use crate::worker::cx::Cx;
 use crate::worker::host::{Flow, Stat, Throttle};
@@ -198,12 +198,12 @@ impl Crossings {
     }
 
     /// Queues the undo of group `g` of request `parent` (it recorded, at its
-    /// slot): to where its call ran, or by the slot map if that shard is gone.
+    /// turn): to where its call ran, or by the slot map if that shard is gone.
     pub(in crate::worker) fn send_undo(&mut self, cx: &mut Cx<'_>, parent: u32, g: usize, now_ms: u64) {
         let Some(c) = self.map.get(&parent) else { return };
         let Some(slice) = c.slices.get(g).filter(|s| !s.undo_sent) else { return };
         let Step::Decided(d) = &slice.step else { return };
-        let at_ms = slot_of(d);
+        let at_ms = turn_of(d);
         let ran = slice.ran.filter(|(s, _)| cx.streams.has_shard(*s));
         let slot = slice.group.slot;
         let (shard, asking) = match ran {

@@ -1,6 +1,6 @@
 //! The worker's steps of shaping (the room's doc: [`super`]): counting a
 //! request at its arrival, holding an admission with a delay, releasing
-//! held requests at their time, and giving back the slots of those gone.
+//! held requests at their time, and giving back the turns of those gone.
 
 use crate::answer::response::{denied, policy_names, SERVER_TIMING};
 use crate::config::Config;
@@ -70,14 +70,14 @@ impl Holding {
     }
 
     /// Every VM entry: held requests whose time has come go on, and the
-    /// slots of gone ones are given back.
+    /// turns of gone ones are given back.
     pub(in crate::worker) fn shape_step(&mut self, cx: &mut Cx<'_>, now_ms: u64) {
         for (id, held) in self.take_due(now_ms) {
             cx.deliveries.deliver(cx.host, id, Verdict::AdmitDelayed(held.shadow_denied, held.delay_ms));
         }
         for (id, held) in self.take_given() {
-            for (checks, slot_ms) in held.records {
-                self.give_back(cx, checks, slot_ms, (held.arrival, Some(id)), now_ms);
+            for (checks, turn_ms) in held.records {
+                self.give_back(cx, checks, turn_ms, (held.arrival, Some(id)), now_ms);
             }
             self.settle_gone(id);
         }
@@ -85,7 +85,7 @@ impl Holding {
 
     /// The reply to gone request `id`'s call came: if the request was an
     /// orphan (gone while its shaped call was with the store) and the store
-    /// admitted it, its slot is given back. `value`: the reply, `None` when
+    /// admitted it, its turn is given back. `value`: the reply, `None` when
     /// it never comes (the stream was lost: its outcome is unknown, so
     /// nothing is given back, which could free another request's record).
     pub(in crate::worker) fn orphan_answered(
@@ -99,8 +99,8 @@ impl Holding {
         let Some((checks, arrival)) = self.take_orphan(id) else { return };
         match value.map(|v| interpret_reply(v, &checks)) {
             Some(Outcome::Decided(d)) if d.allowed => {
-                let slot_ms = d.now_ms.saturating_add(d.delay_ms);
-                self.give_back(cx, checks, slot_ms, (arrival, Some(id)), now_ms);
+                let turn_ms = d.now_ms.saturating_add(d.delay_ms);
+                self.give_back(cx, checks, turn_ms, (arrival, Some(id)), now_ms);
             }
             Some(_) => {}
             None => cx.host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1),
@@ -109,13 +109,13 @@ impl Holding {
     }
 
     /// Queues the `adjust` that takes a record of `checks` (one slot's)
-    /// back from its slot `slot_ms`: a gone request's (`owner`, counted
+    /// back from its turn `turn_ms`: a gone request's (`owner`, counted
     /// until it is answered), or a group's that moves across slots.
     pub(in crate::worker) fn give_back(
         &mut self,
         cx: &mut Cx<'_>,
         checks: Vec<Check>,
-        slot_ms: u64,
+        turn_ms: u64,
         (arrival, owner): (Arrival, Option<u32>),
         now_ms: u64,
     ) {
@@ -128,7 +128,7 @@ impl Holding {
             cx.host.count(Stat::Shape(ShapeStat::GiveBackFailed), 1);
             return;
         }
-        let command = Command::Adjust { adjustments: give_back(&checks), at_ms: slot_ms };
+        let command = Command::Adjust { adjustments: give_back(&checks), at_ms: turn_ms };
         let pending = Pending {
             checks,
             arrival: arrival.on_behalf(now_ms),

@@ -1,8 +1,8 @@
 //! Shaping (`rules[].shape`, docs/shaping.md): requests the store admitted
-//! at a later slot, held until then, and the bound on them.
+//! at a later turn, held until then, and the bound on them.
 //!
 //! * A request of a rule that shapes is *counted* from its arrival until it
-//!   leaves: decided without delay, failed, released at its slot, or gone.
+//!   leaves: decided without delay, failed, released at its turn, or gone.
 //!   At most `shape.max_waiting` requests of a rule are counted per worker;
 //!   any request of a full rule is refused (429) without a store call, as
 //!   it might have to wait ([`Holding::enter`]).
@@ -10,12 +10,12 @@
 //!   its release time on the proxy's clock (the reply's arrival plus the
 //!   delay); every VM entry releases those due ([`hold`]), and the tick is
 //!   the short one while any is held.
-//! * A held request that goes away gives its slot back: an `adjust` of its
-//!   whole cost at its slot, queued at the next VM entry of the worker's own.
+//! * A held request that goes away gives its turn back: an `adjust` of its
+//!   whole cost at its turn, queued at the next VM entry of the worker's own.
 //!   One that goes away while its call is with the store (an *orphan*)
-//!   gives back the slot the reply names, if it admitted. Either way it
+//!   gives back the turn the reply names, if it admitted. Either way it
 //!   stays counted until the give-back is answered (or fails): a worker
-//!   never has more than `max_waiting` slots of a rule recorded ahead.
+//!   never has more than `max_waiting` turns of a rule recorded ahead.
 
 pub(super) mod hold;
 
@@ -44,7 +44,7 @@ pub fn shape(config: &Config, checks: &[Check]) -> Shape {
     max_delay(config, checks).map_or(Shape::Unshaped, Shape::Shaped)
 }
 
-/// A request admitted at a later slot, held until its release.
+/// A request admitted at a later turn, held until its release.
 #[derive(Debug, Clone)]
 pub struct Held {
     /// On the proxy's clock.
@@ -52,8 +52,8 @@ pub struct Held {
     pub delay_ms: u64,
     /// The shadow-mode report for the upstream, if any.
     pub shadow_denied: Option<String>,
-    /// What it recorded, for giving its slot back: per slot of the cluster
-    /// (one, but across slots), its checks and its slot on that store's
+    /// What it recorded, for giving its turn back: per slot of the cluster
+    /// (one, but across slots), its checks and its turn on that store's
     /// clock (where its record is).
     pub records: Vec<(Vec<Check>, u64)>,
     pub arrival: Arrival,
@@ -71,10 +71,10 @@ pub struct Holding {
     /// Held requests by release time, then id.
     due: BTreeSet<(u64, u32)>,
     held: HashMap<u32, Held>,
-    /// Slots of gone requests to give back at the next VM entry, by id.
+    /// Turns of gone requests to give back at the next VM entry, by id.
     given: Vec<(u32, Held)>,
     /// Gone requests whose shaped call is with the store: what it checks,
-    /// for giving back the slot its reply names.
+    /// for giving back the turn its reply names.
     orphans: HashMap<u32, (Vec<Check>, Arrival)>,
     /// Give-backs of gone requests on their way: whose, by give-back id.
     returning: HashMap<u32, u32>,
@@ -164,7 +164,7 @@ impl Holding {
         out
     }
 
-    /// Request `id` is gone: if it was held, its slot is to be given back
+    /// Request `id` is gone: if it was held, its turn is to be given back
     /// (it stays counted until then), else it is no longer counted.
     pub fn gone(&mut self, id: u32) {
         if let Some(held) = self.held.remove(&id) {
@@ -213,7 +213,7 @@ impl Holding {
         }
     }
 
-    /// The slots to give back now, by request id.
+    /// The turns to give back now, by request id.
     pub fn take_given(&mut self) -> Vec<(u32, Held)> {
         std::mem::take(&mut self.given)
     }
@@ -228,7 +228,7 @@ impl Holding {
         self.held.len()
     }
 
-    /// Nothing held, no slot to give back, no orphan's reply awaited.
+    /// Nothing held, no turn to give back, no orphan's reply awaited.
     pub fn is_empty(&self) -> bool {
         self.held.is_empty() && self.given.is_empty() && self.orphans.is_empty()
     }

@@ -57,7 +57,7 @@ fn held_requests_leave_in_release_order_and_gone_ones_give_back() {
     let due: Vec<u32> = h.take_due(1_000).into_iter().map(|(id, _)| id).collect();
     assert_eq!(due, [2]);
     assert_eq!(h.enter(3, &both, |_| true), Ok(()));
-    assert_eq!(h.enter(4, &both, |id| id == 3), Err(1), "1 counted until its slot is given back");
+    assert_eq!(h.enter(4, &both, |id| id == 3), Err(1), "1 counted until its turn is given back");
     let given: Vec<u32> = h.take_given().into_iter().map(|(id, _)| id).collect();
     assert_eq!(given, [1]);
     assert!(h.is_empty());

@@ -50,7 +50,7 @@ fn flush(c: &Check, units: u64, token: &str) -> Flush {
 /// one without) in one call, a flush of a shaped key, a give-back after a
 /// charge, and a charge once every slot has passed (at now again).
 #[test]
-fn extra_charges_land_at_the_last_slot() {
+fn extra_charges_land_at_the_last_turn() {
     let valkey = Valkey::start();
     for path in Path::ALL {
         valkey.cmd(&["FLUSHALL"]);
@@ -80,7 +80,7 @@ fn extra_charges_land_at_the_last_slot() {
                 d.step_shaped(std::slice::from_ref(&a), 3_000, T + 100 + i);
             }
             d.step_shaped(std::slice::from_ref(&plain), 3_000, T + 100);
-            assert!(d.model.last_slot(&a) > T + 120, "{path:?} {algorithm:?}: slots ahead");
+            assert!(d.model.last_turn(&a) > T + 120, "{path:?} {algorithm:?}: turns ahead");
             d.adjust(&[change(&a, 0, 3), change(&plain, 1, 3)], T + 100, T + 110);
             d.flush(&flush(&a, 2, "f1"), T + 120);
             d.flush(&flush(&a, 0, "f2"), T + 130);
@@ -214,10 +214,10 @@ fn random_traces_agree() {
             let o = check(other, 1, &format!("p:{{{n}o}}:{}", other.id()), &[(3, 1_000)], 1);
             let mut d = Differential::via(&valkey, path);
             let mut now = T;
-            let mut last_slot = None;
+            let mut last_turn = None;
             for (i, (kind, gap, max_delay, floor)) in steps.into_iter().enumerate() {
                 now += gap;
-                if kind >= 5 && d.model.last_slot(&c) > now {
+                if kind >= 5 && d.model.last_turn(&c) > now {
                     charged_later.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 match kind {
@@ -225,8 +225,8 @@ fn random_traces_agree() {
                         d.adjust(&[change(&c, 0, 1 + max_delay % 3), change(&o, 0, 1)], now, now);
                     }
                     6 => {
-                        if let Some(slot) = last_slot {
-                            d.adjust(&[change(&c, c.cost.get(), c.cost.get() + 2)], slot, now);
+                        if let Some(turn) = last_turn {
+                            d.adjust(&[change(&c, c.cost.get(), c.cost.get() + 2)], turn, now);
                         }
                     }
                     7 => {
@@ -236,8 +236,8 @@ fn random_traces_agree() {
                         d.step_shaped(&[c.clone(), o.clone()], 0, now);
                     }
                     1 => {
-                        if let Some(slot) = last_slot.take() {
-                            d.adjust(&[give_back(&c)], slot, now);
+                        if let Some(turn) = last_turn.take() {
+                            d.adjust(&[give_back(&c)], turn, now);
                         }
                     }
                     2 => {
@@ -248,7 +248,7 @@ fn random_traces_agree() {
                         let got =
                             d.step_floored(&[c.clone(), o.clone()][..1 + (n % 2) as usize], max_delay, floor, now);
                         if got.allowed && n.is_multiple_of(2) {
-                            last_slot = Some(now + got.delay_ms);
+                            last_turn = Some(now + got.delay_ms);
                         }
                         if got.delay_ms > 0 {
                             floored.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -257,7 +257,7 @@ fn random_traces_agree() {
                     _ => {
                         let got = d.step_shaped(std::slice::from_ref(&c), max_delay, now);
                         if got.allowed {
-                            last_slot = Some(now + got.delay_ms);
+                            last_turn = Some(now + got.delay_ms);
                         }
                         if got.delay_ms > 0 {
                             delayed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -5,7 +5,7 @@ use crate::testing::{check, Rng};
 
 const T: u64 = 1_800_000_000_000;
 
-/// Slots (ms after `T`) and delays of a burst of `n` at `T`.
+/// Turns (ms after `T`) and delays of a burst of `n` at `T`.
 fn burst(c: &Check, n: usize, max_delay: u64) -> Vec<Option<u64>> {
     let mut m = Model::new();
     (0..n)
@@ -45,21 +45,21 @@ fn beyond_max_delay_is_denied_and_records_nothing() {
     assert!(!d.allowed);
     assert_eq!(d.delay_ms, 0);
     assert_eq!(m.entries("k"), 4);
-    // Its slot would be T + 2000: given within 1 s from T + 1000 on.
+    // Its turn would be T + 2000: given within 1 s from T + 1000 on.
     assert_eq!(d.retry_after_ms(), 990);
     assert!(m.decide_shaped(std::slice::from_ref(&c), 1_000, T + 1_000).allowed);
 }
 
-/// All or nothing across keys and algorithms: the slot is the latest window's.
+/// All or nothing across keys and algorithms: the turn is the latest window's.
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn every_check_waits_for_the_latest_slot() {
+fn every_check_waits_for_the_latest_turn() {
     let mut m = Model::new();
     let a = check(Gcra, 0, "a", &[(5, 1_000)], 1);
     let b = check(SlidingLog, 1, "b", &[(1, 3_000)], 1);
     assert_eq!(m.decide_shaped(&[a.clone(), b.clone()], 5_000, T).delay_ms, 0);
     let d = m.decide_shaped(&[a.clone(), b.clone()], 5_000, T);
     assert_eq!(d.delay_ms, 3_000);
-    // Both recorded at the slot: `a`'s next request comes after it.
+    // Both recorded at the turn: `a`'s next request comes after it.
     assert_eq!(m.decide_shaped(std::slice::from_ref(&a), 5_000, T).delay_ms, 3_000);
     let d = m.decide_shaped(&[a, b], 2_000, T);
     assert!(!d.allowed);
@@ -84,41 +84,41 @@ fn without_delay_it_is_the_unshaped_decision() {
     }
 }
 
-/// Random traces of bursts: slots of a key never go back, and no window is
+/// Random traces of bursts: turns of a key never go back, and no window is
 /// exceeded as its algorithm counts: the log in any span; gcra within its
 /// burst bound; fixed_window in any aligned window; sliding_window's
-/// estimate at any slot.
+/// estimate at any turn.
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn no_window_is_ever_exceeded_and_slots_keep_their_order() {
+fn no_window_is_ever_exceeded_and_turns_keep_their_order() {
     let windows = [(4, 1_000), (10, 5_000)];
     for algorithm in Algorithm::ALL {
         let mut rng = Rng(0xfeed_0000 + algorithm as u64);
         let mut m = Model::new();
-        let mut slots: Vec<u64> = Vec::new();
+        let mut turns: Vec<u64> = Vec::new();
         let mut now = T;
         for _ in 0..600 {
             now += rng.next(300);
             let cost = 1 + rng.next(2);
             let d = m.decide_shaped(&[check(algorithm, 0, "k", &windows, cost)], 4_000, now);
             if d.allowed {
-                let slot = now + d.delay_ms;
-                assert!(slots.last().is_none_or(|&last| last <= slot), "{algorithm:?}: out of order");
-                slots.extend(std::iter::repeat_n(slot, usize::try_from(cost).unwrap()));
+                let turn = now + d.delay_ms;
+                assert!(turns.last().is_none_or(|&last| last <= turn), "{algorithm:?}: out of order");
+                turns.extend(std::iter::repeat_n(turn, usize::try_from(cost).unwrap()));
             }
         }
-        assert!(slots.len() > 150, "{algorithm:?}: {} admitted", slots.len());
-        assert_within(algorithm, &slots, &windows);
+        assert!(turns.len() > 150, "{algorithm:?}: {} admitted", turns.len());
+        assert_within(algorithm, &turns, &windows);
     }
 }
 
-/// Every span `(t - P, t]` ending at a slot holds at most the limit (the
+/// Every span `(t - P, t]` ending at a turn holds at most the limit (the
 /// log), or the limit plus `span × L / P` refilled (gcra's burst bound);
-/// the counters' own count at every slot.
-fn assert_within(algorithm: Algorithm, slots: &[u64], windows: &[(u64, u64)]) {
+/// the counters' own count at every turn.
+fn assert_within(algorithm: Algorithm, turns: &[u64], windows: &[(u64, u64)]) {
     for &(limit, period) in windows {
-        for (i, &end) in slots.iter().enumerate() {
-            // What counts at `end`: the slots up to it (later ones were checked when placed).
-            let window = |k: u64| slots.iter().filter(|&&s| s <= end && s / period == k).count() as u64;
+        for (i, &end) in turns.iter().enumerate() {
+            // What counts at `end`: the turns up to it (later ones were checked when placed).
+            let window = |k: u64| turns.iter().filter(|&&s| s <= end && s / period == k).count() as u64;
             let k = end / period;
             match algorithm {
                 FixedWindow => {
@@ -132,24 +132,24 @@ fn assert_within(algorithm: Algorithm, slots: &[u64], windows: &[(u64, u64)]) {
                 }
                 _ => {}
             }
-            let start = slots.partition_point(|&s| s + period <= end);
+            let start = turns.partition_point(|&s| s + period <= end);
             let count = (i + 1 - start) as u64;
             // Also the last index of `end`.
-            let count = count + slots[i + 1..].iter().take_while(|&&s| s == end).count() as u64;
+            let count = count + turns[i + 1..].iter().take_while(|&&s| s == end).count() as u64;
             let bound = match algorithm {
                 SlidingLog => limit,
-                _ => limit + (end - slots[start]) * limit / period,
+                _ => limit + (end - turns[start]) * limit / period,
             };
             assert!(count <= bound, "{algorithm:?} {limit}/{period}: {count} in the span ending {end}");
         }
     }
 }
 
-/// A floor places the slot at `now + floor` or later: at the floor when
+/// A floor places the turn at `now + floor` or later: at the floor when
 /// every window fits there, later when one does not; a floor past
 /// `max_delay` denies and records nothing; a floor of 0 is the plain call.
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn a_floor_places_the_slot_no_earlier() {
+fn a_floor_places_the_turn_no_earlier() {
     for algorithm in Algorithm::ALL {
         let c = check(algorithm, 0, "k", &[(2, 1_000)], 1);
         let one = std::slice::from_ref(&c);
@@ -158,7 +158,7 @@ fn a_floor_places_the_slot_no_earlier() {
         assert_eq!((d.allowed, d.delay_ms), (true, 300), "{algorithm:?}: fits at the floor");
         assert!(!m.decide_floored(one, 5_000, 6_000, T).allowed, "{algorithm:?}: past max_delay");
         let d = m.decide_floored(one, 5_000, 100, T);
-        assert!(d.allowed && d.delay_ms >= 300, "{algorithm:?}: behind the last slot: {d:?}");
+        assert!(d.allowed && d.delay_ms >= 300, "{algorithm:?}: behind the last turn: {d:?}");
         let d = m.decide_floored(one, 5_000, 0, T);
         assert!(d.allowed && d.delay_ms > 300, "{algorithm:?}: full at the floor: {d:?}");
         let (mut a, mut b) = (Model::new(), Model::new());

@@ -1,6 +1,6 @@
 //! `Model::adjust`: an undo right after a decision gives back exactly the
 //! state without it; a refund never frees more than the request took; an
-//! extra charge is recorded now, or at the bucket's last slot when a shaped
+//! extra charge is recorded now, or at the bucket's last turn when a shaped
 //! call gave one later. Random traces with a small deterministic generator
 //! (these tests also run in the wasm VM).
 
@@ -128,13 +128,13 @@ fn an_extra_charge_past_the_limit_denies_for_about_a_period_at_most() {
     }
 }
 
-/// A shaped burst leaves slots up to a second ahead (10 against 5 per s,
+/// A shaped burst leaves turns up to a second ahead (10 against 5 per s,
 /// `max_delay` 2 s); an extra charge of 2 at `now` lands at the bucket's
-/// last slot, not at `now`: the log's entries are there, the counters'
+/// last turn, not at `now`: the log's entries are there, the counters'
 /// future window keeps its count (and counts the charge), gcra's `at`
-/// stays at the slot; a second burst is placed after all of it.
+/// stays at the turn; a second burst is placed after all of it.
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn an_extra_charge_lands_at_the_buckets_last_slot() {
+fn an_extra_charge_lands_at_the_buckets_last_turn() {
     const T: u64 = 1_800_000_000_000;
     for algorithm in Algorithm::ALL {
         let mut m = Model::new();
@@ -142,17 +142,17 @@ fn an_extra_charge_lands_at_the_buckets_last_slot() {
         let first: Vec<u64> = (0..10).map(|_| m.decide_shaped(std::slice::from_ref(&c), 2_000, T).delay_ms).collect();
         assert_eq!(first.iter().max(), Some(&if algorithm == Algorithm::SlidingWindow { 2_000 } else { 1_000 }));
         let charged = m.adjust(&[Adjustment { check: c.clone(), from: 0, to: 2 }], T + 10, T + 10);
-        assert_eq!(charged.windows[0].remaining, 0, "{algorithm:?}: the slots' windows are full");
+        assert_eq!(charged.windows[0].remaining, 0, "{algorithm:?}: the turns' windows are full");
         if algorithm == Algorithm::SlidingLog {
             let times = [vec![T; 5], vec![T + 1_000; 7]].concat();
-            assert_eq!(m.entry_times("k"), times, "the charge's entries are at the last slot");
+            assert_eq!(m.entry_times("k"), times, "the charge's entries are at the last turn");
         }
         let second: Vec<u64> =
             (0..5).map(|_| m.decide_shaped(std::slice::from_ref(&c), 9_000, T + 20).delay_ms).collect();
         let expected = match algorithm {
-            // The first window with room after the slot at T + 1000.
+            // The first window with room after the turn at T + 1000.
             Algorithm::SlidingLog | Algorithm::FixedWindow => vec![1_980; 5],
-            // One emission interval after the last slot, T + 1000.
+            // One emission interval after the last turn, T + 1000.
             Algorithm::Gcra => vec![1_180, 1_380, 1_580, 1_780, 1_980],
             // Window T + 2000 holds 1 + 2, the one before 4: 3 + 1 + 4 × (1000 - e) / 1000 <= 5 at e = 750.
             Algorithm::SlidingWindow => vec![2_730, 2_980, 3_230, 3_480, 3_730],

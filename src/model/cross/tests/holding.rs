@@ -11,7 +11,7 @@ use super::{random_rules, read};
 use crate::limiter::model::Model;
 use crate::limiter::{Adjustment, Algorithm, Check};
 use crate::testing::{check, Rng};
-use crate::worker::cross::protocol::{slot_of, Fate, Step};
+use crate::worker::cross::protocol::{turn_of, Fate, Step};
 
 const HOUR: u64 = 3_600_000;
 const START: u64 = 1_800_000_000_000;
@@ -80,7 +80,7 @@ fn on_one_instant_every_slot_records_a_held_request_at_its_release() {
             held += usize::from(release > START);
             for (g, step) in q.steps.iter().enumerate() {
                 let Step::Decided(d) = step else { panic!("request {r} group {g}: {step:?}") };
-                assert_eq!(slot_of(d), release, "request {r} group {g} recorded away from its release");
+                assert_eq!(turn_of(d), release, "request {r} group {g} recorded away from its release");
             }
             let charge: Vec<Adjustment> =
                 q.checks.iter().map(|c| Adjustment { check: c.clone(), from: 0, to: c.cost.get() }).collect();
@@ -94,7 +94,7 @@ fn on_one_instant_every_slot_records_a_held_request_at_its_release() {
         let last = admitted.last().map_or(START, |(at, _)| *at);
         // The log holds exactly the admitted requests at their releases:
         // every moved record was given back. (The counters and gcra keep
-        // one state, which a read before a future slot does not show.)
+        // one state, which a read before a future turn does not show.)
         for c in &rules {
             releases_keep_windows(&run, c);
             if c.algorithm == Algorithm::SlidingLog {
@@ -134,8 +134,8 @@ fn with_time_passing_every_record_lies_between_target_and_release() {
             assert!(release <= first + max_delay + (end - START), "request {r}");
             for step in &q.steps {
                 let Step::Decided(d) = step else { panic!("request {r}: {step:?}") };
-                let slot = slot_of(d);
-                assert!(rounds.target_ms <= slot && slot <= release, "request {r}: {slot} {rounds:?} {release}");
+                let turn = turn_of(d);
+                assert!(rounds.target_ms <= turn && turn <= release, "request {r}: {turn} {rounds:?} {release}");
             }
         }
     }

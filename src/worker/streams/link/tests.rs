@@ -85,8 +85,8 @@ fn abandoned_requests_keep_their_place() {
     link.abandon(CallId::Request(1));
     assert_eq!(link.calls().collect::<Vec<_>>(), vec![CallId::Request(2)]);
     let (replies, _) = link.feed(b":1\r\n:2\r\n", 1);
-    let slots: Vec<Awaited> = replies.into_iter().map(|(s, _, _)| s).collect();
-    assert_eq!(slots, vec![Awaited::Abandoned(CallId::Request(1)), Awaited::Call(CallId::Request(2))]);
+    let awaited: Vec<Awaited> = replies.into_iter().map(|(s, _, _)| s).collect();
+    assert_eq!(awaited, vec![Awaited::Abandoned(CallId::Request(1)), Awaited::Call(CallId::Request(2))]);
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
