@@ -231,7 +231,7 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             json!({ "description": "The index of the key part whose value alone is the hash tag of the rule's keys: rules tagged by the same value share a Valkey Cluster slot, so one call decides them together. Left out, the tag is the rule name and every part.", "maximum": MAX_KEY_PARTS - 1 })
         }
         "rules[].shape" => {
-            json!({ "description": "Hold a request that does not fit until it does, at most max_delay, instead of denying it (not in shadow mode; on a Valkey Cluster a request whose buckets span slots is not held: admitted now or denied)." })
+            json!({ "description": "Hold a request that does not fit until it does, at most max_delay, instead of denying it (not in shadow mode; on a Valkey Cluster a request whose buckets span slots is held in rounds until every slot gives it the same turn, or, if it also matches a rule that does not shape, admitted now or denied)." })
         }
         "rules[].shape.max_delay" => {
             json!({ "description": "The longest a request may wait for its turn: > 0 and <= 30s; a request that would wait longer is denied." })

@@ -88,8 +88,8 @@ pub(crate) fn config(
 }
 
 /// Shaping across sections: not in shadow mode. (On a Valkey Cluster a
-/// request whose buckets span slots is shaped without delay: see
-/// docs/shaping.md.)
+/// request whose buckets span slots is held in rounds: see
+/// docs/shaping.md, "Across slots".)
 fn shaping_fits(shadow: bool, rules: &[Rule]) -> Result<(), ConfigError> {
     let Some(i) = rules.iter().position(|r| r.shaping.is_some()) else { return Ok(()) };
     if shadow {
