@@ -268,7 +268,7 @@ Lua code (a Valkey Function by `FCALL`, or the same code as a script by `EVALSHA
 window of every matching rule: the request is admitted only if it fits all of them, and only then
 is it recorded anywhere. Each algorithm has a pure Rust model (`src/limiter/model/`, the
 specification) and a Lua file (`src/limiter/*.lua`, with its per-bucket contract in its header);
-the differential tests (`tests/differential*.rs`) require identical decisions, remaining, reset
+the differential tests (`tests/live/differential/`) require identical decisions, remaining, reset
 and retry from both, through both invocations. All arithmetic is on integers below 2^53, so Lua's
 doubles are exact.
 

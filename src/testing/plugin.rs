@@ -119,7 +119,7 @@ pub fn seed_rule() -> Rule {
         .limit(5, "3s")
 }
 
-/// Rule `r{i}` of the large configurations (`tests/config_limits*.rs`):
+/// Rule `r{i}` of the large configurations (`tests/host/config_limits.rs`, `tests/live/operations/config_limits.rs`):
 /// requests under `/r{i}/`, one bucket per `x-user-id`, five windows from
 /// 10 per second to 50,000 per 7 days.
 pub fn wide_rule(i: usize) -> Rule {

@@ -2,7 +2,7 @@
 //!
 //! The script (`prelude.lua`, one Lua file per algorithm, `decide.lua`) must
 //! give the same decision, remaining, reset and retry for every trace; the
-//! differential tests (`tests/differential*.rs`) check that against a real
+//! differential tests (`tests/live/differential/`) check that against a real
 //! Valkey. [`Model::decide`] is the driver both share:
 //!
 //! 1. **check**: for every window of every check, `retry_ms` = how long until

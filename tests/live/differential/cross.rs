@@ -133,14 +133,15 @@ fn run_case(
     }
 }
 
-const REGRESSIONS: &str = "tests/differential_cross.proptest-regressions";
 
 #[test]
 fn interleaved_requests_across_three_servers_agree_with_the_models() {
     let servers = [Valkey::start(), Valkey::start(), Valkey::start()];
     let mut runner = TestRunner::new(ProptestConfig {
         cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(300),
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
+        // Seeds of failing cases: next to this file, `<its name>.proptest-regressions`.
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        source_file: Some(file!()),
         ..ProptestConfig::default()
     });
     let delays = prop::sample::select(vec![0u64, 0, 800, 40_000]);

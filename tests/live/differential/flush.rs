@@ -306,14 +306,15 @@ fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], horizons: &[u64], star
     }
 }
 
-const REGRESSIONS: &str = "tests/differential_flush.proptest-regressions";
 
 #[test]
 fn random_traces_with_flushes_agree() {
     let valkey = Valkey::start();
     let mut runner = TestRunner::new(ProptestConfig {
         cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(100),
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
+        // Seeds of failing cases: next to this file, `<its name>.proptest-regressions`.
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        source_file: Some(file!()),
         ..ProptestConfig::default()
     });
     let strategy = (

@@ -5,7 +5,7 @@
 //! invocation paths (the script and the function library), on its own keys.
 //!
 //! Failing cases are shrunk and their seeds saved next to this file in
-//! `differential_props.proptest-regressions` (commit it): saved cases run
+//! `props.proptest-regressions` (commit it): saved cases run
 //! first on every later run. `PROPTEST_CASES` overrides the case count.
 
 use crate::support;
@@ -55,16 +55,17 @@ fn run_trace_via(valkey: &Valkey, path: Path, rules: &[Rule], start: u64, steps:
 }
 
 /// The runner: one Valkey for all cases (each case uses its own keys);
-/// failures are shrunk and their seeds saved in [`REGRESSIONS`].
+/// failures are shrunk and their seeds saved next to this file.
 fn runner() -> TestRunner {
     TestRunner::new(ProptestConfig {
         cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(160),
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
+        // Seeds of failing cases: next to this file, `<its name>.proptest-regressions`.
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        source_file: Some(file!()),
         ..ProptestConfig::default()
     })
 }
 
-const REGRESSIONS: &str = "tests/differential_props.proptest-regressions";
 
 fn check_result(result: Result<(), proptest::test_runner::TestError<impl std::fmt::Debug>>) {
     if let Err(e) = result {

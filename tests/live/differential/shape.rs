@@ -189,7 +189,9 @@ fn random_traces_agree() {
     let valkey = Valkey::start();
     let mut runner = TestRunner::new(ProptestConfig {
         cases: 96,
+        // Seeds of failing cases: next to this file, `<its name>.proptest-regressions`.
         failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        source_file: Some(file!()),
         ..ProptestConfig::default()
     });
     let windows = prop::collection::vec((1..=6u64, prop::sample::select(vec![50u64, 300, 1_000, 4_000])), 1..=2);
