@@ -186,7 +186,6 @@ fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], check_only: &[bool], s
     }
 }
 
-
 #[test]
 fn random_traces_with_adjustments_agree() {
     let valkey = Valkey::start();

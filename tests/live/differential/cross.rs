@@ -133,7 +133,6 @@ fn run_case(
     }
 }
 
-
 #[test]
 fn interleaved_requests_across_three_servers_agree_with_the_models() {
     let servers = [Valkey::start(), Valkey::start(), Valkey::start()];

@@ -306,7 +306,6 @@ fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], horizons: &[u64], star
     }
 }
 
-
 #[test]
 fn random_traces_with_flushes_agree() {
     let valkey = Valkey::start();

@@ -66,7 +66,6 @@ fn runner() -> TestRunner {
     })
 }
 
-
 fn check_result(result: Result<(), proptest::test_runner::TestError<impl std::fmt::Debug>>) {
     if let Err(e) = result {
         panic!("{e}");
