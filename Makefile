@@ -127,7 +127,7 @@ bench-floor: build
 bench-instructions: build
 	@scripts/install-wrk.sh
 	@scripts/install-valgrind.sh
-	python3 scripts/bench instructions --floor --cases "unmatched,synced,synced logged,admitted,admitted logged,floor pass,floor local,floor store" $(if $(BASELINE),--baseline $(BASELINE))
+	python3 scripts/bench instructions --floor --cases "unmatched,synced,synced logged,admitted,admitted logged,denied,floor pass,floor local,floor store" $(if $(BASELINE),--baseline $(BASELINE))
 
 # Not part of `make test`: Valkey µs per decision per algorithm and case, and
 # decisions per second of one Valkey core, FCALL and EVALSHA, straight to a

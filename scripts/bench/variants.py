@@ -59,6 +59,9 @@ LOGGED = {"response": {"filter_state": True}}
 CASES["synced logged"] = dict(CASES["synced"], plugin_extra=LOGGED)
 CASES["synced quiet"] = dict(CASES["synced"], plugin_extra={"response": {"on_allowed": False}})
 CASES["admitted logged"] = dict(CASES["admitted"], plugin_extra=LOGGED)
+# Denied from the denial cache: one request per hour, so after the first the
+# worker answers 429 without a store call.
+CASES["denied"] = {"kind": "tollgate", "rule": dict(CASES["admitted"]["rule"], limits=[{"limit": 1, "period": "1h"}])}
 # The floor (benches/floor, scripts/bench/floor.py): a module making only the
 # host calls of tollgate's path of the same name, in the filter's place
 # (tollgate stays the store tunnel's framing shim).
