@@ -1,7 +1,7 @@
 //! What one run simulates, as data: the rule, the proxies and their
 //! workers, the network, and the inputs in time order (requests and what
 //! their clients do, store pauses and restarts, lost replies, workers that
-//! die and start). A trace is made from a seed ([`Trace::random`]) and can
+//! die and start). A trace is made from a seed ([`super::random::trace`]) and can
 //! be cut down ([`super::shrink`]); the run itself is deterministic.
 
 use crate::limiter::Algorithm;
