@@ -43,7 +43,7 @@ impl Worker {
                 Landed::Replied { id, call, reply, round_trip_ms } => {
                     self.replied(host, id, call, reply, (round_trip_ms, now_ms));
                 }
-                Landed::Failed { id, call, failure } => self.failed(host, id, &call, &failure, now_ms),
+                Landed::Failed { id, call, failure } => self.failed(host, id, call, &failure, now_ms),
                 Landed::Shed { id, call } => self.shed(host, id, call, now_ms),
                 Landed::Orphaned { id, reply } => {
                     self.holding.orphan_answered(cx!(self, host), id, reply.as_ref(), now_ms)
@@ -68,8 +68,8 @@ impl Worker {
         match id {
             CallId::Request(context) => match outcome {
                 Outcome::Decided(decision) => self.decided(host, context, &p, &decision, round_trip_ms, now_ms),
-                Outcome::NoScript => self.fail_call(host, id, &p, &Failure::NoScriptAfterEval, now_ms),
-                Outcome::Failed(failure) => self.fail_call(host, id, &p, &failure, now_ms),
+                Outcome::NoScript => self.fail_call(host, id, p, &Failure::NoScriptAfterEval, now_ms),
+                Outcome::Failed(failure) => self.fail_call(host, id, p, &failure, now_ms),
             },
             CallId::Part(_) => self.crossings.part_answered(cx!(self, host), others!(self), p, outcome, now_ms),
             CallId::GiveBack(_) => self.holding.given_back(cx!(self, host), id, &outcome),
@@ -91,29 +91,29 @@ impl Worker {
 
     /// A call the store failed: suspected (the master or the map may have
     /// moved), then its owner's.
-    fn fail_call(&mut self, host: &mut dyn Host, id: CallId, p: &Pending, failure: &Failure, now_ms: u64) {
+    fn fail_call(&mut self, host: &mut dyn Host, id: CallId, p: Pending, failure: &Failure, now_ms: u64) {
         self.streams.suspect(failure, now_ms);
         self.failed(host, id, p, failure, now_ms);
     }
 
     /// Call `id` failed: `failure_mode` for a request; each other kind's
     /// owner says what its failure means.
-    fn failed(&mut self, host: &mut dyn Host, id: CallId, p: &Pending, failure: &Failure, now_ms: u64) {
+    fn failed(&mut self, host: &mut dyn Host, id: CallId, p: Pending, failure: &Failure, now_ms: u64) {
         match id {
             CallId::Request(id) => {
                 self.holding.leave(id);
                 let owes = (&mut self.settlements, &mut self.synced);
                 let cx = cx!(self, host);
-                let verdict = fail::failure(cx, owes, failure, &Failing::of(id, p, now_ms), now_ms);
+                let verdict = fail::failure(cx, owes, failure, &Failing::of(id, &p, now_ms), now_ms);
                 cx.deliveries.deliver(cx.host, id, verdict);
             }
-            CallId::Part(_) => self.crossings.part_failed(cx!(self, host), others!(self), p, failure, now_ms),
+            CallId::Part(_) => self.crossings.part_failed(cx!(self, host), others!(self), &p, failure, now_ms),
             CallId::GiveBack(_) => self.holding.given_back(cx!(self, host), id, &Outcome::Failed(failure.clone())),
-            CallId::Flush(_) => self.synced.flush_failed(cx!(self, host), id, p.clone(), failure, now_ms),
+            CallId::Flush(_) => self.synced.flush_failed(cx!(self, host), id, p, failure, now_ms),
             CallId::Settlement(_) => {
                 // A settlement: counted, never the response's failure.
                 host.count(Stat::StoreError(failure.kind()), 1);
-                self.settlements.settle_failed(cx!(self, host), p);
+                self.settlements.settle_failed(cx!(self, host), &p);
             }
         }
     }

@@ -217,7 +217,10 @@ impl Worker {
         }
         pending.shard = shard;
         pending.slot = slot;
-        pending.command = Command::Decide(shaping::shape(&self.config, &pending.checks));
+        if self.holding.active() {
+            // (Unshaped, as the request arrived, when no rule shapes.)
+            pending.command = Command::Decide(shaping::shape(&self.config, &pending.checks));
+        }
         self.streams.push(CallId::Request(id), pending);
         self.pump(host, false, now_ms);
         Flow::Pause
