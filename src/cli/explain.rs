@@ -293,6 +293,7 @@ fn memory(rule: &Rule) -> String {
         Algorithm::FixedWindow => {
             format!("a hash of {} fields (2 per window), about 144 bytes for two windows", 2 * windows)
         }
+        Algorithm::Lease => "one sorted-set entry per request in flight".to_owned(),
     }
 }
 
@@ -304,6 +305,7 @@ fn headers(config: &Config, index: usize, rule: &Rule) -> String {
         cost: rule.cost,
         algorithm: rule.algorithm,
         check_only: false,
+        lease: None,
     };
     let checks = [check];
     let mut model = Model::new();

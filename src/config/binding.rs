@@ -103,6 +103,8 @@ pub(crate) fn never_binds(algorithm: Algorithm, cost: u64, a: (u64, u64), b: (u6
         }
         (Algorithm::SlidingLog | Algorithm::SlidingWindow, false) => (m(lb) <= la)
             .then(|| format!("the other window counts every unit this one counts and admits at most {} units", m(lb))),
+        // A lease set has one window, never two to compare.
+        (Algorithm::Lease, _) => None,
     }
 }
 

@@ -319,6 +319,22 @@ pub struct Rule {
     /// Each policy name as an sf-string (`"<policy name>"`), built once
     /// here: a decision's `RateLimit` header starts each item with it.
     pub quoted_names: Vec<String>,
+    /// At most this many of the rule's requests in flight per bucket, each
+    /// holding a lease (`concurrency`, docs/concurrency.md); `None`: no
+    /// such limit.
+    pub concurrency: Option<Concurrency>,
+}
+
+/// A rule's concurrency limit: at most `limit` requests in flight per
+/// bucket, each admission a lease that ends with its request, expires
+/// `lease_ttl_ms` after it was taken or last renewed (a proxy that died
+/// leaks it for no longer), and is renewed while its request goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concurrency {
+    pub limit: NonZeroU64,
+    pub lease_ttl_ms: NonZeroU64,
+    /// Its one window as the lease check carries it (`limit`, `lease_ttl_ms`).
+    pub window: Rc<[Window]>,
 }
 
 /// One window of a rule: at most `limit` requests per `period`.

@@ -256,6 +256,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
         key_name,
         windows,
         quoted_names,
+        concurrency: None,
     })
 }
 

@@ -29,6 +29,10 @@ pub enum Algorithm {
     SlidingWindow,
     /// Counters aligned to multiples of the period.
     FixedWindow,
+    /// Not a rule's `algorithm`: a rule's `concurrency` limit, one lease per
+    /// admitted request in a sorted set (`lease.lua`), its one window being
+    /// (the limit, the lease TTL in ms). Never in [`Algorithm::ALL`].
+    Lease,
 }
 
 impl Algorithm {
@@ -43,6 +47,7 @@ impl Algorithm {
             Self::Gcra => "gcra",
             Self::SlidingWindow => "sliding_window",
             Self::FixedWindow => "fixed_window",
+            Self::Lease => "concurrency",
         }
     }
 
@@ -70,6 +75,7 @@ impl Algorithm {
             Self::Gcra => "gcra",
             Self::SlidingWindow => "sw",
             Self::FixedWindow => "fw",
+            Self::Lease => "lease",
         }
     }
 
@@ -109,6 +115,39 @@ pub struct Check {
     /// that counts on the response still denies on the request when its
     /// windows are full, and is charged afterwards (`adjust`).
     pub check_only: bool,
+    /// A [`Algorithm::Lease`] check's lease id (1..64 bytes of
+    /// `[0-9A-Za-z:._-]`, unique per request and worker): the member its
+    /// admission records, and what ends or renews it ([`LeaseOp`]). `None`
+    /// for every other algorithm.
+    pub lease: Option<Rc<str>>,
+}
+
+/// What happens to one lease (`lease.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseChange {
+    /// The request ended: the lease is removed.
+    End,
+    /// The request goes on: a live lease expires `ttl_ms` after now.
+    Renew { ttl_ms: u64 },
+}
+
+/// One lease's part of a `lease` call: its set's key (a lease check's
+/// [`Check::key`]), its id ([`Check::lease`]) and what happens to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseOp {
+    pub key: String,
+    pub id: Rc<str>,
+    pub change: LeaseChange,
+}
+
+/// The store's answer to a `lease` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseReply {
+    /// The store's clock.
+    pub now_ms: u64,
+    /// Per op: the lease was live (ended or renewed by this call); false:
+    /// it had expired or was never recorded, and stays gone.
+    pub live: Vec<bool>,
 }
 
 /// A change to what one admitted request recorded in a bucket (`adjust`):

@@ -204,7 +204,15 @@ impl ModelStore {
                 Some(units) => (nz(Some(units.to_string()))?, true),
                 None => (nz(Some(cost))?, false),
             };
-            checks.push(Check { rule, key, windows: windows(&mut args)?.into(), cost, algorithm, check_only });
+            checks.push(Check {
+                rule,
+                key,
+                windows: windows(&mut args)?.into(),
+                cost,
+                algorithm,
+                check_only,
+                lease: None,
+            });
         }
         let Some(max_delay) = max_delay else {
             let decision = self.model.decide(&checks, now);
@@ -230,8 +238,15 @@ impl ModelStore {
             let from: u64 = args.next()?.parse().ok()?;
             let to: u64 = args.next()?.parse().ok()?;
             let windows = windows(&mut args)?;
-            let check =
-                Check { rule, key, windows: windows.into(), cost: NonZeroU64::MIN, algorithm, check_only: false };
+            let check = Check {
+                rule,
+                key,
+                windows: windows.into(),
+                cost: NonZeroU64::MIN,
+                algorithm,
+                check_only: false,
+                lease: None,
+            };
             adjustments.push(Adjustment { check, from, to });
             self.adjusted.push((at, from, to));
         }
@@ -262,8 +277,15 @@ impl ModelStore {
             let algorithm = algorithm(args.next())?;
             let units: u64 = args.next()?.parse().ok()?;
             let windows = windows(&mut args)?;
-            let check =
-                Check { rule, key, windows: windows.into(), cost: NonZeroU64::MIN, algorithm, check_only: false };
+            let check = Check {
+                rule,
+                key,
+                windows: windows.into(),
+                cost: NonZeroU64::MIN,
+                algorithm,
+                check_only: false,
+                lease: None,
+            };
             entries.push(FlushEntry { check, units });
         }
         let flush = Flush { entries, token, syncer, horizon_ms, token_key };

@@ -163,6 +163,7 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
         cost: rule.cost,
         algorithm: rule.algorithm,
         check_only: false,
+        lease: None,
     })
 }
 

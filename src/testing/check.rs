@@ -18,5 +18,6 @@ pub fn check(algorithm: Algorithm, rule: usize, key: &str, windows: &[(u64, u64)
         cost: nz(cost),
         algorithm,
         check_only: false,
+        lease: None,
     }
 }

@@ -21,6 +21,7 @@
 pub mod fixed_window;
 mod flush;
 pub mod gcra;
+pub mod lease;
 pub mod shape;
 pub mod sliding_log;
 pub mod sliding_window;
@@ -28,7 +29,7 @@ pub mod sliding_window;
 #[cfg(test)]
 mod tests;
 
-use super::{Adjustment, Algorithm, Check, Decision, Window, WindowOutcome, ADJUST_MAX};
+use super::{Adjustment, Algorithm, Check, Decision, LeaseOp, LeaseReply, Window, WindowOutcome, ADJUST_MAX};
 use std::collections::BTreeMap;
 
 /// One algorithm's bucket: its three phases (plus an optional housekeeping
@@ -105,6 +106,7 @@ enum State {
     Gcra(gcra::Gcra),
     SlidingWindow(sliding_window::Counters),
     FixedWindow(fixed_window::Counters),
+    Lease(lease::Leases),
 }
 
 impl State {
@@ -114,6 +116,7 @@ impl State {
             Algorithm::Gcra => State::Gcra(Default::default()),
             Algorithm::SlidingWindow => State::SlidingWindow(Default::default()),
             Algorithm::FixedWindow => State::FixedWindow(Default::default()),
+            Algorithm::Lease => State::Lease(Default::default()),
         }
     }
 
@@ -123,6 +126,7 @@ impl State {
             State::Gcra(_) => Algorithm::Gcra,
             State::SlidingWindow(_) => Algorithm::SlidingWindow,
             State::FixedWindow(_) => Algorithm::FixedWindow,
+            State::Lease(_) => Algorithm::Lease,
         }
     }
 
@@ -132,6 +136,7 @@ impl State {
             State::Gcra(b) => b,
             State::SlidingWindow(b) => b,
             State::FixedWindow(b) => b,
+            State::Lease(b) => b,
         }
     }
 
@@ -141,6 +146,7 @@ impl State {
             State::Gcra(b) => b,
             State::SlidingWindow(b) => b,
             State::FixedWindow(b) => b,
+            State::Lease(b) => b,
         }
     }
 }
@@ -195,7 +201,31 @@ impl Model {
         if state.algorithm() != check.algorithm {
             *state = State::new(check.algorithm);
         }
+        if let State::Lease(leases) = state {
+            leases.holder.clone_from(&check.lease);
+        }
         state
+    }
+
+    /// The leases stored in `key` (live or not yet dropped): `(id, expiry)`.
+    pub fn leases(&self, key: &str) -> Vec<(String, u64)> {
+        match self.buckets.get(key) {
+            Some(State::Lease(leases)) => leases.stored(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Ends or renews leases at `now_ms`, one op after the other
+    /// (`lease.lua`): per op, whether its lease was live.
+    pub fn lease(&mut self, ops: &[LeaseOp], now_ms: u64) -> LeaseReply {
+        let live = ops
+            .iter()
+            .map(|op| match self.buckets.get_mut(&op.key) {
+                Some(State::Lease(leases)) => leases.change(&op.id, op.change, now_ms),
+                _ => false,
+            })
+            .collect();
+        LeaseReply { now_ms, live }
     }
 
     fn bucket(&self, check: &Check) -> Option<&dyn Bucket> {

@@ -27,8 +27,8 @@
 //! Every algorithm shapes; the counters (`sliding_window`, `fixed_window`)
 //! store their last turn, as their records do not say when they were made.
 
-use super::{sat, Bucket, Model};
-use crate::limiter::{Check, Decision};
+use super::{lease, sat, Bucket, Model};
+use crate::limiter::{Algorithm, Check, Decision};
 
 impl Model {
     /// Decides for all `checks` at once at `now_ms`, shaping: admitted at the
@@ -51,7 +51,10 @@ impl Model {
         let mut earliest: Vec<u64> = Vec::new();
         for check in checks {
             for w in check.windows.iter() {
-                earliest.push(self.bucket(check).map_or(t0, |b: &dyn Bucket| b.earliest(w, check.cost.get(), t0)));
+                // A lease is never waited for: free now, or never (lease.rs).
+                let at = if check.algorithm == Algorithm::Lease { now_ms } else { t0 };
+                let e = self.bucket(check).map_or(t0, |b: &dyn Bucket| b.earliest(w, check.cost.get(), at));
+                earliest.push(if e == at { t0 } else { e });
             }
         }
         let turn = earliest.iter().copied().fold(t0, u64::max);
@@ -66,7 +69,19 @@ impl Model {
             }
         }
         let limit = i128::from(now_ms) + i128::from(max_delay_ms);
-        let retries = earliest.iter().map(|&e| sat(i128::from(e) - limit)).collect();
+        let mut retries: Vec<u64> = earliest.iter().map(|&e| sat(i128::from(e) - limit)).collect();
+        // A full lease set's retry is its unshaped one (lease.rs).
+        let mut i = 0;
+        for check in checks {
+            for w in check.windows.iter() {
+                if earliest.get(i) == Some(&lease::NEVER) {
+                    if let (Some(r), Some(b)) = (retries.get_mut(i), self.bucket(check)) {
+                        *r = b.retry(w, check.cost.get(), now_ms);
+                    }
+                }
+                i += 1;
+            }
+        }
         let checks: Vec<&Check> = checks.iter().collect();
         let mut decision = self.outcome_with(&checks, allowed, retries, now_ms, &vec![true; checks.len()]);
         decision.delay_ms = if allowed { turn - now_ms } else { 0 };

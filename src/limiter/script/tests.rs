@@ -144,6 +144,7 @@ fn encodes_keys_then_argv_in_contract_order() {
             cost: nz(1),
             algorithm: Algorithm::SlidingLog,
             check_only: false,
+            lease: None,
         },
         Check {
             rule: 1,
@@ -152,6 +153,7 @@ fn encodes_keys_then_argv_in_contract_order() {
             cost: nz(2),
             algorithm: Algorithm::Gcra,
             check_only: true,
+            lease: None,
         },
     ];
     let mut out = Vec::new();
@@ -190,6 +192,7 @@ fn eval_carries_the_body_and_empty_now_means_server_time() {
         cost: nz(1),
         algorithm: Algorithm::FixedWindow,
         check_only: false,
+        lease: None,
     }];
     let mut out = Vec::new();
     encode_call(&mut out, limiter(), Invocation::Eval, &checks, None);

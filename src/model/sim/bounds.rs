@@ -42,6 +42,8 @@ pub fn first_over(
         }),
         Algorithm::SlidingWindow => estimates(ledger, (limit, period), excess),
         Algorithm::Gcra => drained(ledger, (limit, period), excess),
+        // Leases bound what is in flight, not what is admitted per period.
+        Algorithm::Lease => None,
     }
 }
 
