@@ -60,7 +60,7 @@ impl Simulator {
         let flow = self.worker.on_request_headers(&mut self.host, id, request, (headers.clone(), true), now);
         let response = self.decided(id, flow, now, &headers);
         // Responses are not simulated: what a request reserved stands.
-        self.worker.on_gone(id);
+        self.worker.on_gone(&mut self.host, id, now);
         response
     }
 

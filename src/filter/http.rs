@@ -83,9 +83,8 @@ impl Drop for Http {
         tally::callback(|| {
             tally::count_request_done();
             let Some(l) = self.seen() else { return };
-            if let Ok(mut worker) = l.worker.try_borrow_mut() {
-                worker.on_gone(self.id);
-            }
+            let id = self.id;
+            l.with(id, |w, host| w.on_gone(host, id, now_ms()));
         })
     }
 }

@@ -160,6 +160,38 @@ pub enum Stat {
     /// A flush sent again that the store had applied already (its token
     /// known): recorded once.
     SyncDuplicate,
+    /// Concurrency limits' leases (`tollgate.lease.<name>`).
+    Lease(LeaseStat),
+}
+
+/// The counters of concurrency limits' leases (`tollgate.lease.<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseStat {
+    /// Leases the store recorded for admitted requests.
+    Taken,
+    /// Leases ended when their request was gone.
+    Released,
+    /// Leases renewed while their request went on.
+    Renewed,
+    /// Leases found expired when they were to end or be renewed.
+    Expired,
+    /// Ends and renewals the store did not apply (ends are sent again).
+    Failed,
+}
+
+impl LeaseStat {
+    pub const ALL: [LeaseStat; 5] =
+        [LeaseStat::Taken, LeaseStat::Released, LeaseStat::Renewed, LeaseStat::Expired, LeaseStat::Failed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LeaseStat::Taken => "taken",
+            LeaseStat::Released => "released",
+            LeaseStat::Renewed => "renewed",
+            LeaseStat::Expired => "expired",
+            LeaseStat::Failed => "failed",
+        }
+    }
 }
 
 /// The counters of shaping (`tollgate.shape.<name>`).

@@ -1,7 +1,8 @@
 //! Calls handed back by the streams ([`Landed`]), each to the room that owns
 //! its kind: a request's decision to its lifecycle, a part across slots to
 //! [`super::cross`], a settlement to [`super::counting`], a turn given back
-//! to [`super::shaping`], a flush to [`super::synced`]. This is the only
+//! to [`super::shaping`], a flush to [`super::synced`], leases ended or
+//! renewed to [`super::leases`]. This is the only
 //! place that knows every kind of call: a new kind is a [`CallId`] variant,
 //! its room, and one arm in each match below.
 
@@ -62,6 +63,9 @@ impl Worker {
         (round_trip_ms, now_ms): (u64, u64),
     ) {
         let outcome = match reply {
+            Reply::Raw(value) if matches!(id, CallId::Lease(_)) => {
+                return self.leases.replied(cx!(self, host), id, p, &value, now_ms);
+            }
             Reply::Raw(value) => return self.synced.flush_replied(cx!(self, host), id, p, &value, now_ms),
             Reply::Outcome(outcome) => outcome,
         };
@@ -85,6 +89,12 @@ impl Worker {
                     host.count(Stat::StoreError(failure.kind()), 1);
                 }
                 self.settlements.settlement_replied(cx!(self, host), &p, outcome);
+            }
+            CallId::Lease(_) => {
+                if let Outcome::Failed(failure) = &outcome {
+                    host.count(Stat::StoreError(failure.kind()), 1);
+                }
+                self.leases.failed(cx!(self, host), id, p, now_ms);
             }
         }
     }
@@ -115,6 +125,10 @@ impl Worker {
                 host.count(Stat::StoreError(failure.kind()), 1);
                 self.settlements.settle_failed(cx!(self, host), &p);
             }
+            CallId::Lease(_) => {
+                host.count(Stat::StoreError(failure.kind()), 1);
+                self.leases.failed(cx!(self, host), id, p, now_ms);
+            }
         }
     }
 
@@ -135,6 +149,7 @@ impl Worker {
                 self.holding.returned(id);
             }
             CallId::Flush(_) => self.synced.flush_failed(cx!(self, host), id, p, &Failure::NoResponse, now_ms),
+            CallId::Lease(_) => self.leases.failed(cx!(self, host), id, p, now_ms),
         }
     }
 }

@@ -21,7 +21,7 @@
 //! **Gone** ([`Worker::on_gone`]) at any state: a queued call is dropped; a
 //! sent one's reply still lands (a shaped admission's turn is given back);
 //! a held request's turn is given back; parts across slots are undone;
-//! a reservation whose response never came stands.
+//! a reservation whose response never came stands; its leases end.
 
 use crate::answer::response::{DELAY_HEADER, SHADOW_HEADER};
 use crate::limiter::Decision;
@@ -189,6 +189,9 @@ impl Worker {
         if self.settlements.active() {
             self.settlements.owe(&self.config, id, &pending);
         }
+        if self.leases.active() {
+            self.leases.stamp(id, &mut pending.checks, now_ms);
+        }
         let (route, slot) = self.streams.route(&pending.checks);
         let shard = match route {
             Route::Shard(shard) => self.streams.down(shard, now_ms).map_or(Ok(shard), Err),
@@ -240,6 +243,9 @@ impl Worker {
     ) {
         let cx = cx!(self, host);
         fail::learn(cx, p, decision, now_ms);
+        if self.leases.active() {
+            self.leases.decided(cx, id, decision.allowed);
+        }
         let (arrival_ms, round_trip) = (p.arrival.request_ms, Some(round_trip_ms));
         let verdict =
             rule::rule_decided(cx, &mut self.settlements, id, &p.checks, decision, arrival_ms, &p.headers, round_trip);
@@ -329,8 +335,18 @@ impl Worker {
     }
 
     /// Gone: the request's context is gone (client reset, or done), at any
-    /// state.
-    pub fn on_gone(&mut self, id: u32) {
+    /// state; its leases end now (their calls go out in this entry).
+    pub fn on_gone(&mut self, host: &mut dyn Host, id: u32, now_ms: u64) {
+        self.gone(id);
+        if self.leases.active() {
+            self.begin(host, true);
+            self.leases.gone(cx!(self, host), id, now_ms);
+            self.finish(host, Entry::Request, now_ms);
+        }
+    }
+
+    /// [`Worker::on_gone`] but the leases.
+    fn gone(&mut self, id: u32) {
         self.crossings.gone(&mut self.streams, id);
         let sent = self.streams.withdraw(CallId::Request(id));
         if self.holding.active() {

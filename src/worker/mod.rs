@@ -23,6 +23,8 @@
 //!   (`GiveBack` calls).
 //! * [`synced`]: rules decided on the worker from its view of each window,
 //!   and the flushes that sync that view with the store (`Flush` calls).
+//! * [`leases`]: concurrency limits: the leases of this worker's requests,
+//!   ended when each is gone and renewed while it goes on (`Lease` calls).
 //! * [`streams`]: the calls' table, the store streams (one per shard: one
 //!   per master of a Valkey Cluster), where the store is, and what landed.
 //! * [`calls`]: a held call, its kind ([`calls::CallId`]) and what it runs
@@ -50,6 +52,7 @@ mod cx;
 mod decision;
 pub mod host;
 mod landed;
+mod leases;
 mod lifecycle;
 mod local;
 mod reporting;
@@ -68,8 +71,8 @@ pub use decision::record::{Answer, Decider, DecisionRecord, Record, DECISION_PRO
 pub use decision::ruling::{RuleOutcome, CROSS_CACHE_MS};
 use host::Throttle;
 pub use host::{
-    BodyStep, CountStat, Flow, Gauge, Host, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView, ShapeStat, Stat,
-    DEFERRED_TICK, IDLE_TICK, TICK,
+    BodyStep, CountStat, Flow, Gauge, Host, LeaseStat, Level, Reset, ResponseFlow, ResponseHeaders, ResponseView,
+    ShapeStat, Stat, DEFERRED_TICK, IDLE_TICK, TICK,
 };
 
 use crate::cache::DenialCache;
@@ -77,6 +80,7 @@ use crate::config::Config;
 use counting::owed::Settlements;
 use cross::crossings::Crossings;
 use cx::cx;
+use leases::Leases;
 use local::LocalLimiter;
 use reporting::Reporting;
 use shaping::Holding;
@@ -125,6 +129,8 @@ pub struct Worker {
     holding: Holding,
     /// Synced rules: this worker's view of their buckets, and its flushes.
     synced: Syncing,
+    /// Concurrency limits: the leases of this worker's requests.
+    leases: Leases,
 }
 
 impl Worker {
@@ -145,6 +151,7 @@ impl Worker {
             crossings: Crossings::new(max_wait_ms),
             holding: Holding::new(&config),
             synced: Syncing::new(&config),
+            leases: Leases::new(&config),
             config,
         }
     }
@@ -206,6 +213,9 @@ impl Worker {
         if entry == Entry::Tick && self.synced.active() {
             self.synced.sync_step(cx!(self, host), now_ms);
         }
+        if entry == Entry::Tick && self.leases.active() {
+            self.leases.renew_step(cx!(self, host), now_ms);
+        }
         self.pump(host, own, now_ms);
         match entry {
             Entry::Request => self.reporting.request_ends(host, self.tick, now_ms),
@@ -221,6 +231,8 @@ impl Worker {
         } else if self.streams.busy() || !self.holding.is_empty() || self.reporting.busy() {
             TICK
         } else if let Some(interval) = self.synced.tick() {
+            self.leases.tick().map_or(interval, |renew| renew.min(interval))
+        } else if let Some(interval) = self.leases.tick() {
             interval
         } else if self.streams.looks_up() {
             IDLE_TICK

@@ -8,7 +8,7 @@
 //! when a rule shapes).
 
 use super::decision::ruling::RuleOutcome;
-use super::host::{CountStat, Gauge, Reset, ShapeStat, Stat};
+use super::host::{CountStat, Gauge, LeaseStat, Reset, ShapeStat, Stat};
 use crate::config::{Config, FailureMode};
 use crate::store::FailureKind;
 
@@ -94,6 +94,7 @@ pub fn counters(config: &Config) -> Vec<(Stat, String)> {
     }
     if config.rules.iter().any(|r| r.shaping.is_some()) {
         out.extend(ShapeStat::ALL.map(|s| (Stat::Shape(s), format!("tollgate.shape.{}", s.name()))));
+        out.extend(LeaseStat::ALL.map(|s| (Stat::Lease(s), format!("tollgate.lease.{}", s.name()))));
     }
     out
 }

@@ -319,7 +319,7 @@ impl<'t> World<'t> {
         r.gone = true;
         let node = r.node;
         if let Some(n) = self.run.nodes.get_mut(node).filter(|n| n.alive) {
-            n.worker.on_gone(id);
+            n.worker.on_gone(&mut n.host, id, self.now);
         }
         self.after(node);
     }

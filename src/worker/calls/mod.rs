@@ -15,9 +15,9 @@ pub(super) mod table;
 pub use clock::{epoch_ms, Arrival};
 
 use crate::limiter::script::{
-    encode_adjust, encode_call, encode_floored_call, encode_flush, encode_shaped_call, Invocation, Script,
+    encode_adjust, encode_call, encode_floored_call, encode_flush, encode_lease, encode_shaped_call, Invocation, Script,
 };
-use crate::limiter::{Adjustment, Check, Flush};
+use crate::limiter::{Adjustment, Check, Flush, LeaseOp};
 use crate::worker::host::ResponseHeaders;
 
 /// A held call, by what it is for; each kind counts its own ids.
@@ -33,6 +33,8 @@ pub enum CallId {
     GiveBack(u32),
     /// A flush of synced rules' buckets.
     Flush(u32),
+    /// Leases ended or renewed (concurrency limits).
+    Lease(u32),
 }
 
 /// A shard of the worker (one store stream), by a number never reused.
@@ -81,6 +83,8 @@ pub enum Command {
     Adjust { adjustments: Vec<Adjustment>, at_ms: u64 },
     /// `flush` of synced buckets.
     Flush(Flush),
+    /// `lease`: leases ended or renewed.
+    Lease(Vec<LeaseOp>),
 }
 
 /// How a decision is shaped.
@@ -103,6 +107,7 @@ impl Command {
             }
             Command::Adjust { adjustments, at_ms } => encode_adjust(out, script, how, adjustments, *at_ms, now),
             Command::Flush(flush) => encode_flush(out, script, how, flush, None),
+            Command::Lease(ops) => encode_lease(out, script, how, ops, now),
         }
     }
 
@@ -112,9 +117,10 @@ impl Command {
         !matches!(self, Command::Decide(_))
     }
 
-    /// Its owner reads the reply itself (a flush's), unless it is an error.
+    /// Its owner reads the reply itself (a flush's, a lease call's),
+    /// unless it is an error.
     pub fn raw_reply(&self) -> bool {
-        matches!(self, Command::Flush(_))
+        matches!(self, Command::Flush(_) | Command::Lease(_))
     }
 }
 
@@ -133,6 +139,8 @@ pub enum Call {
     /// What a worker admitted in synced rules' buckets (`checks`), sent to
     /// the store, which answers their windows.
     Flush(FlushCall),
+    /// Leases of `checks` ended or renewed (its command says which).
+    Lease,
 }
 
 /// What a part of a request decided across slots does (its `Pending`'s

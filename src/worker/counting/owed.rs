@@ -6,7 +6,7 @@
 
 use crate::answer::response::{allowed_headers, policy_names, Header, SERVER_TIMING};
 use crate::config::Config;
-use crate::limiter::{Check, Decision};
+use crate::limiter::{Algorithm, Check, Decision};
 use crate::worker::calls::{Arrival, CallId, Pending};
 use crate::worker::counting::body::BodyReader;
 use crate::worker::host::{CountStat, Host, ResponseHeaders, Stat};
@@ -182,8 +182,9 @@ impl Settlements {
 }
 
 /// Whether `check`'s rule counts on the response.
+/// (A lease set never does: a request holds one lease, whatever it costs.)
 pub(in crate::worker) fn counts(config: &Config, check: &Check) -> bool {
-    config.rules.get(check.rule).is_some_and(|r| r.count.is_some())
+    check.algorithm != Algorithm::Lease && config.rules.get(check.rule).is_some_and(|r| r.count.is_some())
 }
 
 /// The admission's headers, each window's remaining corrected by the

@@ -12,6 +12,7 @@
 use crate::answer::response::{allowed_headers_of, denied, policy_name, policy_names, Header, LocalReply};
 use crate::cache::DenialCache;
 use crate::config::{Config, Reserve};
+use crate::limiter::Algorithm;
 use crate::limiter::{Check, Decision, WindowOutcome};
 use crate::worker::decision::record::{Answer, Decider, DecisionRecord};
 
@@ -120,9 +121,13 @@ pub fn cap_denials(denials: &mut [Denial], arrival_ms: u64) {
 }
 
 /// Whether the store's denial of `key` may be remembered: not when the
-/// request's reservation varies (another request's smaller one may fit).
+/// request's reservation varies (another request's smaller one may fit),
+/// nor a lease set's (any request that ends frees a lease).
 pub fn cacheable(config: &Config, checks: &[Check], key: &str) -> bool {
     let check = checks.iter().find(|c| c.key == key);
+    if check.is_some_and(|c| c.algorithm == Algorithm::Lease) {
+        return false;
+    }
     let reserve = check.and_then(|c| config.rules.get(c.rule)).and_then(|r| r.count.as_ref()?.reserve.as_ref());
     !matches!(reserve, Some(Reserve::Header { .. } | Reserve::Body { .. }))
 }

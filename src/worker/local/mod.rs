@@ -11,12 +11,19 @@
 //! `workers × proxies × allowance` per period beyond what the store admitted
 //! (docs/reliability.md).
 //!
+//! A concurrency limit's lease set (a check of [`Algorithm::Lease`]) is a
+//! count of the requests this worker admitted by itself and that are not
+//! gone yet, at most its share of the limit: it never resets with a
+//! period, and [`LocalLimiter::release`] gives each back. So at most
+//! `workers × proxies × share` are in flight beyond the store's leases.
+//!
 //! Bounded: at most `local_limiter.max_keys` buckets per worker, the least
 //! recently used evicted first. Pure, time passed in.
 
 use crate::config::LocalLimiterConfig;
-use crate::limiter::{Check, Decision, WindowOutcome};
-use std::collections::{BTreeMap, HashMap};
+use crate::limiter::{Algorithm, Check, Decision, WindowOutcome};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
 
 /// One window of a bucket, as this worker counts it.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +48,8 @@ pub struct LocalLimiter {
     buckets: HashMap<String, Bucket>,
     order: BTreeMap<u64, String>,
     seq: u64,
+    /// The leases this worker admitted by itself and holds: `(key, id)`.
+    leases: HashSet<(String, Rc<str>)>,
 }
 
 impl LocalLimiter {
@@ -75,6 +84,12 @@ impl LocalLimiter {
                 .map(|(j, w)| {
                     let allowance = w.remaining.min(self.share(w.limit));
                     let empty_ms = check.algorithm.empty_ms(w.reset_ms, w.period_ms);
+                    if check.algorithm == Algorithm::Lease {
+                        // What the store holds is its own; this worker's
+                        // count is of what it admitted by itself.
+                        let used = old.get(j).map_or(0, |o| o.used);
+                        return Window { allowance: self.share(w.limit), used, until_ms: u64::MAX };
+                    }
                     match old.get(j) {
                         Some(o) if now_ms < o.until_ms => Window { allowance, ..*o },
                         _ => Window { allowance, used: 0, until_ms: now_ms.saturating_add(empty_ms.max(1)) },
@@ -95,13 +110,12 @@ impl LocalLimiter {
         for check in checks {
             let mut state = self.take(&check.key).unwrap_or_default();
             state.resize(check.windows.len(), Window { allowance: 0, used: 0, until_ms: 0 });
+            let lease = check.algorithm == Algorithm::Lease;
             for (w, spec) in state.iter_mut().zip(check.windows.iter()) {
                 if now_ms >= w.until_ms {
-                    *w = Window {
-                        allowance: self.share(spec.limit.get()),
-                        used: 0,
-                        until_ms: now_ms.saturating_add(spec.period_ms.get()),
-                    };
+                    // A lease count never resets with a period.
+                    let until_ms = if lease { u64::MAX } else { now_ms.saturating_add(spec.period_ms.get()) };
+                    *w = Window { allowance: self.share(spec.limit.get()), used: 0, until_ms };
                 }
                 if w.used.saturating_add(check.cost.get()) > w.allowance {
                     allowed = false;
@@ -110,12 +124,19 @@ impl LocalLimiter {
             states.push(state);
         }
         for ((i, check), mut state) in checks.iter().enumerate().zip(states) {
+            let lease = check.algorithm == Algorithm::Lease;
+            if allowed && lease {
+                if let Some(id) = &check.lease {
+                    self.leases.insert((check.key.clone(), Rc::clone(id)));
+                }
+            }
             for (j, (w, spec)) in state.iter_mut().zip(check.windows.iter()).enumerate() {
                 let fits = w.used.saturating_add(check.cost.get()) <= w.allowance;
                 if allowed && !check.check_only {
                     w.used = w.used.saturating_add(check.cost.get());
                 }
-                let wait = w.until_ms.saturating_sub(now_ms).max(1);
+                // A lease frees when a request ends: its TTL bounds the wait.
+                let wait = if lease { spec.period_ms.get() } else { w.until_ms.saturating_sub(now_ms).max(1) };
                 windows.push(WindowOutcome {
                     check: i,
                     window: j,
@@ -148,6 +169,21 @@ impl LocalLimiter {
             w.used = w.used.saturating_add(to).saturating_sub(from);
         }
         self.put(&check.key, state);
+    }
+
+    /// Lease check `check`'s request is gone: if this worker admitted it
+    /// by itself, its lease is given back (true).
+    pub fn release(&mut self, check: &Check) -> bool {
+        let Some(id) = &check.lease else { return false };
+        if !self.leases.remove(&(check.key.clone(), Rc::clone(id))) {
+            return false;
+        }
+        if let Some(bucket) = self.buckets.get_mut(&check.key) {
+            for w in &mut bucket.windows {
+                w.used = w.used.saturating_sub(1);
+            }
+        }
+        true
     }
 
     fn take(&mut self, key: &str) -> Option<Vec<Window>> {

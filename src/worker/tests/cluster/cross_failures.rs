@@ -120,7 +120,7 @@ fn a_client_gone_between_the_steps_is_never_admitted_and_keeps_nothing() {
     let (mut rig, user) = warmed(two("deny", 5, 5));
     let id = both(&mut rig, &user).0;
     assert!(rig.host.outbox.values().filter(|b| !b.is_empty()).count() >= 2, "both parts sent");
-    rig.worker.on_gone(id);
+    rig.gone(id);
     rig.run_until_quiet();
     assert_eq!(rig.host.status(id), None, "never answered");
     assert_eq!((entries(&rig, "a", &user), entries(&rig, "b", &user)), (0, 0), "both recorded, both undone");
@@ -135,7 +135,7 @@ fn parts_wait_for_the_slot_map_at_most_the_timeout_and_a_gone_client_sends_nothi
     }
     let (waits, _) = both(&mut rig, "u");
     let (gone, _) = both(&mut rig, "v");
-    rig.worker.on_gone(gone);
+    rig.gone(gone);
     rig.run_until_quiet();
     rig.run_for(150);
     assert_eq!(rig.host.status(waits), None, "within the timeout");

@@ -250,7 +250,7 @@ fn a_reservation_whose_response_never_comes_stands() {
     let mut rig = Rig::new(tokens("sliding_log", r#"{ "reserve": { "units": 3 } }"#));
     let id = admitted(&mut rig, &[("x-tenant", "acme")]);
     let executed = rig.store.executed;
-    rig.worker.on_gone(id);
+    rig.gone(id);
     rig.run_until_quiet();
     assert_eq!(rig.store.executed, executed, "no store call for a request that is gone");
     assert_eq!(rig.store.model.entries("tollgate:{llm.tokens:acme}:log"), 3);

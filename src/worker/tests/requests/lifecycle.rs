@@ -241,7 +241,7 @@ fn a_request_that_leaves_while_in_flight_has_its_reply_dropped() {
     let (gone, _) = rig.request("gone");
     let (kept, _) = rig.request("kept");
     rig.wake();
-    rig.worker.on_gone(gone);
+    rig.gone(gone);
     rig.run_until_quiet();
     assert_eq!((rig.host.status(gone), rig.host.status(kept)), (None, Some(200)));
     assert_eq!(rig.store.executed, 2, "its call still ran (and its reply was read)");

@@ -43,6 +43,11 @@ impl Rig {
 
     /// A request for user `user` (header `x-user-id`): its id and what its
     /// own callback returned.
+    /// Request `id`'s context is gone (its response ended, or its client left).
+    pub fn gone(&mut self, id: u32) {
+        self.worker.on_gone(&mut self.host, id, self.now);
+    }
+
     pub fn request(&mut self, user: &str) -> (u32, Flow) {
         self.request_with(&[("x-user-id", user)])
     }

@@ -84,7 +84,7 @@ fn a_held_request_that_goes_away_gives_its_slot_back() {
     let ids = burst(&mut rig, 7);
     let (sixth, seventh) = (ids[5], ids[6]);
     assert_eq!(rig.gauges().2, 2);
-    rig.worker.on_gone(seventh);
+    rig.gone(seventh);
     rig.tick(5);
     assert_eq!(rig.gauges().2, 1);
     rig.run_until_quiet();
@@ -130,7 +130,7 @@ fn on_a_cluster_each_bucket_is_shaped_by_its_master() {
     rig.run_until_quiet();
     assert_eq!(admitted(&rig, &ids), 5);
     assert_eq!((executed(&rig, 0), executed(&rig, 1), executed(&rig, 2)), (0, 0, 7));
-    rig.worker.on_gone(ids[6]);
+    rig.gone(ids[6]);
     rig.tick(5);
     rig.run_until_quiet();
     assert_eq!(rig.cluster.as_ref().unwrap().nodes[2].adjusted, 1, "given back on its master");
@@ -173,7 +173,7 @@ fn a_request_gone_while_its_call_is_with_the_store_gives_its_slot_back() {
     assert_eq!(flow, Flow::Pause);
     let stream = rig.stream();
     assert!(!rig.host.outbox.get(&stream).is_none_or(Vec::is_empty), "its call is on the stream");
-    rig.worker.on_gone(gone);
+    rig.gone(gone);
     let (refused, _) = rig.request("alice");
     assert_eq!(rig.host.status(refused), Some(429), "five held and one in flight fill max_waiting 6");
     rig.run_until_quiet();
@@ -195,7 +195,7 @@ fn a_held_request_gone_stays_counted_until_its_slot_is_given_back() {
     let ids: Vec<u32> = (0..8).flat_map(|_| burst(&mut rig, 1)).collect();
     assert_eq!(admitted(&rig, &ids), 5, "five now");
     assert_eq!(rig.gauges().2, 3, "three held");
-    rig.worker.on_gone(ids[7]);
+    rig.gone(ids[7]);
     rig.tick(5);
     let stream = rig.stream();
     assert!(!rig.host.outbox.get(&stream).is_none_or(Vec::is_empty), "its give-back is on the stream");

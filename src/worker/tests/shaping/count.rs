@@ -72,7 +72,7 @@ fn a_held_reservation_whose_client_leaves_is_given_back_once_and_never_settled()
     let ids = burst(&mut rig, 6);
     let gone = ids[5];
     assert_eq!(rig.gauges().2, 1);
-    rig.worker.on_gone(gone);
+    rig.gone(gone);
     rig.tick(5);
     rig.run_until_quiet();
     assert_eq!(rig.store.adjusted, [(start + 1_000, 2, 0)], "its reservation taken back from its slot");

@@ -70,7 +70,7 @@ fn a_held_request_across_slots_that_goes_away_gives_back_every_slot() {
     let held = ids.iter().copied().find(|id| rig.host.status(*id).is_none()).unwrap();
     assert_eq!(times(&rig, "a", &user), [start, start, start + 1_000]);
     let given = rig.host.count(Stat::Shape(ShapeStat::GivenBack));
-    rig.worker.on_gone(held);
+    rig.gone(held);
     rig.tick(5);
     rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::Shape(ShapeStat::GivenBack)), given + 2, "one per slot");
@@ -87,7 +87,7 @@ fn a_parked_request_that_goes_away_is_dropped_and_the_next_starts() {
     let start = rig.now;
     let ids: Vec<u32> = (0..3).map(|_| both(&mut rig, &user).0).collect();
     // The first is in rounds; the second and third are parked behind it.
-    rig.worker.on_gone(ids[1]);
+    rig.gone(ids[1]);
     rig.run_until_quiet();
     assert_eq!(rig.host.status(ids[0]), Some(200));
     assert_eq!(rig.host.status(ids[1]), None, "gone, never decided");

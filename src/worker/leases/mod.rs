@@ -1,0 +1,128 @@
+//! Concurrency limits (`rules[].concurrency`, docs/concurrency.md): the
+//! leases this worker's requests hold. A request of a rule with a
+//! concurrency limit is given a lease id when its call is made; the store
+//! records the lease in the same atomic call as the windows. The lease
+//! ends when the request is gone (its response ended, its client left,
+//! its stream reset, it failed): one `lease` call per request and slot,
+//! batched on the stream with the other calls. While the request goes on,
+//! its lease is renewed every third of its TTL, one call per slot for all
+//! the worker's leases due ([`Leases::renew_step`]). A lease the store
+//! never recorded (denied, never sent) is never ended; one whose fate is
+//! unknown (a failed call) is ended anyway: ending is idempotent.
+//!
+//! Under `failure_mode: local` a lease admitted by the local limiter is a
+//! count of this worker's ([`crate::worker::local`]), given back there
+//! too when the request is gone. Pure, time passed in.
+
+mod send;
+
+use crate::config::Config;
+use crate::limiter::{Algorithm, Check};
+use crate::worker::cx::Cx;
+use crate::worker::host::{LeaseStat, Stat};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hasher};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// One request's leases.
+#[derive(Debug)]
+struct Lease {
+    /// Its lease checks, each carrying the lease id.
+    checks: Vec<Check>,
+    /// When it was asked for or last renewed (proxy clock).
+    renewed_ms: u64,
+}
+
+/// An end that failed, sent again at the next renewal until its lease
+/// would have expired anyway (proxy clock).
+#[derive(Debug)]
+struct Retry {
+    check: Check,
+    until_ms: u64,
+}
+
+/// The leases of one worker's requests.
+#[derive(Debug)]
+pub(in crate::worker) struct Leases {
+    /// Any rule has a concurrency limit.
+    active: bool,
+    /// This worker's part of every lease id: unique per worker and start.
+    prefix: String,
+    seq: u64,
+    /// By request context id.
+    by_request: HashMap<u32, Lease>,
+    /// Ends to send again.
+    retries: Vec<Retry>,
+    /// `lease` calls on their way: what each carries (`true`: ends).
+    calls: BTreeMap<u32, bool>,
+    next_call: u32,
+    /// How often leases are looked at for renewal: a third of the shortest
+    /// lease TTL.
+    interval_ms: u64,
+    next_renewal_ms: u64,
+}
+
+impl Leases {
+    pub fn new(config: &Config) -> Leases {
+        let ttl = config.rules.iter().filter_map(|r| r.concurrency.as_ref()).map(|c| c.lease_ttl_ms.get()).min();
+        let hash = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        Leases {
+            active: ttl.is_some(),
+            prefix: format!("{hash:016x}"),
+            seq: 0,
+            by_request: HashMap::new(),
+            retries: Vec::new(),
+            calls: BTreeMap::new(),
+            next_call: 0,
+            interval_ms: ttl.map_or(u64::MAX, |t| (t / 3).max(1)),
+            next_renewal_ms: 0,
+        }
+    }
+
+    pub fn active(&self) -> bool {
+        self.active
+    }
+
+    /// The tick the renewals need, while any lease is held.
+    pub fn tick(&self) -> Option<Duration> {
+        (!self.by_request.is_empty() || !self.retries.is_empty()).then(|| Duration::from_millis(self.interval_ms))
+    }
+
+    /// Request `id`'s call over `checks` is being made: its lease checks
+    /// get a lease id, the same in each (none when it has none).
+    pub fn stamp(&mut self, id: u32, checks: &mut [Check], now_ms: u64) {
+        if !self.active || !checks.iter().any(|c| c.algorithm == Algorithm::Lease) {
+            return;
+        }
+        self.seq += 1;
+        let lease: Rc<str> = format!("{}:{:x}", self.prefix, self.seq).into();
+        let mut held = Vec::new();
+        for check in checks.iter_mut().filter(|c| c.algorithm == Algorithm::Lease) {
+            check.lease = Some(Rc::clone(&lease));
+            held.push(check.clone());
+        }
+        self.by_request.insert(id, Lease { checks: held, renewed_ms: now_ms });
+    }
+
+    /// The store decided request `id`: admitted, its lease is held (and
+    /// counted); denied, the store recorded none.
+    pub fn decided(&mut self, cx: &mut Cx<'_>, id: u32, allowed: bool) {
+        if allowed {
+            if self.by_request.contains_key(&id) {
+                cx.host.count(Stat::Lease(LeaseStat::Taken), 1);
+            }
+        } else {
+            self.by_request.remove(&id);
+        }
+    }
+
+    /// Request `id` is gone: its leases end, in the store, and in the local
+    /// limiter if it admitted the request (`failure_mode: local`).
+    pub fn gone(&mut self, cx: &mut Cx<'_>, id: u32, now_ms: u64) {
+        let Some(lease) = self.by_request.remove(&id) else { return };
+        let local = lease.checks.iter().filter(|c| cx.local.release(c)).count() as u64;
+        cx.host.count(Stat::Lease(LeaseStat::Released), local);
+        self.end(cx, lease.checks, now_ms);
+    }
+}

@@ -1,0 +1,143 @@
+//! The `lease` calls: ends and renewals, one call per shard and slot, and
+//! what their replies say.
+
+use super::{Leases, Retry};
+use crate::limiter::reply::parse_lease;
+use crate::limiter::{Check, LeaseChange, LeaseOp};
+use crate::resp::Value;
+use crate::worker::calls::{Arrival, Call, CallId, Command, Pending, ShardId, PARKED};
+use crate::worker::cx::Cx;
+use crate::worker::host::{LeaseStat, Stat};
+use crate::worker::streams::discovery::Route;
+
+impl Leases {
+    /// Ends the leases of `checks` (one request's) in the store.
+    pub(super) fn end(&mut self, cx: &mut Cx<'_>, checks: Vec<Check>, now_ms: u64) {
+        let ops = checks.into_iter().map(|c| (c, LeaseChange::End)).collect();
+        self.send(cx, ops, true, now_ms);
+    }
+
+    /// Renews the leases due (held a third of their TTL since they were
+    /// taken or renewed), and sends failed ends again: at most once per
+    /// interval, one call per shard and slot for all of them.
+    pub fn renew_step(&mut self, cx: &mut Cx<'_>, now_ms: u64) {
+        if now_ms < self.next_renewal_ms {
+            return;
+        }
+        self.next_renewal_ms = now_ms.saturating_add(self.interval_ms);
+        let mut renewals = Vec::new();
+        for lease in self.by_request.values_mut() {
+            let ttl = lease.checks.iter().map(ttl_ms).min().unwrap_or(0);
+            if now_ms.saturating_sub(lease.renewed_ms) >= ttl / 3 {
+                lease.renewed_ms = now_ms;
+                renewals.extend(lease.checks.iter().map(|c| (c.clone(), LeaseChange::Renew { ttl_ms: ttl_ms(c) })));
+            }
+        }
+        if !renewals.is_empty() {
+            self.send(cx, renewals, false, now_ms);
+        }
+        let retries = std::mem::take(&mut self.retries);
+        let ends: Vec<_> =
+            retries.into_iter().filter(|r| now_ms < r.until_ms).map(|r| (r.check, LeaseChange::End)).collect();
+        if !ends.is_empty() {
+            self.send(cx, ends, true, now_ms);
+        }
+    }
+
+    /// Queues `ops`, one call per shard and slot.
+    fn send(&mut self, cx: &mut Cx<'_>, ops: Vec<(Check, LeaseChange)>, ends: bool, now_ms: u64) {
+        let mut groups: Vec<((ShardId, Option<u16>), Vec<(Check, LeaseChange)>)> = Vec::new();
+        for (check, change) in ops {
+            let (route, slot) = cx.streams.route(std::slice::from_ref(&check));
+            let shard = match route {
+                Route::Shard(shard) if cx.streams.down(shard, now_ms).is_none() => shard,
+                Route::Parked => PARKED,
+                Route::Shard(_) | Route::Unserved(_) | Route::CrossSlot => {
+                    self.unsent(cx, check, change, now_ms);
+                    continue;
+                }
+            };
+            match groups.iter_mut().find(|(to, _)| *to == (shard, slot)) {
+                Some((_, group)) => group.push((check, change)),
+                None => groups.push(((shard, slot), vec![(check, change)])),
+            }
+        }
+        for ((shard, slot), group) in groups {
+            let ops = group.iter().map(|(c, change)| op(c, *change)).collect();
+            let checks = group.into_iter().map(|(c, _)| c).collect();
+            let pending = Pending {
+                checks,
+                arrival: Arrival::new(None, now_ms),
+                noscripts: 0,
+                headers: Default::default(),
+                sent: false,
+                shard,
+                slot,
+                redirects: 0,
+                asking: false,
+                command: Command::Lease(ops),
+                call: Call::Lease,
+            };
+            self.next_call = self.next_call.wrapping_add(1);
+            self.calls.insert(self.next_call, ends);
+            cx.streams.push(CallId::Lease(self.next_call), pending);
+        }
+    }
+
+    /// An op that could not be sent (no store): an end is sent again later.
+    fn unsent(&mut self, cx: &mut Cx<'_>, check: Check, change: LeaseChange, now_ms: u64) {
+        cx.host.count(Stat::Lease(LeaseStat::Failed), 1);
+        if change == LeaseChange::End {
+            let until_ms = now_ms.saturating_add(ttl_ms(&check));
+            self.retries.push(Retry { check, until_ms });
+        }
+    }
+
+    /// The store answered `lease` call `id` (`p`): each op's lease was live
+    /// (released, renewed) or had expired.
+    pub fn replied(&mut self, cx: &mut Cx<'_>, id: CallId, p: Pending, value: &Value, now_ms: u64) {
+        let Command::Lease(ops) = &p.command else { return };
+        match parse_lease(value, ops) {
+            Ok(reply) => {
+                let CallId::Lease(n) = id else { return };
+                let ends = self.calls.remove(&n).unwrap_or(false);
+                let live = reply.live.iter().filter(|&&l| l).count() as u64;
+                let stat = if ends { LeaseStat::Released } else { LeaseStat::Renewed };
+                cx.host.count(Stat::Lease(stat), live);
+                cx.host.count(Stat::Lease(LeaseStat::Expired), reply.live.len() as u64 - live);
+            }
+            Err(_) => self.failed(cx, id, p, now_ms),
+        }
+    }
+
+    /// `lease` call `id` failed (or waited too long): its ends are sent
+    /// again at the next renewal; its renewals are due again then.
+    pub fn failed(&mut self, cx: &mut Cx<'_>, id: CallId, p: Pending, now_ms: u64) {
+        let CallId::Lease(n) = id else { return };
+        let ends = self.calls.remove(&n).unwrap_or(false);
+        cx.host.count(Stat::Lease(LeaseStat::Failed), p.checks.len() as u64);
+        if ends {
+            for check in p.checks {
+                let until_ms = now_ms.saturating_add(ttl_ms(&check));
+                self.retries.push(Retry { check, until_ms });
+            }
+        } else {
+            // Due at the next renewal step.
+            for lease in self.by_request.values_mut() {
+                if lease.checks.iter().any(|c| p.checks.iter().any(|f| f.lease == c.lease && f.key == c.key)) {
+                    lease.renewed_ms = 0;
+                }
+            }
+        }
+    }
+}
+
+/// A lease check's TTL: its one window's period.
+fn ttl_ms(check: &Check) -> u64 {
+    check.windows.first().map_or(1, |w| w.period_ms.get())
+}
+
+/// The op over lease check `check`.
+fn op(check: &Check, change: LeaseChange) -> LeaseOp {
+    LeaseOp { key: check.key.clone(), id: check.lease.clone().unwrap_or_else(|| "".into()), change }
+}
