@@ -45,6 +45,27 @@ pub const RATELIMIT_HEADER: &str = "ratelimit";
 /// Largest integer a Structured Field may carry (15 decimal digits).
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 
+/// What a rule's name takes to name its concurrency limit's policy:
+/// `"<rule>/concurrency"`. No window's policy name ends so: rule names
+/// have no `/`, and a window's is `"<rule>/<period>"`, its period starting
+/// with a digit.
+pub const CONCURRENCY_SUFFIX: &str = "/concurrency";
+/// The draft's quota unit of a concurrency limit (the `qu` parameter of
+/// `RateLimit-Policy`).
+pub const CONCURRENT_REQUESTS: &str = "concurrent-requests";
+
+/// A concurrency limit's `RateLimit-Policy` item,
+/// `"<name>";q=<limit>;qu="concurrent-requests"`: made once per rule at
+/// configuration time ([`crate::config::Concurrency::policy_item`]).
+pub fn concurrency_item(name: &str, limit: u64) -> String {
+    let mut out = sf_string(name);
+    push_param(&mut out, ";q=", limit);
+    out.push_str(";qu=\"");
+    out.push_str(CONCURRENT_REQUESTS);
+    out.push('"');
+    out
+}
+
 /// One window of one matching rule, with the policy name shown to clients
 /// (for example `auth.createToken/3s`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
