@@ -238,9 +238,3 @@ mod tests {
         assert_eq!(parse_flush(&with(6, -1), &e), Err(ReplyError::NotANumber { index: 6 }));
     }
 }
-
-// TEMPORARY (replaced by the lease-lua branch).
-pub fn parse_lease(value: &Value, ops: &[crate::limiter::LeaseOp]) -> Result<crate::limiter::LeaseReply, ReplyError> {
-    let _ = (value, ops);
-    Err(ReplyError::NotAnArray)
-}

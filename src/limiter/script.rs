@@ -362,29 +362,3 @@ pub fn is_missing(reply: &Value) -> bool {
 
 #[cfg(test)]
 mod tests;
-
-// TEMPORARY (replaced by the lease-lua branch): the lease call's encoding.
-pub fn encode_lease(
-    out: &mut Vec<u8>,
-    script: &Script,
-    how: Invocation,
-    ops: &[crate::limiter::LeaseOp],
-    now_ms: Option<u64>,
-) {
-    let (verb, target) = invoked(how, (&script.adjust_sha, script.adjust_body, &script.adjust_function));
-    let mut w = CommandWriter::new(out, 4 + ops.len() * 3);
-    w.bulk(verb);
-    w.bulk(target);
-    w.decimal(b"", ops.len() as u64);
-    for op in ops {
-        w.bulk(op.key.as_bytes());
-    }
-    now(&mut w, now_ms);
-    for op in ops {
-        match op.change {
-            crate::limiter::LeaseChange::End => w.bulk(b"-"),
-            crate::limiter::LeaseChange::Renew { ttl_ms } => w.decimal(b"+", ttl_ms),
-        }
-        w.bulk(op.id.as_bytes());
-    }
-}
