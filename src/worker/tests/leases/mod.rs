@@ -2,6 +2,8 @@
 //! decision, ended when a request is gone, renewed while it goes on, never
 //! cached as a denial, counted by the local limiter when the store is away.
 
+mod cluster;
+
 use crate::testing::{plugin, rule, Plugin};
 use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Flow, LeaseStat, Stat};
