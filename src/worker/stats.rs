@@ -94,6 +94,8 @@ pub fn counters(config: &Config) -> Vec<(Stat, String)> {
     }
     if config.rules.iter().any(|r| r.shaping.is_some()) {
         out.extend(ShapeStat::ALL.map(|s| (Stat::Shape(s), format!("tollgate.shape.{}", s.name()))));
+    }
+    if config.rules.iter().any(|r| r.concurrency.is_some()) {
         out.extend(LeaseStat::ALL.map(|s| (Stat::Lease(s), format!("tollgate.lease.{}", s.name()))));
     }
     out

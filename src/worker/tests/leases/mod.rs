@@ -131,3 +131,23 @@ fn the_local_limiter_counts_what_it_admitted_and_gives_it_back() {
     assert!(local(&mut rig).1, "the lease given back is taken again");
     assert!(!local(&mut rig).1, "and no more");
 }
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_counted_rules_lease_costs_one_whatever_the_reservation() {
+    let fields = r#""concurrency": 2, "count": { "reserve": { "header": "x-max" } }"#;
+    let mut rig = Rig::new(plugin().with(rule("streams").header("x-user-id").limit(1_000, "1m").field(fields)));
+    let ids: Vec<u32> = (0..3).map(|_| rig.request_with(&[("x-user-id", "alice"), ("x-max", "200")]).0).collect();
+    rig.run_until_quiet();
+    assert_eq!(admitted(&rig, &ids), ids[..2], "two leases, whatever each reserved");
+    assert_eq!(lease_count(&rig), 2);
+    assert_eq!(rig.host.count(Stat::Lease(LeaseStat::Taken)), 2);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn lease_counters_are_registered_for_a_rule_with_a_concurrency_limit() {
+    let names: Vec<String> =
+        crate::worker::stats::counters(&limited(1, "1s").build()).into_iter().map(|c| c.1).collect();
+    for name in ["taken", "released", "renewed", "expired", "failed"] {
+        assert!(names.contains(&format!("tollgate.lease.{name}")), "{name}: {names:?}");
+    }
+}
