@@ -13,8 +13,8 @@
 use crate::support;
 
 use proptest::prelude::*;
-use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use support::differential::{check, Differential, Path};
+use support::props::runner;
 use support::Valkey;
 use tollgate::key::flush_token_key;
 use tollgate::limiter::{Adjustment, Algorithm, Check, Flush, FlushEntry};
@@ -189,13 +189,7 @@ fn floored_calls_agree() {
 #[test]
 fn random_traces_agree() {
     let valkey = Valkey::start();
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: 96,
-        // Seeds of failing cases: next to this file, `<its name>.proptest-regressions`.
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        source_file: Some(file!()),
-        ..ProptestConfig::default()
-    });
+    let mut runner = runner(96, file!());
     let windows = prop::collection::vec((1..=6u64, prop::sample::select(vec![50u64, 300, 1_000, 4_000])), 1..=2);
     let step = (
         0..8u8,
