@@ -110,18 +110,21 @@ impl Path {
         let name = text.lines().next().and_then(|l| l.strip_prefix("#!lua name=")).unwrap_or("").trim().to_owned();
         assert!(!library || !name.is_empty(), "{label}: a library starts with `#!lua name=NAME`");
         let sha = sha1_smol::Sha1::from(text).hexdigest();
-        // Only decisions are measured: `adjust` and `flush` are named but
-        // never called.
+        // Only decisions are measured: `adjust`, `flush` and `lease` are
+        // named but never called.
         let script = Script {
             body: text,
             sha: sha.clone(),
             adjust_body: text,
             adjust_sha: sha.clone(),
             flush_body: text,
-            flush_sha: sha,
+            flush_sha: sha.clone(),
+            lease_body: text,
+            lease_sha: sha,
             library: text.to_owned(),
             adjust_function: format!("{name}_adjust"),
             flush_function: format!("{name}_flush"),
+            lease_function: format!("{name}_lease"),
             function: name,
         };
         let how = if library { Invocation::FCall } else { Invocation::EvalSha };

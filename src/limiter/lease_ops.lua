@@ -20,9 +20,12 @@
 -- Errors    "ERR tollgate: ..." on malformed arguments, before any write.
 -- Commands  per op ZSCORE, then ZREM (an end of a stored lease, or a
 --           renewal of an expired one) or ZADD (a renewal); per key renewed
---           PTTL, and PEXPIRE if the key would expire before its latest
---           renewed lease. An end: 2; a renewal: 3, or 4 (the usual case:
---           the new expiry is the set's latest).
+--           ZCOUNT of the leases expiring after its latest renewed one, and
+--           PEXPIRE to that one's expiry if there are none (else the key
+--           outlives a later lease already: a commit or renewal made it).
+--           An end: 2; a renewal: 3, or 4 (the usual case: the new expiry
+--           is the set's latest). Not PTTL: with an injected clock the
+--           key's TTL runs by Valkey's clock, not the call's.
 
 -- The ttl_ms of op "+<ttl_ms>" at now, or nil if it is not one.
 local function renewal_ms(op)
@@ -72,14 +75,14 @@ local function lease(KEYS, ARGV, once)
     reply[i + 1] = live and 1 or 0
   end
 
-  -- The key outlives every lease: it is made to live until its latest
-  -- renewed lease's expiry when it would expire sooner (never shortened).
+  -- The key outlives every lease: when no lease expires after its latest
+  -- renewed one, it lives until that one expires (which may shorten it: a
+  -- later lease it lived for has ended).
   for j = 1, #renewed do
     local key = renewed[j]
-    local ms = until_[key] - now
-    if ms > 0 then
-      local pttl = redis.call('PTTL', key)
-      if pttl ~= -2 and pttl < ms + ttl_slack then redis.call('PEXPIRE', key, ttl(ms)) end
+    local latest = until_[key]
+    if latest > now and redis.call('ZCOUNT', key, '(' .. num(latest), '+inf') == 0 then
+      redis.call('PEXPIRE', key, ttl(latest - now))
     end
   end
   return reply

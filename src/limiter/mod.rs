@@ -3,10 +3,11 @@
 //!
 //! Each [`Algorithm`] is specified twice: by the pure reference model in
 //! [`model`] (time passed in, no I/O) and by its Lua file in `src/limiter/`
-//! (`sliding_log.lua`, `gcra.lua`, `sliding_window.lua`, `fixed_window.lua`),
-//! which only makes the same algorithm atomic inside Valkey. One script
-//! (`prelude.lua` + the four algorithm files + `decide.lua`, see [`script`])
-//! dispatches per key on the algorithm, so checks of different algorithms are
+//! (`sliding_log.lua`, `gcra.lua`, `sliding_window.lua`, `fixed_window.lua`,
+//! and `lease.lua` for [`Algorithm::Lease`]), which only makes the same
+//! algorithm atomic inside Valkey. One script (`prelude.lua` + the algorithm
+//! files + `decide.lua`, see [`script`]) dispatches per key on the
+//! algorithm, so checks of different algorithms, lease sets included, are
 //! still decided in one call, all or nothing. The differential tests run one
 //! behaviour suite against the model and the script.
 

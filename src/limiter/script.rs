@@ -68,8 +68,8 @@
 //! `sliding_window` or `fixed_window` also `+hget` (docs/shaping.md); `flush`
 //! also `+get +set +zrange` (its syncer sets use `+zadd +zremrangebyscore
 //! +pexpire`, granted already); concurrency limits (lease sets) also
-//! `+zrem` (`adjust` undoing an admission) and, for `lease`, `+zscore
-//! +pttl` (their decisions need nothing more). Redis 6
+//! `+zrem` (`adjust` undoing an admission) and, for `lease`, `+zscore`
+//! (their decisions need nothing more). Redis 6
 //! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
 use super::{Adjustment, Algorithm, Check, Flush, LeaseChange, LeaseOp, Window, ADJUST_MAX};

@@ -3,7 +3,7 @@
 //! LOAD`), `FUNCTION LOAD`, `EVALSHA` (`NOSCRIPT` until the script was sent
 //! with `EVAL`), `EVAL`, `SENTINEL get-master-addr-by-name`, and `CLUSTER
 //! SHARDS` as a cluster of one master serving every slot; the limiter's four
-//! entry points (decide, adjust, flush, lease: [`lease`] for the lease
+//! entry points (decide, adjust, flush, lease: `store/lease.rs` for the lease
 //! sets). The worker's unit tests use it as their store (and as the data of
 //! their fake cluster of several masters), and `tollgate simulate` runs the
 //! worker against it.

@@ -3,174 +3,25 @@
 //! directly in a real Valkey next to the pure model, with injected time,
 //! through either path the filter may use ([`Path`]). It uses only `limiter::script` (encoding,
 //! the missing-code predicate) and `limiter::reply` (parsing), as the
-//! transport does.
+//! transport does. The calls themselves are in [`calls`]; the lease sets'
+//! part (the `lease` entry point, their stored leases and TTLs) in
+//! [`leases`].
 
-use super::valkey_stats::Conn;
-use super::{try_command, Valkey};
+mod calls;
+mod leases;
+pub use calls::{
+    decide_on, encoded_via, raw_call, shaped_on, store_adjust_via, store_decide, store_decide_at, store_decide_via,
+    store_flush_via, store_reply, store_shaped_via, Path,
+};
+pub use leases::store_lease_via;
+
+use super::Valkey;
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use std::time::Instant;
 use tollgate::limiter::model::Model;
-use tollgate::limiter::script::{
-    encode_adjust, encode_call, encode_floored_call, encode_flush, encode_load, is_loaded, is_missing, limiter,
-    Invocation,
-};
-use tollgate::limiter::{reply, Adjustment, Algorithm, Check, Decision, Flush, FlushReply, Window};
+use tollgate::limiter::{Adjustment, Algorithm, Check, Decision, Flush, FlushReply, Window};
 use tollgate::resp::Value;
-
-/// How the limiter is invoked: the script (`EVALSHA`, then `EVAL` when
-/// missing) or the function library (`FCALL`, then `FUNCTION LOAD` and
-/// `FCALL` again when missing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Path {
-    Script,
-    Function,
-}
-
-impl Path {
-    pub const ALL: [Path; 2] = [Path::Script, Path::Function];
-
-    /// The first invocation, and the one after loading.
-    pub fn invocations(self) -> [Invocation; 2] {
-        match self {
-            Path::Script => [Invocation::EvalSha, Invocation::Eval],
-            Path::Function => [Invocation::FCall, Invocation::FCall],
-        }
-    }
-}
-
-/// The limiter's raw reply to one call through `path` (loading the code when
-/// the server says it is missing). `now_ms` `None` means Valkey's clock.
-pub fn store_reply(port: u16, path: Path, checks: &[Check], now_ms: Option<u64>) -> Value {
-    decide_on(&mut Conn::connect(port), path, checks, now_ms)
-}
-
-/// [`store_reply`] on a given connection (e.g. one that has authenticated).
-/// A failed load is returned as the reply.
-pub fn decide_on(conn: &mut Conn, path: Path, checks: &[Check], now_ms: Option<u64>) -> Value {
-    shaped_on(conn, path, checks, None, now_ms)
-}
-
-/// [`decide_on`], shaped with `(max_delay_ms, floor_ms)` when given.
-pub fn shaped_on(
-    conn: &mut Conn,
-    path: Path,
-    checks: &[Check],
-    max_delay_ms: Option<(u64, u64)>,
-    now_ms: Option<u64>,
-) -> Value {
-    let [first, retry] = path.invocations();
-    let reply = call(conn, first, checks, max_delay_ms, now_ms);
-    if !is_missing(&reply) {
-        return reply;
-    }
-    if path == Path::Function {
-        let mut load = Vec::new();
-        encode_load(&mut load, limiter());
-        let loaded = conn.pipeline(&load, 1).remove(0);
-        if !is_loaded(&loaded, limiter()) {
-            return loaded;
-        }
-    }
-    let reply = call(conn, retry, checks, max_delay_ms, now_ms);
-    assert!(!is_missing(&reply), "{path:?}: still missing after loading: {reply:?}");
-    reply
-}
-
-/// One decision through `path`.
-pub fn store_decide_via(valkey: &Valkey, path: Path, checks: &[Check], now_ms: Option<u64>) -> Decision {
-    let reply = store_reply(valkey.port, path, checks, now_ms);
-    assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
-    reply::parse(&reply, checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
-}
-
-/// The limiter through the function library; `now_ms` `None` means Valkey's clock.
-pub fn store_decide_at(valkey: &Valkey, checks: &[Check], now_ms: Option<u64>) -> Decision {
-    store_decide_via(valkey, Path::Function, checks, now_ms)
-}
-
-pub fn store_decide(valkey: &Valkey, checks: &[Check], now_ms: u64) -> Decision {
-    store_decide_at(valkey, checks, Some(now_ms))
-}
-
-/// One `adjust` through `path` (loading the code when missing): the state
-/// after it, as a decision.
-pub fn store_adjust_via(
-    valkey: &Valkey,
-    path: Path,
-    adjustments: &[Adjustment],
-    at_ms: u64,
-    now_ms: Option<u64>,
-) -> Decision {
-    let reply = encoded_via(valkey, path, |body, how| {
-        encode_adjust(body, limiter(), how, adjustments, at_ms, now_ms);
-    });
-    assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
-    let checks: Vec<Check> = adjustments.iter().map(|a| a.check.clone()).collect();
-    reply::parse(&reply, &checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
-}
-
-/// The reply to one command `encode` writes for an invocation, through
-/// `path` (loading the code when missing).
-pub fn encoded_via(valkey: &Valkey, path: Path, encode: impl Fn(&mut Vec<u8>, Invocation)) -> Value {
-    let mut conn = Conn::connect(valkey.port);
-    let encoded = |how| {
-        let mut body = Vec::new();
-        encode(&mut body, how);
-        body
-    };
-    let [first, retry] = path.invocations();
-    let reply = conn.pipeline(&encoded(first), 1).remove(0);
-    if !is_missing(&reply) {
-        return reply;
-    }
-    if path == Path::Function {
-        let mut load = Vec::new();
-        encode_load(&mut load, limiter());
-        assert!(is_loaded(&conn.pipeline(&load, 1).remove(0), limiter()));
-    }
-    conn.pipeline(&encoded(retry), 1).remove(0)
-}
-
-/// One `flush` through `path` (loading the code when missing).
-pub fn store_flush_via(valkey: &Valkey, path: Path, flush: &Flush, now_ms: Option<u64>) -> FlushReply {
-    let reply = encoded_via(valkey, path, |body, how| encode_flush(body, limiter(), how, flush, now_ms));
-    assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
-    reply::parse_flush(&reply, &flush.entries).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
-}
-
-/// One shaped decision through `path` (docs/shaping.md), `shape` =
-/// `(max_delay_ms, floor_ms)`.
-pub fn store_shaped_via(
-    valkey: &Valkey,
-    path: Path,
-    checks: &[Check],
-    shape: (u64, u64),
-    now_ms: Option<u64>,
-) -> Decision {
-    let reply = shaped_on(&mut Conn::connect(valkey.port), path, checks, Some(shape), now_ms);
-    assert!(!reply.is_error(), "{path:?}: store error: {reply:?}");
-    reply::parse(&reply, checks).unwrap_or_else(|e| panic!("{path:?}: {e}: {reply:?}"))
-}
-
-fn call(conn: &mut Conn, how: Invocation, checks: &[Check], shape: Option<(u64, u64)>, now_ms: Option<u64>) -> Value {
-    let mut body = Vec::new();
-    match shape {
-        Some(shape) => encode_floored_call(&mut body, limiter(), how, checks, shape, now_ms),
-        None => encode_call(&mut body, limiter(), how, checks, now_ms),
-    }
-    conn.pipeline(&body, 1).remove(0)
-}
-
-/// Sends one encoded command (re-split into arguments for the test client).
-pub fn raw_call(port: u16, body: &[u8]) -> Value {
-    let (Value::Array(items), used) = tollgate::resp::decode(body, &Default::default()).unwrap() else {
-        panic!("not one command")
-    };
-    assert_eq!(used, body.len(), "not one command");
-    let args: Vec<&[u8]> = items.iter().map(|v| v.as_bytes().unwrap()).collect();
-    try_command(port, &args).unwrap()
-}
 
 pub fn nz(n: u64) -> NonZeroU64 {
     NonZeroU64::new(n).unwrap()
@@ -179,7 +30,7 @@ pub fn nz(n: u64) -> NonZeroU64 {
 /// The checks builder the unit tests use (`Check::for_test`).
 #[path = "../../src/testing/check.rs"]
 mod checks;
-pub use checks::check;
+pub use checks::{check, lease};
 
 /// How long after its last admission a bucket's key lives (the script's
 /// `PEXPIRE`, without the injected-clock slack).
@@ -225,6 +76,7 @@ impl<'a> Differential<'a> {
         self.expire(now);
         // An extra charge lands at the later of now and the bucket's last slot.
         let charged_at: Vec<u64> = adjustments.iter().map(|a| now.max(self.model.last_turn(&a.check))).collect();
+        let before: Vec<Option<u64>> = adjustments.iter().map(|a| self.lease_latest(&a.check, now)).collect();
         let expected = self.model.adjust(adjustments, at, now);
         let sent = Instant::now();
         let got = store_adjust_via(self.valkey, self.path, adjustments, at, Some(now));
@@ -233,10 +85,10 @@ impl<'a> Differential<'a> {
             "{:?} step {} at {now} ms: store and model disagree on adjusting (at {at}) {adjustments:#?}",
             self.path, self.steps
         );
-        for (a, c) in adjustments.iter().zip(charged_at) {
-            self.check_entries(&a.check);
+        for ((a, c), latest) in adjustments.iter().zip(charged_at).zip(before) {
+            self.check_entries(&a.check, now);
             self.check_expires(&a.check.key);
-            if a.to > a.from {
+            if a.to > a.from && leases::ttl_set(&a.check, c, latest) {
                 self.wrote(&a.check.key, c, ttl_ms(&a.check), now, sent);
             }
         }
@@ -258,7 +110,7 @@ impl<'a> Differential<'a> {
             self.path, self.steps
         );
         for (e, c) in flush.entries.iter().zip(charged_at) {
-            self.check_entries(&e.check);
+            self.check_entries(&e.check, now);
             if got.applied && e.units > 0 {
                 self.wrote(&e.check.key, c, ttl_ms(&e.check), now, sent);
             }
@@ -292,8 +144,12 @@ impl<'a> Differential<'a> {
     }
 
     /// The log's stored entries: as many as the model's, at the same times
-    /// (compared when there are at most a few thousand).
-    fn check_entries(&self, c: &Check) {
+    /// (compared when there are at most a few thousand); a lease set's
+    /// leases after a decision or adjustment at `now` ([`leases`]).
+    fn check_entries(&self, c: &Check, now: u64) {
+        if c.algorithm == Algorithm::Lease {
+            self.check_leases(&c.key, now, true);
+        }
         if c.algorithm == Algorithm::SlidingLog {
             let zcard = self.valkey.int(&["ZCARD", &c.key]);
             assert_eq!(zcard as usize, self.model.entries(&c.key), "step {}: entries of {}", self.steps, c.key);
@@ -347,6 +203,7 @@ impl<'a> Differential<'a> {
     /// Decides `checks` at `now` in both and asserts identical answers.
     pub fn step(&mut self, checks: &[Check], now: u64) -> Decision {
         self.expire(now);
+        let before: Vec<Option<u64>> = checks.iter().map(|c| self.lease_latest(c, now)).collect();
         let expected = self.model.decide(checks, now);
         let sent = Instant::now();
         let got = store_decide_via(self.valkey, self.path, checks, Some(now));
@@ -355,14 +212,22 @@ impl<'a> Differential<'a> {
             "{:?} step {} at {now} ms: store and model disagree on {checks:#?}",
             self.path, self.steps
         );
-        for c in checks {
-            self.check_entries(c);
-            if got.allowed && !c.check_only {
-                self.wrote(&c.key, now, ttl_ms(c), now, sent);
+        self.decided(checks, &got, &before, now, sent);
+        got
+    }
+
+    /// After a decision at `now` sent at `sent` (`before`: each check's
+    /// latest live lease then, [`leases`]): the stored entries, and the TTL
+    /// of every key admitted into, from its turn.
+    fn decided(&mut self, checks: &[Check], got: &Decision, before: &[Option<u64>], now: u64, sent: Instant) {
+        let turn = now + got.delay_ms;
+        for (c, &latest) in checks.iter().zip(before) {
+            self.check_entries(c, now);
+            if got.allowed && !c.check_only && leases::ttl_set(c, turn, latest) {
+                self.wrote(&c.key, turn, ttl_ms(c), now, sent);
             }
         }
         self.steps += 1;
-        got
     }
 
     /// Decides `checks` at `now` in both, shaped with `max_delay`, and
@@ -374,6 +239,7 @@ impl<'a> Differential<'a> {
     /// [`Differential::step_shaped`] with the slot at `now + floor` or later.
     pub fn step_floored(&mut self, checks: &[Check], max_delay: u64, floor: u64, now: u64) -> Decision {
         self.expire(now);
+        let before: Vec<Option<u64>> = checks.iter().map(|c| self.lease_latest(c, now)).collect();
         let expected = self.model.decide_floored(checks, max_delay, floor, now);
         let sent = Instant::now();
         let got = store_shaped_via(self.valkey, self.path, checks, (max_delay, floor), Some(now));
@@ -382,13 +248,7 @@ impl<'a> Differential<'a> {
             "{:?} step {} at {now} ms (max_delay {max_delay}, floor {floor}): store and model disagree on {checks:#?}",
             self.path, self.steps
         );
-        for c in checks {
-            self.check_entries(c);
-            if got.allowed && !c.check_only {
-                self.wrote(&c.key, now + got.delay_ms, ttl_ms(c), now, sent);
-            }
-        }
-        self.steps += 1;
+        self.decided(checks, &got, &before, now, sent);
         got
     }
 

@@ -1,8 +1,9 @@
 //! Proptest strategies shared by the differential property tests: rules of
 //! any algorithm with small limits (so traces hit them), and gaps between
-//! steps.
+//! steps; and their runner.
 
 use proptest::prelude::*;
+use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use tollgate::config::MAX_LOG_COST;
 use tollgate::limiter::Algorithm;
 
@@ -37,4 +38,17 @@ pub fn rule() -> impl Strategy<Value = Rule> {
             (Just(algorithm), Just(windows), cost)
         })
         .prop_map(|(algorithm, windows, cost)| Rule { algorithm, windows, cost })
+}
+
+/// The runner of a property test in `source_file` (its `file!()`): `cases`
+/// cases, or `PROPTEST_CASES`; failing cases are shrunk and their seeds
+/// saved next to that file as `<its name>.proptest-regressions` (commit it:
+/// saved cases run first on every later run).
+pub fn runner(cases: u32, source_file: &'static str) -> TestRunner {
+    TestRunner::new(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(cases),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        source_file: Some(source_file),
+        ..ProptestConfig::default()
+    })
 }

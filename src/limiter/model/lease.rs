@@ -17,7 +17,7 @@
 //!   at once, whatever `max_delay` (a lease frees when a request ends,
 //!   which the store cannot foresee); its `retry_ms` is the unshaped one.
 //!   Admitted at a turn `t`, the lease expires at `t + ttl_ms`.
-//! * [`super::Model::lease`] ends or renews leases ([`LeaseOp`]).
+//! * [`super::Model::lease`] ends or renews leases ([`crate::limiter::LeaseOp`]).
 
 use super::{sat, Bucket};
 use crate::limiter::{LeaseChange, Window};

@@ -9,10 +9,9 @@
 use crate::support;
 
 use proptest::prelude::*;
-use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use std::sync::atomic::{AtomicU64, Ordering};
 use support::differential::{check, Differential, Path};
-use support::props::{rule, Rule, GAPS};
+use support::props::{rule, runner, Rule, GAPS};
 use support::Valkey;
 use tollgate::limiter::{Adjustment, Algorithm, Check};
 
@@ -189,13 +188,7 @@ fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], check_only: &[bool], s
 #[test]
 fn random_traces_with_adjustments_agree() {
     let valkey = Valkey::start();
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(120),
-        // Seeds of failing cases: next to this file, `<its name>.proptest-regressions`.
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        source_file: Some(file!()),
-        ..ProptestConfig::default()
-    });
+    let mut runner = runner(120, file!());
     let strategy = (
         prop::collection::vec(rule(), 1..=4),
         prop::collection::vec(any::<bool>(), 4),

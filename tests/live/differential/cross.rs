@@ -18,10 +18,9 @@
 use crate::support;
 
 use proptest::prelude::*;
-use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use std::sync::atomic::{AtomicU64, Ordering};
 use support::differential::{check, Differential, Path};
-use support::props::{rule, Rule, GAPS};
+use support::props::{rule, runner, Rule, GAPS};
 use support::Valkey;
 use tollgate::limiter::{Adjustment, Check, Decision};
 use tollgate::model::cross::{Action, Run, Shard};
@@ -136,13 +135,7 @@ fn run_case(
 #[test]
 fn interleaved_requests_across_three_servers_agree_with_the_models() {
     let servers = [Valkey::start(), Valkey::start(), Valkey::start()];
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(300),
-        // Seeds of failing cases: next to this file, `<its name>.proptest-regressions`.
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        source_file: Some(file!()),
-        ..ProptestConfig::default()
-    });
+    let mut runner = runner(300, file!());
     let delays = prop::sample::select(vec![0u64, 0, 800, 40_000]);
     let shaping = (any::<bool>(), delays, any::<u8>()).prop_map(|(shaped, max_delay, placed)| Shaping {
         shaped,

@@ -12,11 +12,10 @@
 use crate::support;
 
 use proptest::prelude::*;
-use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use support::differential::{check, encoded_via, Differential, Path};
-use support::props::{rule, Rule, GAPS};
+use support::props::{rule, runner, Rule, GAPS};
 use support::Valkey;
 use tollgate::key::flush_token_key;
 use tollgate::limiter::script::{encode_flush, limiter};
@@ -309,13 +308,7 @@ fn run_trace(valkey: &Valkey, path: Path, rules: &[Rule], horizons: &[u64], star
 #[test]
 fn random_traces_with_flushes_agree() {
     let valkey = Valkey::start();
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(100),
-        // Seeds of failing cases: next to this file, `<its name>.proptest-regressions`.
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        source_file: Some(file!()),
-        ..ProptestConfig::default()
-    });
+    let mut runner = runner(100, file!());
     let strategy = (
         prop::collection::vec(rule(), 1..=4),
         prop::collection::vec(prop::sample::select(vec![1u64, 300, 500, 3_000, 60_000]), 3),

@@ -11,11 +11,9 @@
 use crate::support;
 
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
-use proptest::test_runner::TestRunner;
 use std::sync::atomic::{AtomicU64, Ordering};
 use support::differential::{check, Differential, Path};
-use support::props::{algorithm, rule, Rule, GAPS};
+use support::props::{algorithm, rule, runner, Rule, GAPS};
 use support::Valkey;
 use tollgate::config::MAX_LOG_COST;
 use tollgate::limiter::{Algorithm, Check};
@@ -54,18 +52,6 @@ fn run_trace_via(valkey: &Valkey, path: Path, rules: &[Rule], start: u64, steps:
     }
 }
 
-/// The runner: one Valkey for all cases (each case uses its own keys);
-/// failures are shrunk and their seeds saved next to this file.
-fn runner() -> TestRunner {
-    TestRunner::new(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(160),
-        // Seeds of failing cases: next to this file, `<its name>.proptest-regressions`.
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        source_file: Some(file!()),
-        ..ProptestConfig::default()
-    })
-}
-
 fn check_result(result: Result<(), proptest::test_runner::TestError<impl std::fmt::Debug>>) {
     if let Err(e) = result {
         panic!("{e}");
@@ -76,7 +62,7 @@ fn check_result(result: Result<(), proptest::test_runner::TestError<impl std::fm
 fn random_traces_agree() {
     let valkey = Valkey::start();
     let strategy = (prop::collection::vec(rule(), 1..=4), 1_600_000_000_000u64..1_900_000_000_000, steps());
-    check_result(runner().run(&strategy, |(rules, start, steps)| {
+    check_result(runner(160, file!()).run(&strategy, |(rules, start, steps)| {
         run_trace(&valkey, &rules, start, &steps);
         Ok(())
     }));
@@ -87,7 +73,7 @@ fn random_traces_agree() {
 fn single_algorithm_traces_agree() {
     let valkey = Valkey::start();
     let strategy = (algorithm(), prop::collection::vec(rule(), 1..=3), steps());
-    check_result(runner().run(&strategy, |(algorithm, rules, steps)| {
+    check_result(runner(160, file!()).run(&strategy, |(algorithm, rules, steps)| {
         let rules: Vec<Rule> = rules
             .into_iter()
             .map(|r| Rule {

@@ -168,8 +168,8 @@ fn a_full_set_denies_a_shaped_call_at_once() {
         assert_eq!(m.leases("k").len(), 2, "{algorithm:?}");
         // The window is full too: had the lease set room, the call would wait.
         let mut free = Model::new();
-        free.decide_shaped(&[w.clone()], 5_000, T);
-        free.decide_shaped(&[w.clone()], 5_000, T + 100);
+        free.decide_shaped(std::slice::from_ref(&w), 5_000, T);
+        free.decide_shaped(std::slice::from_ref(&w), 5_000, T + 100);
         let d = free.decide_shaped(&[lease(0, "k", 2, 1_000, "c"), w.clone()], 60_000, T + 200);
         assert!(d.allowed && d.delay_ms > 0, "{algorithm:?}: {d:?}");
     }
