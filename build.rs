@@ -7,8 +7,18 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// The definitions, in the order they must be evaluated.
-const FILES: [&str; 8] =
-    ["prelude", "sliding_log", "gcra", "sliding_window", "fixed_window", "decide", "adjust", "flush"];
+const FILES: [&str; 10] = [
+    "prelude",
+    "sliding_log",
+    "gcra",
+    "sliding_window",
+    "fixed_window",
+    "lease",
+    "decide",
+    "adjust",
+    "flush",
+    "lease_ops",
+];
 
 fn main() {
     let mut out = String::from("-- tollgate's limiter: src/limiter/*.lua, whole-line comments left out.\n");

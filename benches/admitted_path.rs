@@ -141,7 +141,7 @@ impl Path {
         let reply = ModelStore::default().answer(&sent, NOW_MS);
         path.worker.on_stream_message(&mut path.host, 1, &reply, NOW_MS);
         path.reply = fixture.reply.clone();
-        path.worker.on_gone(path.next_id);
+        path.worker.on_gone(&mut path.host, path.next_id, NOW_MS);
         assert_eq!(path.host.admitted, 1, "the first request is admitted");
         path
     }
@@ -175,7 +175,7 @@ fn one_request(
         worker.on_response(host, id, response, now);
     }
     let added = std::mem::take(&mut *headers.borrow_mut()).len();
-    worker.on_gone(id);
+    worker.on_gone(host, id, now);
     added
 }
 
@@ -215,11 +215,11 @@ impl SyncedPath {
             path.worker.on_wake(&mut path.host, now);
             path.answer(now);
         }
-        path.worker.on_gone(path.next_id);
+        path.worker.on_gone(&mut path.host, path.next_id, NOW_MS);
         path.next_id += 1;
         let flow = path.worker.on_request(&mut path.host, path.next_id, request, NOW_MS + 1_000, Default::default());
         assert!(flow == Flow::Continue && path.host.sent.is_empty(), "admitted on the worker, no store call");
-        path.worker.on_gone(path.next_id);
+        path.worker.on_gone(&mut path.host, path.next_id, NOW_MS);
         path
     }
 

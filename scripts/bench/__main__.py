@@ -22,6 +22,7 @@ ENTRIES = {
     "v8_profile": "the module's compute under node's V8, by function",
     "script_cost": "make bench-script: what one decision costs inside Valkey",
     "fcall_batch_cost": "Valkey CPU per decision: N FCALLs against one FCALL of N decisions",
+    "concurrency": "Envoy CPU per admitted request with a concurrency limit against windows only",
 }
 
 

@@ -59,6 +59,9 @@ LOGGED = {"response": {"filter_state": True}}
 CASES["synced logged"] = dict(CASES["synced"], plugin_extra=LOGGED)
 CASES["synced quiet"] = dict(CASES["synced"], plugin_extra={"response": {"on_allowed": False}})
 CASES["admitted logged"] = dict(CASES["admitted"], plugin_extra=LOGGED)
+# The admitted rule with a concurrency limit (#41): each request takes a
+# lease in the decision and ends it when it is gone (docs/concurrency.md).
+CASES["concurrent"] = {"kind": "tollgate", "rule": dict(CASES["admitted"]["rule"], concurrency=1_000_000)}
 # Denied from the denial cache: one request per hour, so after the first the
 # worker answers 429 without a store call.
 CASES["denied"] = {"kind": "tollgate", "rule": dict(CASES["admitted"]["rule"], limits=[{"limit": 1, "period": "1h"}])}

@@ -5,18 +5,19 @@
 //! `violated-policies` member (the names of the policies whose quota was
 //! exceeded) and the filter's own members `retry_after` (seconds, as the
 //! `Retry-After` header) and, for a denial, `windows` (one object per
-//! violated window).
+//! violated window or concurrency limit).
 //!
 //! ```
 //! use tollgate::answer::headers::PolicyStat;
-//! use tollgate::limiter::WindowOutcome;
+//! use tollgate::limiter::{Algorithm, WindowOutcome};
 //! use tollgate::answer::problem::quota_exceeded;
 //!
 //! let burst = WindowOutcome {
 //!     check: 0, window: 1, limit: 5, period_ms: 3_000,
 //!     remaining: 0, reset_ms: 1_234, retry_ms: 1_234,
 //! };
-//! let body = quota_exceeded(&[PolicyStat { name: "auth.createToken/3s", outcome: &burst }], 1_234, 429);
+//! let stat = PolicyStat { name: "auth.createToken/3s", outcome: &burst, algorithm: Algorithm::SlidingLog };
+//! let body = quota_exceeded(&[stat], 1_234, 429);
 //! assert!(body.starts_with(r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded""#));
 //! assert!(body.contains(r#""violated-policies":["auth.createToken/3s"]"#));
 //! assert!(body.ends_with(r#""retry_after":2}"#));
@@ -24,6 +25,7 @@
 
 use crate::answer::headers::{retry_after_secs, PolicyStat};
 use crate::answer::text::{push_json_escaped, push_json_string, push_u64};
+use crate::limiter::Algorithm;
 
 /// Media type of the bodies below.
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
@@ -36,7 +38,11 @@ pub const TEMPORARY_REDUCED_CAPACITY: &str =
     "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
 
 /// The body of a denial with `status` (`response.status`, 429 by default),
-/// listing the windows that denied the request. `retry_after` is in
+/// listing the windows that denied the request: each one's `policy`,
+/// `limit`, `window_ms`, `remaining` and `retry_after_ms`; a concurrency
+/// limit's `policy`, `concurrent` (its limit), `lease_ttl_ms`, `remaining`
+/// (free leases) and `retry_after_ms` (until its earliest lease expires).
+/// `retry_after` is in
 /// seconds, rounded up from `retry_after_ms`. Written by hand into one
 /// buffer, byte for byte what serde_json writes for the same document (the
 /// tests compare them).
@@ -67,12 +73,14 @@ pub fn quota_exceeded(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u1
         }
         out.push_str(r#"{"policy":"#);
         push_json_string(&mut out, s.name);
-        for (key, value) in [
-            (r#","limit":"#, s.outcome.limit),
-            (r#","window_ms":"#, s.outcome.period_ms),
-            (r#","remaining":"#, s.outcome.remaining),
-            (r#","retry_after_ms":"#, s.outcome.retry_ms),
-        ] {
+        let o = s.outcome;
+        let members = match s.algorithm {
+            Algorithm::Lease => [(r#","concurrent":"#, o.limit), (r#","lease_ttl_ms":"#, o.period_ms)],
+            _ => [(r#","limit":"#, o.limit), (r#","window_ms":"#, o.period_ms)],
+        };
+        for (key, value) in
+            members.into_iter().chain([(r#","remaining":"#, o.remaining), (r#","retry_after_ms":"#, o.retry_ms)])
+        {
             out.push_str(key);
             push_u64(&mut out, value);
         }

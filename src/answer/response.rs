@@ -3,13 +3,13 @@
 //! the result into Envoy.
 
 use crate::answer::headers::{
-    push_state_params, ratelimit, ratelimit_policy, retry_after_secs, x_ratelimit, PolicyStat, RATELIMIT_HEADER,
-    RATELIMIT_POLICY_HEADER,
+    push_state_params, ratelimit, ratelimit_policy, retry_after_secs, t_ms, x_ratelimit, PolicyStat,
+    CONCURRENCY_SUFFIX, RATELIMIT_HEADER, RATELIMIT_POLICY_HEADER,
 };
 use crate::answer::problem::{quota_exceeded, reduced_capacity, PROBLEM_CONTENT_TYPE};
 use crate::answer::text::u64_string;
 use crate::config::{Body, Config, Rule};
-use crate::limiter::{Check, Decision, WindowOutcome};
+use crate::limiter::{Algorithm, Check, Decision, WindowOutcome};
 use std::borrow::Cow;
 
 /// Request header that tells the upstream which policies would have denied
@@ -34,23 +34,47 @@ pub struct LocalReply {
     pub body: Vec<u8>,
 }
 
-/// Policy names (`"<rule>/<period>"`), one per window of the decision,
-/// borrowed from the names built at configuration time
-/// ([`crate::config::Rule::policy_names`]). Computed once per request and
-/// passed to the builders below.
+/// Policy names (`"<rule>/<period>"`, `"<rule>/concurrency"`), one per
+/// window of the decision, borrowed from the names built at configuration
+/// time ([`crate::config::Rule::policy_names`],
+/// [`crate::config::Concurrency::policy_name`]). Computed once per request
+/// and passed to the builders below.
 pub fn policy_names<'a>(config: &'a Config, checks: &[Check], decision: &Decision) -> Vec<&'a str> {
     decision.windows.iter().map(|w| policy_name(config, checks, w)).collect()
 }
 
 /// The policy name of window `w` of a decision over `checks` (`unknown`
-/// for a window of no configured rule).
+/// for a window of no configured rule, or of a concurrency limit its rule
+/// does not have).
 pub fn policy_name<'a>(config: &'a Config, checks: &[Check], w: &WindowOutcome) -> &'a str {
-    let rule = checks.get(w.check).and_then(|c| config.rules.get(c.rule));
-    rule.and_then(|r| r.policy_names.get(w.window)).map_or("unknown", String::as_str)
+    let check = checks.get(w.check);
+    let rule = check.and_then(|c| config.rules.get(c.rule));
+    let name = match (rule, check.map(|c| c.algorithm)) {
+        (Some(r), Some(Algorithm::Lease)) => r.concurrency.as_ref().map(|c| &c.policy_name),
+        (Some(r), _) => r.policy_names.get(w.window),
+        (None, _) => None,
+    };
+    name.map_or("unknown", String::as_str)
 }
 
-fn stats<'a>(names: &[&'a str], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
-    names.iter().zip(&decision.windows).map(|(name, outcome)| PolicyStat { name, outcome }).collect()
+/// The algorithm of the policy named `name` (one of [`policy_names`]):
+/// [`Algorithm::Lease`] for a concurrency limit's (`"<rule>/concurrency"`,
+/// which no window's name can be: see [`CONCURRENCY_SUFFIX`]), else its
+/// rule's (the default for `unknown`).
+pub fn algorithm_of(config: &Config, name: &str) -> Algorithm {
+    if name.ends_with(CONCURRENCY_SUFFIX) {
+        return Algorithm::Lease;
+    }
+    let rule = name.split_once('/').and_then(|(rule, _)| config.rules.iter().find(|r| r.name == rule));
+    rule.map_or_else(Algorithm::default, |r| r.algorithm)
+}
+
+fn stats<'a>(config: &Config, names: &[&'a str], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
+    names
+        .iter()
+        .zip(&decision.windows)
+        .map(|(name, outcome)| PolicyStat { name, outcome, algorithm: algorithm_of(config, name) })
+        .collect()
 }
 
 /// A header the filter adds: its name is the filter's own (static: no copy
@@ -58,53 +82,68 @@ fn stats<'a>(names: &[&'a str], decision: &'a Decision) -> Vec<PolicyStat<'a>> {
 pub type Header = (Cow<'static, str>, String);
 
 /// The rate-limit headers of the configured families (`response.headers`):
-/// draft-10 `RateLimit-Policy`/`RateLimit` for every window, and/or
-/// `X-RateLimit-*` for the most constrained window. `names` are the
-/// decision's [`policy_names`].
+/// draft-11 `RateLimit-Policy`/`RateLimit` for every window and
+/// concurrency limit, and/or `X-RateLimit-*` for the most constrained
+/// window. `names` are the decision's [`policy_names`].
 pub fn ratelimit_headers(config: &Config, names: &[&str], decision: &Decision) -> Vec<Header> {
-    headers_of(config, &stats(names, decision))
+    headers_of(config, &stats(config, names, decision))
 }
 
 /// A decision's `RateLimit-Policy` or `RateLimit` value joined from items
-/// made at configuration time, each finished by `item` (`None` when a
-/// window is not its rule's configured one: then the value is formatted
-/// from the policy names, as [`ratelimit_policy`] and [`ratelimit`] do).
+/// made at configuration time, each finished by `item` from its check,
+/// its rule and its window (`None` when a window is not its rule's
+/// configured one: then the value is formatted from the policy names, as
+/// [`ratelimit_policy`] and [`ratelimit`] do).
 fn configured(
     config: &Config,
     checks: &[Check],
     decision: &Decision,
-    item: impl Fn(&mut String, &Rule, &WindowOutcome) -> Option<()>,
+    item: impl Fn(&mut String, &Check, &Rule, &WindowOutcome) -> Option<()>,
 ) -> Option<String> {
     let mut out = String::with_capacity(decision.windows.len() * 48);
     for (i, w) in decision.windows.iter().enumerate() {
-        let rule = checks.get(w.check).and_then(|c| config.rules.get(c.rule))?;
+        let check = checks.get(w.check)?;
+        let rule = config.rules.get(check.rule)?;
         if i > 0 {
             out.push_str(", ");
         }
-        item(&mut out, rule, w)?;
+        item(&mut out, check, rule, w)?;
     }
     Some(out)
 }
 
 /// The `RateLimit-Policy` value from the rules' items
-/// ([`Rule::policy_items`]), when every window is its rule's configured one.
+/// ([`Rule::policy_items`], [`crate::config::Concurrency::policy_item`]),
+/// when every window is its rule's configured one.
 fn configured_policy(config: &Config, checks: &[Check], decision: &Decision) -> Option<String> {
-    configured(config, checks, decision, |out, rule, w| {
-        let limit = rule.limits.get(w.window)?;
-        if limit.limit.get() != w.limit || limit.period.ms().get() != w.period_ms {
+    configured(config, checks, decision, |out, check, rule, w| {
+        let (limit, period_ms, item) = match (check.algorithm, &rule.concurrency) {
+            (Algorithm::Lease, Some(c)) if w.window == 0 => (c.limit, c.lease_ttl_ms, &c.policy_item),
+            (Algorithm::Lease, _) => return None,
+            _ => {
+                let limit = rule.limits.get(w.window)?;
+                (limit.limit, limit.period.ms(), rule.policy_items.get(w.window)?)
+            }
+        };
+        if limit.get() != w.limit || period_ms.get() != w.period_ms {
             return None;
         }
-        out.push_str(rule.policy_items.get(w.window)?);
+        out.push_str(item);
         Some(())
     })
 }
 
 /// The `RateLimit` value from the rules' quoted policy names
-/// ([`Rule::quoted_names`]) and each window's state.
+/// ([`Rule::quoted_names`], [`crate::config::Concurrency::quoted_name`])
+/// and each window's state.
 fn configured_state(config: &Config, checks: &[Check], decision: &Decision) -> Option<String> {
-    configured(config, checks, decision, |out, rule, w| {
-        out.push_str(rule.quoted_names.get(w.window)?);
-        push_state_params(out, w);
+    configured(config, checks, decision, |out, check, rule, w| {
+        let quoted = match check.algorithm {
+            Algorithm::Lease => &rule.concurrency.as_ref()?.quoted_name,
+            _ => rule.quoted_names.get(w.window)?,
+        };
+        out.push_str(quoted);
+        push_state_params(out, w, check.algorithm);
         Some(())
     })
 }
@@ -120,14 +159,15 @@ pub fn allowed_headers_of(config: &Config, checks: &[Check], decision: &Decision
     let names = || policy_names(config, checks, decision);
     let mut out = Vec::with_capacity(5);
     if families.ratelimit_headers {
-        let policy =
-            configured_policy(config, checks, decision).unwrap_or_else(|| ratelimit_policy(&stats(&names(), decision)));
-        let state = configured_state(config, checks, decision).unwrap_or_else(|| ratelimit(&stats(&names(), decision)));
+        let policy = configured_policy(config, checks, decision)
+            .unwrap_or_else(|| ratelimit_policy(&stats(config, &names(), decision)));
+        let state =
+            configured_state(config, checks, decision).unwrap_or_else(|| ratelimit(&stats(config, &names(), decision)));
         out.push((Cow::Borrowed(RATELIMIT_POLICY_HEADER), policy));
         out.push((Cow::Borrowed(RATELIMIT_HEADER), state));
     }
     if families.x_ratelimit_headers {
-        push_x_ratelimit(&mut out, &stats(&names(), decision));
+        push_x_ratelimit(&mut out, &stats(config, &names(), decision));
     }
     out
 }
@@ -149,11 +189,16 @@ fn headers_of(config: &Config, all: &[PolicyStat<'_>]) -> Vec<Header> {
     out
 }
 
-/// The `X-RateLimit-*` headers of the most constrained of `all`.
+/// The `X-RateLimit-*` headers of the most constrained window of `all`:
+/// the fewest remaining, on a tie the longest `t`. A concurrency limit is
+/// not a rate and has no reset: it is not shown there (a denial it caused
+/// still says so in `Retry-After` and the body).
 fn push_x_ratelimit(out: &mut Vec<Header>, all: &[PolicyStat<'_>]) {
+    let t = |s: &PolicyStat<'_>| t_ms(s.outcome, s.algorithm).unwrap_or(0);
     let tightest = all
         .iter()
-        .min_by(|a, b| a.outcome.remaining.cmp(&b.outcome.remaining).then(b.outcome.reset_ms.cmp(&a.outcome.reset_ms)));
+        .filter(|s| s.algorithm != Algorithm::Lease)
+        .min_by(|a, b| a.outcome.remaining.cmp(&b.outcome.remaining).then(t(b).cmp(&t(a))));
     if let Some(item) = tightest {
         out.extend(x_ratelimit(item).map(|(k, v)| (Cow::Borrowed(k), v)));
     }
@@ -174,18 +219,15 @@ pub fn allowed_headers(config: &Config, names: &[&str], decision: &Decision) -> 
 ///
 /// A window that denied the request shows, as its `t` (and
 /// `X-RateLimit-Reset`), the time until the request fits it (its
-/// `retry_ms`) rather than until it is empty: the draft-11 "effective
-/// window", the time within which the client can use no more than its
-/// available quota, 0. So `Retry-After`, the largest `retry_ms`, is never
-/// earlier than the `t` of any violated window (the draft's Section 6).
+/// `retry_ms`, [`t_ms`]) rather than until it is empty: the draft-11
+/// "effective window", the time within which the client can use no more
+/// than its available quota, 0. So `Retry-After`, the largest `retry_ms`,
+/// is never earlier than the `t` of any violated window. A full
+/// concurrency limit's `retry_ms` is until its earliest lease expires: a
+/// bound for leases nobody renews, as a request that ends frees its lease
+/// at once (and one that goes on renews it).
 pub fn denied(config: &Config, names: &[&str], decision: &Decision) -> LocalReply {
-    let shown: Vec<WindowOutcome> = decision
-        .windows
-        .iter()
-        .map(|w| if w.denied() { WindowOutcome { reset_ms: w.retry_ms, ..*w } } else { *w })
-        .collect();
-    let all: Vec<PolicyStat<'_>> =
-        names.iter().zip(&shown).map(|(name, outcome)| PolicyStat { name, outcome }).collect();
+    let all = stats(config, names, decision);
     let violated: Vec<PolicyStat<'_>> = all.iter().filter(|s| s.outcome.denied()).copied().collect();
     let retry_ms = decision.retry_after_ms();
     let mut headers = headers_of(config, &all);
@@ -244,153 +286,4 @@ fn reduced(detail: &str, details: &'static str) -> LocalReply {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::{outcome as w, seed_decision as decision, seed_setup as setup};
-
-    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-    fn admitted_headers_from_configured_items_match_the_formatted_ones() {
-        let (config, checks) = setup();
-        let mut d = decision(0);
-        let names = policy_names(&config, &checks, &d);
-        let formatted = allowed_headers(&config, &names, &d);
-        assert_eq!(allowed_headers_of(&config, &checks, &d), formatted);
-        assert_eq!(formatted[0].1, r#""auth.createToken/60s";q=20;w=60, "auth.createToken/3s";q=5;w=3"#);
-        assert_eq!(formatted[1].1, r#""auth.createToken/60s";r=15;t=60, "auth.createToken/3s";r=0;t=3"#);
-        // A window that is not its rule's configured one: formatted from it.
-        d.windows[1].limit = 7;
-        let formatted = allowed_headers(&config, &names, &d);
-        assert_eq!(allowed_headers_of(&config, &checks, &d), formatted);
-        assert!(formatted[0].1.ends_with(";q=7;w=3"));
-        // A check of a rule the configuration does not have: formatted
-        // from the policy names ("unknown").
-        let stray = [Check { rule: 9, ..checks[0].clone() }];
-        let names = policy_names(&config, &stray, &d);
-        assert_eq!(names, ["unknown", "unknown"]);
-        assert_eq!(allowed_headers_of(&config, &stray, &d), allowed_headers(&config, &names, &d));
-        let names = policy_names(&config, &checks, &d);
-        // Both families, only X-RateLimit-* headers, or none.
-        for response in
-            [r#""headers":["ratelimit","x-ratelimit"]"#, r#""headers":["x-ratelimit"]"#, r#""on_allowed":false"#]
-        {
-            let config = Config::from_json(
-                format!(
-                    r#"{{"valkey":{{"cluster":"c"}},"response":{{{response}}},"rules":[{{"name":"auth.createToken",
-                    "limits":[{{"limit":20,"period":"60s"}},{{"limit":5,"period":"3s"}}]}}]}}"#
-                )
-                .as_bytes(),
-            )
-            .unwrap();
-            assert_eq!(allowed_headers_of(&config, &checks, &d), allowed_headers(&config, &names, &d));
-        }
-    }
-
-    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-    fn denial_names_the_violated_window_and_rounds_retry_up() {
-        let (config, checks) = setup();
-        let d = decision(2_100);
-        let reply = denied(&config, &policy_names(&config, &checks, &d), &d);
-        assert_eq!((reply.status, reply.details), (429, "tollgate_quota_exceeded"));
-        let header = |n: &str| reply.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
-        assert_eq!(header("retry-after").as_deref(), Some("3"));
-        assert_eq!(
-            header("ratelimit-policy").as_deref(),
-            Some(r#""auth.createToken/60s";q=20;w=60, "auth.createToken/3s";q=5;w=3"#)
-        );
-        assert_eq!(
-            header("ratelimit").as_deref(),
-            Some(r#""auth.createToken/60s";r=15;t=60, "auth.createToken/3s";r=0;t=3"#)
-        );
-        let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
-        assert_eq!(body["status"], 429);
-        assert_eq!(body["retry_after"], 3);
-        assert_eq!(body["type"], "https://iana.org/assignments/http-problem-types#quota-exceeded");
-        assert_eq!(body["violated-policies"], serde_json::json!(["auth.createToken/3s"]));
-        assert_eq!(body["windows"][0]["policy"], "auth.createToken/3s");
-    }
-
-    /// A violated window that frees a unit long before it is empty (a
-    /// GCRA, a sliding window): its `t` is the retry, so `Retry-After` is
-    /// never earlier than the `t` of a violated window.
-    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-    fn retry_after_is_never_earlier_than_a_violated_windows_t() {
-        let (config, checks) = setup();
-        for (minute, burst, retry_after, ratelimit, x_reset) in [
-            (
-                w(0, 20, 60_000, 0, 58_000, 1_400),
-                w(1, 5, 3_000, 0, 2_500, 600),
-                "2",
-                "r=0;t=2, \"auth.createToken/3s\";r=0;t=1",
-                "2",
-            ),
-            (
-                w(0, 20, 60_000, 3, 58_000, 0),
-                w(1, 5, 3_000, 0, 2_500, 600),
-                "1",
-                "r=3;t=58, \"auth.createToken/3s\";r=0;t=1",
-                "1",
-            ),
-        ] {
-            let d = Decision { allowed: false, now_ms: 0, windows: vec![minute, burst], delay_ms: 0 };
-            let mut config = config.clone();
-            config.response.x_ratelimit_headers = true;
-            let reply = denied(&config, &policy_names(&config, &checks, &d), &d);
-            let header = |n: &str| reply.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
-            assert_eq!(header("retry-after").as_deref(), Some(retry_after));
-            assert_eq!(header("ratelimit"), Some(format!("\"auth.createToken/60s\";{ratelimit}")));
-            assert_eq!(header("x-ratelimit-reset").as_deref(), Some(x_reset));
-        }
-    }
-
-    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-    fn refusals_are_temporary_reduced_capacity() {
-        for (reply, detail, details) in [
-            (overloaded(), OVERLOADED_DETAIL, "tollgate_overloaded"),
-            (store_unavailable(), STORE_UNAVAILABLE_DETAIL, "tollgate_store_unavailable"),
-        ] {
-            assert_eq!((reply.status, reply.details), (503, details));
-            let header = |n: &str| reply.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
-            assert_eq!((header("retry-after"), header("content-type")), (Some("1"), Some(PROBLEM_CONTENT_TYPE)));
-            let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
-            assert_eq!(body["type"], "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity");
-            assert_eq!(
-                (&body["detail"], &body["violated-policies"]),
-                (&serde_json::json!(detail), &serde_json::json!([]))
-            );
-        }
-    }
-
-    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-    fn configured_families_status_and_text_body() {
-        let (_, checks) = setup();
-        let config = Config::from_json(
-            br#"{"valkey":{"cluster":"c"},"rules":[{"name":"auth.createToken",
-                "limits":[{"limit":20,"period":"60s"},{"limit":5,"period":"3s"}]}],
-                "response":{"status":403,"headers":["x-ratelimit"],"body":"text","text":"slow down","on_allowed":false}}"#,
-        )
-        .unwrap();
-        let d = decision(2_100);
-        let reply = denied(&config, &policy_names(&config, &checks, &d), &d);
-        assert_eq!(reply.status, 403);
-        let names: Vec<&str> = reply.headers.iter().map(|(k, _)| &**k).collect();
-        assert_eq!(
-            names,
-            ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after", "content-type"]
-        );
-        assert_eq!(reply.headers[0].1, "5, 5;w=3");
-        assert_eq!(reply.headers[1].1, "0");
-        assert_eq!(reply.headers[2].1, "3");
-        assert_eq!(reply.body, b"slow down");
-        let d = decision(0);
-        assert!(allowed_headers(&config, &policy_names(&config, &checks, &d), &d).is_empty(), "on_allowed: false");
-    }
-
-    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-    fn admitted_requests_get_both_headers() {
-        let (config, checks) = setup();
-        let d = decision(0);
-        let headers = ratelimit_headers(&config, &policy_names(&config, &checks, &d), &d);
-        let names: Vec<&str> = headers.iter().map(|(k, _)| k.as_ref()).collect();
-        assert_eq!(names, vec!["ratelimit-policy", "ratelimit"]);
-    }
-}
+mod tests;

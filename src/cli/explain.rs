@@ -1,24 +1,20 @@
 //! `tollgate explain FILE`: per rule, in plain words and a table, what it
 //! matches, its bucket key, each window (limit, period, rate, burst), which
-//! window binds first for a steady and for a bursty client, the Valkey memory
-//! of one bucket at full quota, and the headers a client sees. The bursty
-//! client and the headers come from the pure model and the filter's own
-//! response builders.
+//! window binds first for a steady and for a bursty client, its concurrency
+//! limit, the Valkey memory of one bucket at full quota, and the headers a
+//! client sees. The bursty client and the headers come from the pure model
+//! and the filter's own response builders ([`headers`]).
 
 use std::io::Write;
+use std::num::NonZeroU64;
 use std::path::Path;
 
-use crate::answer::response;
-use crate::config::{Config, HeaderCondition, KeySource, Match, OnMissing, Rule};
-use crate::key::bucket_key;
-use crate::limiter::model::Model;
-use crate::limiter::{Algorithm, Check, Window};
+mod headers;
 
-/// When the example requests happen: the start of a day, so that aligned
-/// windows (`fixed_window`, `sliding_window`) start there too.
-const T0: u64 = 20_833 * 86_400_000;
-/// Bursts replayed through the model at most (larger ones are described).
-const MAX_REPLAYED_BURST: u64 = 10_000;
+use crate::config::{Config, HeaderCondition, KeySource, Match, OnMissing, Period, Rule};
+use crate::key::bucket_key;
+use crate::limiter::Algorithm;
+use headers::headers;
 
 pub fn run(path: &Path, out: &mut dyn Write) -> Result<i32, String> {
     let found = super::load(path)?;
@@ -84,7 +80,7 @@ fn explain_rule(config: &Config, index: usize, rule: &Rule) -> String {
     );
     out.push_str(&format!("  matches: {}\n", matches(&rule.matcher)));
     out.push_str(&format!("  bucket:  {}\n", bucket(rule)));
-    out.push_str(&format!("           key {}\n\n", key_template(config, rule)));
+    out.push_str(&format!("           key {}\n\n", key_template(config, rule, rule.algorithm.id())));
     out.push_str(&windows_table(rule));
     let rate = |i: usize| rule.limits.get(i).map(|l| (u128::from(l.limit.get()), u128::from(l.period.ms().get())));
     let steady = (0..rule.limits.len())
@@ -114,9 +110,32 @@ fn explain_rule(config: &Config, index: usize, rule: &Rule) -> String {
             s.max_delay_ms, s.max_waiting
         ));
     }
+    if let Some(c) = concurrency(config, rule) {
+        out.push_str(&c);
+    }
     out.push_str(&format!("  Valkey memory per bucket at full quota: {}\n", memory(rule)));
     out.push_str(&headers(config, index, rule));
     out
+}
+
+/// What the rule's concurrency limit does and costs, if it has one.
+fn concurrency(config: &Config, rule: &Rule) -> Option<String> {
+    let c = rule.concurrency.as_ref()?;
+    let ttl = Period::from_millis(c.lease_ttl_ms);
+    let renew = Period::from_millis(NonZeroU64::new(c.lease_ttl_ms.get() / 3).unwrap_or(NonZeroU64::MIN));
+    let shaped = if rule.shaping.is_some() { " (shape never waits for a lease)" } else { "" };
+    Some(format!(
+        "  concurrency: at most {} request{} in flight per bucket (policy {})\n\
+         \x20          each admitted request holds a lease until it ends: one sorted-set entry in\n\
+         \x20          {} (the bucket's slot); the worker renews its leases\n\
+         \x20          every {renew} (a third of the {ttl} lease TTL), so a killed proxy's leases count {ttl} at most\n\
+         \x20          a full set denies at once{shaped}, Retry-After until its earliest lease expires\n\
+         \x20          (a bound: a request that ends frees its lease sooner)\n",
+        c.limit,
+        if c.limit.get() == 1 { "" } else { "s" },
+        c.policy_name,
+        key_template(config, rule, Algorithm::Lease.id()),
+    ))
 }
 
 fn matches(m: &Match) -> String {
@@ -198,11 +217,13 @@ fn bucket(rule: &Rule) -> String {
     format!("one per value of {}{skips}", parts.join(" + "))
 }
 
-fn key_template(config: &Config, rule: &Rule) -> String {
-    let base = bucket_key(&config.valkey.key_prefix, &rule.name, &[], rule.algorithm.id());
+/// The key of the rule's buckets ending in `suffix` (its algorithm's id,
+/// or the lease set's), with a `<source>` for each part.
+fn key_template(config: &Config, rule: &Rule, suffix: &str) -> String {
+    let base = bucket_key(&config.valkey.key_prefix, &rule.name, &[], suffix);
     let parts: String = rule.key.iter().map(|p| format!(":<{}>", source(&p.source))).collect();
     if let Some(tag) = rule.hash_tag.and_then(|i| rule.key.get(i)) {
-        let (prefix, suffix) = (&config.valkey.key_prefix, rule.algorithm.id());
+        let prefix = &config.valkey.key_prefix;
         return format!("{prefix}:{{<{}>}}:{}{parts}:{suffix}", source(&tag.source), rule.name);
     }
     match base.rfind("}:") {
@@ -273,6 +294,16 @@ fn windows_table(rule: &Rule) -> String {
 }
 
 fn memory(rule: &Rule) -> String {
+    let windows = memory_of_windows(rule);
+    match &rule.concurrency {
+        Some(c) => {
+            format!("{windows}; and its lease set, one sorted-set entry per request in flight: up to {}", c.limit)
+        }
+        None => windows,
+    }
+}
+
+fn memory_of_windows(rule: &Rule) -> String {
     let windows = rule.limits.len();
     match rule.algorithm {
         Algorithm::SlidingLog => {
@@ -295,60 +326,4 @@ fn memory(rule: &Rule) -> String {
         }
         Algorithm::Lease => "one sorted-set entry per request in flight".to_owned(),
     }
-}
-
-fn headers(config: &Config, index: usize, rule: &Rule) -> String {
-    let check = Check {
-        rule: index,
-        key: "explain".to_owned(),
-        windows: rule.limits.iter().map(|l| Window { limit: l.limit, period_ms: l.period.ms() }).collect(),
-        cost: rule.cost,
-        algorithm: rule.algorithm,
-        check_only: false,
-        lease: None,
-    };
-    let checks = [check];
-    let mut model = Model::new();
-    let first = model.decide(&checks, T0);
-    let mut out = String::from("  a client sees, for a request matching only this rule:\n");
-    let admitted = response::allowed_headers(config, &response::policy_names(config, &checks, &first), &first);
-    out.push_str("    first request: 200");
-    out.push_str(&if admitted.is_empty() { " (no rate-limit headers)\n".to_owned() } else { "\n".to_owned() });
-    for (k, v) in admitted {
-        out.push_str(&format!("      {k}: {v}\n"));
-    }
-    let burst = rule.limits.iter().map(|l| l.limit.get() / rule.cost.get()).min().unwrap_or(0);
-    if burst >= MAX_REPLAYED_BURST {
-        out.push_str(&format!("    (a burst of {burst} is not replayed here)\n"));
-        return out;
-    }
-    for n in 2..=burst + 1 {
-        let decision = model.decide(&checks, T0);
-        if decision.allowed {
-            continue;
-        }
-        let denied: Vec<String> = response::policy_names(config, &checks, &decision)
-            .iter()
-            .zip(&decision.windows)
-            .filter(|(_, w)| w.denied())
-            .map(|(name, _)| (*name).to_owned())
-            .collect();
-        if rule.shadow || config.shadow {
-            out.push_str(&format!(
-                "    request {n} at once: 200, shadow mode (would be denied by {})\n",
-                denied.join(", ")
-            ));
-            break;
-        }
-        let reply = response::denied(config, &response::policy_names(config, &checks, &decision), &decision);
-        out.push_str(&format!("    request {n} at once: {} (denied by {})\n", reply.status, denied.join(", ")));
-        for (k, v) in &reply.headers {
-            out.push_str(&format!("      {k}: {v}\n"));
-        }
-        if !reply.body.is_empty() {
-            out.push_str(&format!("      body: {}\n", String::from_utf8_lossy(&reply.body).trim_end()));
-        }
-        break;
-    }
-    out
 }

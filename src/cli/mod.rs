@@ -2,7 +2,8 @@
 //! and pure models on the operator's machine. Host-only.
 //!
 //! - `tollgate check FILE`: every configuration error, each line exactly as
-//!   the filter logs it, and the Envoy wiring of the store cluster.
+//!   the filter logs it, each rule's concurrency limit, and the Envoy
+//!   wiring of the store cluster.
 //! - `tollgate explain FILE`: what each rule does, in words and a table.
 //! - `tollgate simulate FILE TRACE`: a trace of requests through the rules,
 //!   as the seed's table.
@@ -99,6 +100,14 @@ fn check(path: &Path, out: &mut dyn Write) -> Result<i32, String> {
                 let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
                 let s = if names.len() == 1 { "" } else { "s" };
                 text.push_str(&format!("  ok: {} rule{s} ({})\n", names.len(), names.join(", ")));
+                for (rule, c) in config.rules.iter().filter_map(|r| Some((r, r.concurrency.as_ref()?))) {
+                    text.push_str(&format!(
+                        "  concurrency: {}: at most {} in flight per bucket (lease TTL {})\n",
+                        rule.name,
+                        c.limit,
+                        crate::config::Period::from_millis(c.lease_ttl_ms)
+                    ));
+                }
             }
             Err(list) => {
                 errors += list.len();

@@ -117,7 +117,8 @@ fn owned(headers: Vec<Header>) -> Vec<(String, String)> {
 }
 
 /// The policy names of every rule some request of the trace matches, in
-/// configuration order: the table's columns.
+/// configuration order, a rule's windows then its concurrency limit: the
+/// table's columns.
 pub fn columns(config: &Config, requests: &[Request]) -> Vec<String> {
     let mut used = vec![false; config.rules.len()];
     for request in requests {
@@ -128,7 +129,10 @@ pub fn columns(config: &Config, requests: &[Request]) -> Vec<String> {
             }
         }
     }
-    config.rules.iter().zip(used).filter(|(_, u)| *u).flat_map(|(r, _)| r.policy_names.iter().cloned()).collect()
+    let policies = |r: &crate::config::Rule| {
+        r.policy_names.iter().cloned().chain(r.concurrency.as_ref().map(|c| c.policy_name.clone())).collect::<Vec<_>>()
+    };
+    config.rules.iter().zip(used).filter(|(_, u)| *u).flat_map(|(r, _)| policies(r)).collect()
 }
 
 /// The whole trace: its columns and one row per request.

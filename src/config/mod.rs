@@ -71,6 +71,7 @@
 
 mod access;
 mod binding;
+mod concurrency;
 mod count;
 mod duration;
 mod error;
@@ -105,6 +106,7 @@ pub use access::{
     Auth, ClusterModeConfig, Secret, SentinelConfig, DEFAULT_CLUSTER_REFRESH_MS, DEFAULT_SENTINEL_REFRESH_MS,
     MAX_CLUSTER_REFRESH_MS, MAX_SENTINEL_REFRESH_MS,
 };
+pub use concurrency::{Concurrency, DEFAULT_LEASE_TTL_MS, MAX_CONCURRENCY, MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS};
 pub use count::{
     CostSource, Count, JsonPath, Reserve, StatusRange, DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES_BOUNDS,
     MAX_JSON_PATH_BYTES, MAX_JSON_PATH_SEGMENTS,
@@ -320,21 +322,9 @@ pub struct Rule {
     /// here: a decision's `RateLimit` header starts each item with it.
     pub quoted_names: Vec<String>,
     /// At most this many of the rule's requests in flight per bucket, each
-    /// holding a lease (`concurrency`, docs/concurrency.md); `None`: no
-    /// such limit.
+    /// holding a lease (`concurrency`, docs/configuration.md); `None`: no
+    /// such limit. Never with `sync`.
     pub concurrency: Option<Concurrency>,
-}
-
-/// A rule's concurrency limit: at most `limit` requests in flight per
-/// bucket, each admission a lease that ends with its request, expires
-/// `lease_ttl_ms` after it was taken or last renewed (a proxy that died
-/// leaks it for no longer), and is renewed while its request goes on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Concurrency {
-    pub limit: NonZeroU64,
-    pub lease_ttl_ms: NonZeroU64,
-    /// Its one window as the lease check carries it (`limit`, `lease_ttl_ms`).
-    pub window: Rc<[Window]>,
 }
 
 /// One window of a rule: at most `limit` requests per `period`.

@@ -10,7 +10,8 @@ use serde_json::Number;
 pub(crate) enum Node {
     Str(String),
     Bool(bool),
-    /// `Kind::Number`, `Kind::U64` and `Kind::U32` (the last two in range).
+    /// `Kind::Number`, `Kind::U64` and `Kind::U32` (the last two in range),
+    /// and the number form of `Kind::NumOrObj`.
     Num(Number),
     /// `Kind::Duration` and `Kind::Any`: any JSON value, checked later.
     Loose(Loose),

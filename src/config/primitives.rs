@@ -114,10 +114,15 @@ pub(crate) fn bounded_count(
 
 /// A window's limit or a rule's cost: an integer in `1..=MAX_LIMIT`.
 pub(crate) fn limit_count(path: &str, number: &Number) -> Result<NonZeroU64, ConfigError> {
+    positive_integer(path, number, MAX_LIMIT)
+}
+
+/// An integer in `1..=max`.
+pub(crate) fn positive_integer(path: &str, number: &Number, max: u64) -> Result<NonZeroU64, ConfigError> {
     if let Some(n) = number.as_u64() {
         return match NonZeroU64::new(n) {
             None => fail(path, "must be > 0"),
-            Some(_) if n > MAX_LIMIT => fail(path, format!("must be <= {MAX_LIMIT}")),
+            Some(_) if n > max => fail(path, format!("must be <= {max}")),
             Some(n) => Ok(n),
         };
     }
@@ -125,7 +130,7 @@ pub(crate) fn limit_count(path: &str, number: &Number) -> Result<NonZeroU64, Con
     // for a u64 as floats).
     match number.as_f64() {
         Some(f) if f <= 0.0 => fail(path, "must be > 0"),
-        Some(f) if f > MAX_LIMIT as f64 => fail(path, format!("must be <= {MAX_LIMIT}")),
+        Some(f) if f > max as f64 => fail(path, format!("must be <= {max}")),
         _ => fail(path, "must be an integer"),
     }
 }

@@ -21,7 +21,7 @@ use serde_json::Number;
 
 pub(crate) use super::node::Loose;
 use super::shape::objects;
-pub(crate) use super::shape::{RawDuration, StrOrObj};
+pub(crate) use super::shape::{NumOrObj, RawDuration, StrOrObj};
 
 /// `rules[i].key[j]`: a name (`"path"`, `"method"`, `"authority"`) or an
 /// object with one source field, plus `on_missing`.
@@ -95,6 +95,13 @@ objects! {
         count: Option<RawCount>,
         shape: Option<RawShape>,
         sync: Option<RawSync>,
+        concurrency: Option<NumOrObj<RawConcurrency>>,
+    }
+
+    /// `rules[i].concurrency` in object form (the number form is `limit`).
+    RawConcurrency {
+        limit: Number,
+        lease_ttl: Option<RawDuration>,
     }
 
     /// `rules[i].sync`: decide locally, sync every interval.

@@ -175,7 +175,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
     fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
         match self.kind {
             Kind::U32 if u32::try_from(n).is_err() => self.wrong_value(Found::Unsigned(n)),
-            Kind::U64 | Kind::U32 | Kind::Number => Ok(Some(Node::Num(n.into()))),
+            Kind::U64 | Kind::U32 | Kind::Number | Kind::NumOrObj(_) => Ok(Some(Node::Num(n.into()))),
             Kind::Duration | Kind::Any => Ok(Some(Node::Loose(Loose::Num(n.into())))),
             _ => self.wrong_type(Found::Unsigned(n)),
         }
@@ -185,7 +185,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
         match (self.kind, u64::try_from(n)) {
             (Kind::U64 | Kind::U32, Ok(n)) => self.visit_u64(n),
             (Kind::U64 | Kind::U32, Err(_)) => self.wrong_value(Found::Signed(n)),
-            (Kind::Number, _) => Ok(Some(Node::Num(n.into()))),
+            (Kind::Number | Kind::NumOrObj(_), _) => Ok(Some(Node::Num(n.into()))),
             (Kind::Duration | Kind::Any, _) => Ok(Some(Node::Loose(Loose::Num(n.into())))),
             _ => self.wrong_type(Found::Signed(n)),
         }
@@ -193,7 +193,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
 
     fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<Self::Value, E> {
         match (self.kind, Number::from_f64(x)) {
-            (Kind::Number, Some(n)) => Ok(Some(Node::Num(n))),
+            (Kind::Number | Kind::NumOrObj(_), Some(n)) => Ok(Some(Node::Num(n))),
             (Kind::Duration | Kind::Any, Some(n)) => Ok(Some(Node::Loose(Loose::Num(n)))),
             (Kind::Duration | Kind::Any, None) => Ok(Some(Node::Loose(Loose::Null))),
             _ => self.wrong_type(Found::Float(x)),
@@ -235,7 +235,9 @@ impl<'de> Visitor<'de> for Seed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         match self.kind {
-            Kind::Obj(shape) | Kind::StrOrObj(shape) => Ok(Some(Node::Obj(self.fields(shape, map)?))),
+            Kind::Obj(shape) | Kind::StrOrObj(shape) | Kind::NumOrObj(shape) => {
+                Ok(Some(Node::Obj(self.fields(shape, map)?)))
+            }
             Kind::Duration | Kind::Any => {
                 while map.next_key::<IgnoredAny>()?.is_some() {
                     map.next_value_seed(self)?;

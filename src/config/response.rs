@@ -14,7 +14,8 @@ pub const MAX_TEXT_BYTES: usize = 4096;
 pub struct ResponseConfig {
     /// Status of a denial: 400..=599, default 429.
     pub status: u16,
-    /// `RateLimit-Policy` + `RateLimit` (draft-10) for every window.
+    /// `RateLimit-Policy` + `RateLimit` (draft-11) for every window and
+    /// concurrency limit.
     pub ratelimit_headers: bool,
     /// `X-RateLimit-Limit`/`-Remaining`/`-Reset` for the most constrained window.
     pub x_ratelimit_headers: bool,

@@ -111,6 +111,10 @@ fn kind_schema(kind: Kind, path: &str) -> Value {
             let text = with_facts(json!({ "type": "string" }), field_facts(&format!("{path}:string")));
             json!({ "anyOf": [ text, object_schema(shape, path) ] })
         }
+        Kind::NumOrObj(shape) => {
+            let number = with_facts(json!({ "type": "number" }), field_facts(&format!("{path}:number")));
+            json!({ "anyOf": [ number, object_schema(shape, path) ] })
+        }
     };
     with_facts(base, field_facts(path))
 }
@@ -159,7 +163,7 @@ fn nullable(schema: Value) -> Value {
 pub fn field_paths() -> Vec<String> {
     fn walk(kind: Kind, path: &str, out: &mut Vec<String>) {
         match kind {
-            Kind::Obj(shape) | Kind::StrOrObj(shape) => {
+            Kind::Obj(shape) | Kind::StrOrObj(shape) | Kind::NumOrObj(shape) => {
                 for field in shape.fields {
                     let p = child(path, field.name);
                     out.push(p.clone());

@@ -2,8 +2,9 @@
 //! description and the value rules the schema can express, from the same
 //! constants the validator uses. Keyed by the field's path in the shape
 //! table: `valkey.cluster`, `rules[].limits` (the array), `rules[]` (its
-//! items), `rules[]{}` (rules that span an object's fields), `X:string` (the
-//! string form of a field that is a string or an object).
+//! items), `rules[]{}` (rules that span an object's fields), `X:string` and
+//! `X:number` (the other form of a field that is a string or a number, or
+//! an object).
 
 use serde_json::{json, Map, Value};
 
@@ -15,7 +16,7 @@ use super::{
     MAX_LITERAL_BYTES, MAX_MESSAGES_IN_FLIGHT_BOUNDS, MAX_NAME_CHARS, MAX_PROPERTY_SEGMENTS, MAX_QUEUE_BOUNDS,
     MAX_TEXT_BYTES, MAX_WAITING_BOUNDS, MAX_WINDOWS,
 };
-use super::{DEFAULT_MAX_WAITING, DEFAULT_SYNC_MAX_KEYS, SYNC_MAX_KEYS_BOUNDS};
+use super::{DEFAULT_LEASE_TTL_MS, DEFAULT_MAX_WAITING, DEFAULT_SYNC_MAX_KEYS, MAX_CONCURRENCY, SYNC_MAX_KEYS_BOUNDS};
 
 /// A duration string.
 pub(crate) const DURATION_PATTERN: &str = "^[0-9]+(ms|s|m|h|d)$";
@@ -242,7 +243,7 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             MAX_WAITING_BOUNDS,
         ),
         "rules[].sync" => {
-            json!({ "description": "Decide the rule's requests on each worker from its view of every window, and every interval send the store what it admitted and read the windows back (docs/sync.md): no store call per request, within a stated bound. Not with count or shape." })
+            json!({ "description": "Decide the rule's requests on each worker from its view of every window, and every interval send the store what it admitted and read the windows back (docs/sync.md): no store call per request, within a stated bound. Not with count, shape or concurrency." })
         }
         "rules[].sync.interval" => {
             json!({ "description": "How often a worker syncs: >= 10ms, <= 1m, and shorter than the rule's shortest period." })
@@ -252,6 +253,20 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             DEFAULT_SYNC_MAX_KEYS,
             SYNC_MAX_KEYS_BOUNDS,
         ),
+        "rules[]{}" => {
+            json!({ "not": { "required": ["sync", "concurrency"], "properties": {
+                "sync": { "not": { "type": "null" } }, "concurrency": { "not": { "type": "null" } }
+            } } })
+        }
+        "rules[].concurrency" => {
+            json!({ "description": format!("At most this many of the rule's requests in flight per bucket: each admitted request holds a lease (one sorted-set entry) until it ends, renewed while it goes on; a full set denies at once (never shaped). A number (the limit, lease_ttl {}s) or an object. Not with sync.", DEFAULT_LEASE_TTL_MS / 1000) })
+        }
+        "rules[].concurrency:number" | "rules[].concurrency.limit" => {
+            json!({ "description": "Requests in flight per bucket, at most.", "type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY })
+        }
+        "rules[].concurrency.lease_ttl" => {
+            json!({ "description": "How long a lease counts after it was taken or last renewed: >= 1s, <= 1h. A proxy that dies leaves its leases counted this long at most.", "default": format!("{}s", DEFAULT_LEASE_TTL_MS / 1000) })
+        }
         "rules[].count" => {
             json!({ "description": "Count what the response says: only some statuses or responses with a header, a cost the response reports, and an optional reservation on the request that the response settles. A request is still denied when the rule's windows are full." })
         }
@@ -299,7 +314,7 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             json!({ "description": "Status of a denial.", "minimum": 400, "maximum": 599, "default": 429 })
         }
         "response.headers" => {
-            json!({ "description": "Header families: ratelimit (draft-10 RateLimit-Policy and RateLimit) and/or x-ratelimit.", "uniqueItems": true, "default": ["ratelimit"] })
+            json!({ "description": "Header families: ratelimit (draft-11 RateLimit-Policy and RateLimit) and/or x-ratelimit.", "uniqueItems": true, "default": ["ratelimit"] })
         }
         "response.headers[]" => json!({ "enum": ["ratelimit", "x-ratelimit"] }),
         "response.body" => {

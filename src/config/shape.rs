@@ -36,6 +36,8 @@ pub(crate) enum Kind {
     Obj(&'static Shape),
     /// A string, or an object of this shape.
     StrOrObj(&'static Shape),
+    /// Any JSON number (checked later), or an object of this shape.
+    NumOrObj(&'static Shape),
     /// An array of this kind.
     Arr(&'static Kind),
 }
@@ -53,6 +55,7 @@ impl Kind {
             Kind::Any => "any value",
             Kind::Obj(_) => "an object",
             Kind::StrOrObj(_) => "a string or an object",
+            Kind::NumOrObj(_) => "a number or an object",
             Kind::Arr(_) => "an array",
         }
     }
@@ -155,6 +158,25 @@ impl<T: Object> Shaped for StrOrObj<T> {
         match node {
             Node::Str(s) => Some(StrOrObj::Str(s)),
             Node::Obj(fields) => T::from_fields(fields).map(StrOrObj::Obj),
+            _ => None,
+        }
+    }
+}
+
+/// A field that is a number or an object (`rules[].concurrency`).
+#[derive(Debug)]
+pub(crate) enum NumOrObj<T> {
+    Num(Number),
+    Obj(T),
+}
+
+impl<T: Object> Shaped for NumOrObj<T> {
+    const KIND: Kind = Kind::NumOrObj(&T::SHAPE);
+
+    fn from_node(node: Node) -> Option<Self> {
+        match node {
+            Node::Num(n) => Some(NumOrObj::Num(n)),
+            Node::Obj(fields) => T::from_fields(fields).map(NumOrObj::Obj),
             _ => None,
         }
     }

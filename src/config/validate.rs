@@ -14,6 +14,7 @@ use serde_json::Number;
 
 use super::access::{auth, cluster_mode, sentinel};
 use super::binding::useless_window;
+use super::concurrency::concurrency;
 use super::count::count;
 use super::error::ConfigError;
 use super::keys::key;
@@ -230,6 +231,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
     }
     let sync = sync_policy(i, raw.sync, &limits, count.is_some(), raw.shape.is_some())?;
     let shaping = shaping(i, raw.shape, shadow)?;
+    let concurrency = concurrency(i, raw.concurrency, &name, sync.is_some())?;
     let policy_names: Vec<String> = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
     let policy_items = limits
         .iter()
@@ -256,7 +258,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
         key_name,
         windows,
         quoted_names,
-        concurrency: None,
+        concurrency,
     })
 }
 

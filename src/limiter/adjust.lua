@@ -13,7 +13,10 @@
 -- ARGV[3..] for each key, in KEYS order: algorithm, from, to, n, then n
 --           pairs limit, period_ms. `from`: the units the decision
 --           recorded (0 if it only checked); `to`: the units it should
---           have recorded (0 to 2^32).
+--           have recorded (0 to 2^32). A lease key's algorithm is
+--           "lease=<id>" as in its decision, with one window: to < from
+--           ends the lease (ZREM of the id), to > from records it at now
+--           as a decision's commit would (lease.lua).
 -- Per bucket, after the usual housekeeping:
 --   to > from  an extra charge: to - from units are recorded at c = the
 --              later of now and the bucket's last turn (charge_at: the
@@ -71,17 +74,19 @@ local function change(b, at)
     algorithm.commit(b)
     slot = now
   elseif b.to < b.from then
-    algorithm.refund(b, at, b.from - b.to)
-    algorithm.check(b)
+    if not algorithm.refund(b, at, b.from - b.to) then algorithm.check(b) end
   end
   for w = 1, b.n do b[w].retry = 0 end
 end
 
 -- Reads bucket i (key `key`) from ARGV[a..]: algorithm, then `from` (when
--- with_from), to, n, then n pairs limit, period_ms; sets b.from (0 without
--- it) and b.to. The index past it, or nil and the error reply.
+-- with_from: adjust()), to, n, then n pairs limit, period_ms; sets b.from
+-- (0 without it) and b.to. A lease key ("lease=<id>", one window) only
+-- with_from: flush() records no leases. The index past it, or nil and the
+-- error reply.
 local function read_change(i, key, ARGV, a, with_from)
-  local algorithm = algorithm_for(ARGV[a])
+  local arg = ARGV[a]
+  local algorithm, id = algorithm_for(arg), nil
   local from = 0
   if with_from then
     from = units_of(ARGV[a + 1])
@@ -89,16 +94,24 @@ local function read_change(i, key, ARGV, a, with_from)
   end
   local to, n = units_of(ARGV[a + 1]), config_number(ARGV[a + 2])
   if not algorithm then
-    return nil, redis.error_reply('ERR tollgate: unknown algorithm for key ' .. i)
+    if not with_from then
+      return nil, redis.error_reply('ERR tollgate: unknown algorithm for key ' .. i)
+    end
+    algorithm, id = lease_arg(arg, i)
+    if not algorithm then return nil, id end
   end
   if not from or not to or not n or n < 1 or n % 1 ~= 0 then
     return nil, redis.error_reply('ERR tollgate: bad units or window count for key ' .. i)
+  end
+  if id and n ~= 1 then
+    return nil, redis.error_reply('ERR tollgate: a lease key takes one window (key ' .. i .. ')')
   end
   local b, next_or_error = read_bucket(i, key, algorithm, n, ARGV, a + 3)
   if not b then
     return nil, next_or_error
   end
   b.from, b.to = from, to
+  if id then b.id = id end
   return next_or_error
 end
 

@@ -100,6 +100,9 @@ end
 -- t0 = the latest of now + floor and every bucket's last turn; the turn =
 -- the latest time any window fits from t0; recorded at the turn in every
 -- bucket (but those that only check) if it is at most max_delay ms away.
+-- A full lease set never fits by waiting (its earliest is NEVER): the call
+-- is denied, whatever max_delay, and that window's retry is its unshaped
+-- one.
 local function shape(keys, max_delay, floor)
   local t0 = now + floor
   for i = 1, keys do
@@ -128,9 +131,13 @@ local function shape(keys, max_delay, floor)
       b.algorithm.restat(b)
     end
     for w = 1, b.n do
-      local retry = b[w].earliest - now - max_delay
-      if retry < 0 then retry = 0 end
-      b[w].retry = retry
+      local win = b[w]
+      -- A full lease set (NEVER) keeps the unshaped retry its check set.
+      if win.earliest ~= NEVER then
+        local retry = win.earliest - now - max_delay
+        if retry < 0 then retry = 0 end
+        win.retry = retry
+      end
     end
   end
   local reply = report(keys, allowed, true)
@@ -162,7 +169,7 @@ local function decide(KEYS, ARGV, once)
     a = 3
   end
   for i = 1, keys do
-    local algorithm = algorithm_for(ARGV[a])
+    local algorithm, id = algorithm_for(ARGV[a]), nil
     local cost_s = ARGV[a + 1]
     local cost = config_number(cost_s)
     local check_only = false
@@ -171,16 +178,22 @@ local function decide(KEYS, ARGV, once)
     end
     local n = config_number(ARGV[a + 2])
     if not algorithm then
-      return redis.error_reply('ERR tollgate: unknown algorithm for key ' .. i)
+      -- "lease=<id>" (lease.lua), or the error reply in id.
+      algorithm, id = lease_arg(ARGV[a], i)
+      if not algorithm then return id end
     end
     if not cost or not n or cost < 1 or n < 1 or cost % 1 ~= 0 then
       return redis.error_reply('ERR tollgate: bad cost or window count for key ' .. i)
+    end
+    if id and (cost ~= 1 or n ~= 1) then
+      return redis.error_reply('ERR tollgate: a lease key takes cost 1 and one window (key ' .. i .. ')')
     end
     local b, next_or_error = read_bucket(i, KEYS[i], algorithm, n, ARGV, a + 3)
     if not b then
       return next_or_error
     end
     b.cost, b.check_only = cost, check_only
+    if id then b.id = id end
     a = next_or_error
   end
   if a ~= #ARGV + 1 then

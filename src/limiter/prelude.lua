@@ -1,23 +1,27 @@
--- tollgate: transactional multi-window rate limiting, four algorithms, one call.
+-- tollgate: transactional multi-window rate limiting, four algorithms and
+-- concurrency leases, one call.
 --
 -- One call decides for every window of every rule that matched a request,
--- whatever algorithm each rule uses. The request is admitted only if every
--- window of every key has room for it; only then is it recorded (in every
--- key). A denied request changes no count. Each algorithm is specified by its
--- pure model in src/limiter/model/; this code only makes it atomic.
+-- whatever algorithm each rule uses, and for every lease set of a rule's
+-- concurrency limit. The request is admitted only if every window of every
+-- key has room for it; only then is it recorded (in every key). A denied
+-- request changes no count and takes no lease. Each algorithm is specified
+-- by its pure model in src/limiter/model/; this code only makes it atomic.
 --
 -- The code is prelude.lua (this file: contract, clock, exact integer
 -- helpers), sliding_log.lua, gcra.lua, sliding_window.lua, fixed_window.lua
 -- (each registers one algorithm in MAKE_ALGORITHM and states its per-bucket
--- contract), decide.lua (decide(KEYS, ARGV, once): argument parsing and the
--- three phases), adjust.lua (adjust(KEYS, ARGV, once): changes what a
--- decision recorded, an extra charge never before a bucket's last turn;
--- its own contract) and flush.lua (flush(KEYS, ARGV,
--- once): records what a worker admitted locally; its own contract).
+-- contract), lease.lua (the lease sets of concurrency limits, read through
+-- lease_arg(); its contract), decide.lua (decide(KEYS, ARGV, once): argument
+-- parsing and the three phases), adjust.lua (adjust(KEYS, ARGV, once):
+-- changes what a decision recorded, an extra charge never before a bucket's
+-- last turn; its own contract), flush.lua (flush(KEYS, ARGV, once): records
+-- what a worker admitted locally; its own contract) and lease_ops.lua
+-- (lease(KEYS, ARGV, once): ends or renews leases; its own contract).
 -- src/limiter/script.rs ships it as scripts (the definitions, then `return
--- decide(KEYS, ARGV, true)`, or adjust, or flush, for EVAL/EVALSHA) and as a
--- function library (the definitions once, at FUNCTION LOAD; one entry point
--- per FCALL). Code
+-- decide(KEYS, ARGV, true)`, or adjust, flush or lease, for EVAL/EVALSHA)
+-- and as a function library (the definitions once, at FUNCTION LOAD; one
+-- entry point per FCALL). Code
 -- at the top level must therefore only define: a library's top level runs
 -- without the standard libraries (string, math, tonumber, ... exist only
 -- inside calls).
@@ -29,7 +33,7 @@
 -- answer it already knows, and formats numbers only for what it writes.
 --
 -- KEYS[i]   the bucket of check i (one per matching rule, distinct keys; the
---           key's suffix names the algorithm: log, gcra, sw, fw).
+--           key's suffix names the algorithm: log, gcra, sw, fw, lease).
 -- ARGV[1]   now, in ms since the Unix epoch; "" = the server's clock (TIME).
 --           Proxies never supply the time in production, so skewed proxy
 --           clocks cannot disagree; tests inject it.
@@ -41,12 +45,21 @@
 --           turn); if the turn is at most max_delay_ms away it is recorded
 --           there, else nothing is.
 -- ARGV[2..] (ARGV[3..] when shaped) for each key, in KEYS order:
---             algorithm (log | gcra | sw | fw), cost, n, then n pairs:
---             limit, period_ms
+--             algorithm (log | gcra | sw | fw | lease=<id>), cost, n, then
+--             n pairs: limit, period_ms
 --           A cost written "?<cost>" only checks: the key must have room
 --           for cost in every window (or the request is denied), but
 --           nothing is recorded in it (a rule counted on the response,
 --           charged later by adjust()).
+--           A lease set (a rule's concurrency limit, lease.lua) is written
+--           "lease=<id>", the id 1..64 bytes of [0-9A-Za-z:._-] (the lease
+--           the admission takes), with cost 1 and exactly one window:
+--           limit = the leases live at once, period_ms = the lease's TTL.
+--           It has room while fewer than limit leases are live; its
+--           retry_ms is until the earliest expires. Shaped, a full lease
+--           set denies at once (a lease is never waited for), its retry_ms
+--           the unshaped one; an admission at a turn takes a lease until
+--           the turn + TTL. lease() ends and renews leases.
 --           Numbers are decimal integers as the proxy writes them (no sign,
 --           leading zero or exponent): limits and periods are used as sent
 --           in hash field names and TTLs.
@@ -62,7 +75,9 @@
 --           max(0, the window's earliest fitting time - now - max_delay_ms),
 --           and remaining, reset_ms count the entries or debt at future
 --           turns. An unshaped call's reply is unchanged.
--- Errors    "ERR tollgate: ..." on malformed arguments.
+-- Errors    "ERR tollgate: ..." on malformed arguments (an unknown
+--           algorithm, "lease" without an id or with a bad one, a lease
+--           key of another cost or window count).
 --
 -- Every number is an integer below 2^53 (gcra and sliding_window compute with
 -- products up to limit * period_ms, which the configuration bounds by 2^53),
@@ -156,6 +171,10 @@ local COUNTER_SHAPING = {
 local function note_slot(b)
   if slot ~= now then redis.call('HSET', b.key, 's', slot_str()) end
 end
+
+-- The earliest of a window that no wait makes fit (a full lease set): what
+-- shape() denies at once.
+local NEVER = 1 / 0
 
 -- The largest count a window counter keeps (2^52; only adjust() charges
 -- past a limit): sums stay exact.
@@ -274,7 +293,7 @@ end
 --   last(b)              the latest turn recorded in the bucket (0 if none),
 --                        after housekeeping; reads the state
 --   earliest(b, w, t0)   the first time >= t0 at which b.cost fits window w
---                        (t0 >= last(b))
+--                        (t0 >= last(b)); NEVER if no wait makes it fit
 --   at_slot(b)           (optional) before a commit at the turn
 --   restat(b)            (optional) before stats, when not committed
 --   shaped_stats(b, w)   as stats, at now, with state at future turns
@@ -283,10 +302,13 @@ end
 --                        records at, the later of now and the bucket's last
 --                        turn (what last(b) finds)
 --   max_charge(b, units) (optional) the units an extra charge records
---   refund(b, at, units) takes units back from a decision at `at`
+--   refund(b, at, units) takes units back from a decision at `at`; true
+--                        when b's state is current after it (else
+--                        check(b) reads it again)
 -- Each algorithm file registers a function making its table in
 -- MAKE_ALGORITHM; the table is made on first use, so a script (which makes
--- everything again on every call) makes only the algorithms it uses.
+-- everything again on every call) makes only the algorithms it uses. (The
+-- lease sets' table is reached through lease_arg() instead: lease.lua.)
 local ALGORITHMS, MAKE_ALGORITHM = {}, {}
 
 -- The algorithm with id `id`, or nil.

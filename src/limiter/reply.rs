@@ -1,8 +1,8 @@
 //! Parsing the script's reply into a [`Decision`] (a flush's into a
-//! [`FlushReply`]), without ever indexing blindly: a reply of the wrong shape
-//! is an error, never a panic.
+//! [`FlushReply`], a lease call's into a [`LeaseReply`]), without ever
+//! indexing blindly: a reply of the wrong shape is an error, never a panic.
 
-use super::{Check, Decision, FlushEntry, FlushReply, WindowOutcome};
+use super::{Check, Decision, FlushEntry, FlushReply, LeaseOp, LeaseReply, WindowOutcome};
 use crate::resp::Value;
 use std::fmt;
 
@@ -19,7 +19,8 @@ pub enum ReplyError {
     NotANumber {
         index: usize,
     },
-    /// The first element (`allowed`, or a flush's `applied`) is not 0 or 1.
+    /// The first element (`allowed`, or a flush's `applied`) is not 0 or 1
+    /// (a lease call's: a per-op `live` flag).
     BadAllowedFlag(i64),
     /// `allowed` disagrees with the per-window retry times (a flush: a
     /// retry time is not 0, or a rank is not below its syncer count).
@@ -98,6 +99,22 @@ pub fn parse_flush(value: &Value, entries: &[FlushEntry]) -> Result<FlushReply, 
     }
     let state = Decision { allowed: true, now_ms, windows: outcomes, delay_ms: 0 };
     Ok(FlushReply { applied, state, syncers })
+}
+
+/// Parses a lease call's reply (`lease_ops.lua`): `{now_ms, live (1|0) per
+/// op}`.
+pub fn parse_lease(value: &Value, ops: &[LeaseOp]) -> Result<LeaseReply, ReplyError> {
+    let Value::Array(items) = value else {
+        return Err(ReplyError::NotAnArray);
+    };
+    let expected = 1 + ops.len();
+    if items.len() != expected {
+        return Err(ReplyError::WrongLength { expected, got: items.len() });
+    }
+    let mut numbers = numbers(items);
+    let now_ms = numbers.next().unwrap_or(Err(ReplyError::Inconsistent))?;
+    let live = numbers.map(|n| flag(n?)).collect::<Result<Vec<bool>, ReplyError>>()?;
+    Ok(LeaseReply { now_ms, live })
 }
 
 /// The reply's items as non-negative integers (or where one is not).
@@ -220,6 +237,34 @@ mod tests {
         );
     }
 
+    fn ops() -> Vec<LeaseOp> {
+        use crate::limiter::LeaseChange;
+        let op = |id: &str, change| LeaseOp { key: "p:{a}:lease".into(), id: id.into(), change };
+        vec![op("a", LeaseChange::End), op("b", LeaseChange::Renew { ttl_ms: 5_000 })]
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn parses_a_lease_reply() {
+        let r = parse_lease(&ints(&[1_234, 1, 0]), &ops()).unwrap();
+        assert_eq!(r, LeaseReply { now_ms: 1_234, live: vec![true, false] });
+        assert_eq!(parse_lease(&ints(&[7]), &[]).unwrap(), LeaseReply { now_ms: 7, live: vec![] });
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+    fn rejects_every_malformed_lease_reply() {
+        let o = ops();
+        assert_eq!(parse_lease(&Value::Integer(1), &o), Err(ReplyError::NotAnArray));
+        assert_eq!(parse_lease(&ints(&[1, 1]), &o), Err(ReplyError::WrongLength { expected: 3, got: 2 }));
+        assert_eq!(parse_lease(&ints(&[1, 1, 0, 1]), &o), Err(ReplyError::WrongLength { expected: 3, got: 4 }));
+        assert_eq!(parse_lease(&ints(&[1, 2, 0]), &o), Err(ReplyError::BadAllowedFlag(2)));
+        assert_eq!(parse_lease(&ints(&[-1, 1, 0]), &o), Err(ReplyError::NotANumber { index: 0 }));
+        assert_eq!(parse_lease(&ints(&[5, 1, -1]), &o), Err(ReplyError::NotANumber { index: 2 }));
+        assert_eq!(
+            parse_lease(&Value::Array(vec![Value::Integer(5), Value::Nil, Value::Integer(1)]), &o),
+            Err(ReplyError::NotANumber { index: 1 })
+        );
+    }
+
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
     fn rejects_every_malformed_flush_reply() {
         let e = entries();
@@ -237,10 +282,4 @@ mod tests {
         assert_eq!(parse_flush(&with(13, 0), &e), Err(ReplyError::Inconsistent), "no syncer");
         assert_eq!(parse_flush(&with(6, -1), &e), Err(ReplyError::NotANumber { index: 6 }));
     }
-}
-
-// TEMPORARY (replaced by the lease-lua branch).
-pub fn parse_lease(value: &Value, ops: &[crate::limiter::LeaseOp]) -> Result<crate::limiter::LeaseReply, ReplyError> {
-    let _ = (value, ops);
-    Err(ReplyError::NotAnArray)
 }

@@ -1,28 +1,33 @@
 //! The store-side half of the limiter: the Lua code, built once, and the
-//! encoding of [`Check`]s, [`Adjustment`]s and [`Flush`]es into its KEYS/ARGV
-//! contracts (stated in the header comments of `prelude.lua`, `adjust.lua`
-//! and `flush.lua`; the replies are parsed by [`super::reply::parse`] and
-//! [`super::reply::parse_flush`]).
+//! encoding of [`Check`]s, [`Adjustment`]s, [`Flush`]es and [`LeaseOp`]s
+//! into its KEYS/ARGV contracts (stated in the header comments of
+//! `prelude.lua`, `adjust.lua`, `flush.lua` and `lease_ops.lua`; the replies
+//! are parsed by [`super::reply::parse`], [`super::reply::parse_flush`] and
+//! [`super::reply::parse_lease`]).
 //!
-//! The code is one set of definitions: `prelude.lua`, the four algorithm files,
-//! `decide.lua` (which defines `decide(KEYS, ARGV, once)`), `adjust.lua`
-//! (`adjust(KEYS, ARGV, once)`) and `flush.lua` (`flush(KEYS, ARGV, once)`),
-//! so checks of different algorithms are decided in one atomic call. It ships
-//! two ways, each with three entry points:
+//! The code is one set of definitions: `prelude.lua`, the four algorithm
+//! files and `lease.lua` (the lease sets of concurrency limits), `decide.lua`
+//! (which defines `decide(KEYS, ARGV, once)`), `adjust.lua` (`adjust(KEYS,
+//! ARGV, once)`), `flush.lua` (`flush(KEYS, ARGV, once)`) and
+//! `lease_ops.lua` (`lease(KEYS, ARGV, once)`), so checks of different
+//! algorithms, leases included, are decided in one atomic call. It ships
+//! two ways, each with four entry points:
 //!
-//! * **Three scripts** (run by `EVALSHA`/`EVAL`): [`Script::body`], the
+//! * **Four scripts** (run by `EVALSHA`/`EVAL`): [`Script::body`], the
 //!   definitions then `return decide(KEYS, ARGV, true)`,
 //!   [`Script::adjust_body`], the definitions then `return adjust(KEYS, ARGV,
-//!   true)`, and [`Script::flush_body`] (the same with `flush`). Every call
-//!   evaluates every definition again before it runs.
+//!   true)`, [`Script::flush_body`] and [`Script::lease_body`] (the same
+//!   with `flush`, `lease`). Every call evaluates every definition again
+//!   before it runs.
 //! * **A function library** ([`Script::library`], loaded by `FUNCTION LOAD`
 //!   once per server, run by `FCALL`): the definitions are evaluated once, at
-//!   load, and every call only decides, adjusts or flushes. The library and
+//!   load, and every call only decides, adjusts, flushes or ends and renews
+//!   leases. The library and
 //!   its decision function are both named [`Script::function`], `tollgate_` +
 //!   12 hex digits of the SHA-1 of the library text, so two tollgate versions
 //!   sharing a server never replace each other's code (identical code shares
-//!   one library); its other functions are [`Script::adjust_function`] and
-//!   [`Script::flush_function`].
+//!   one library); its other functions are [`Script::adjust_function`],
+//!   [`Script::flush_function`] and [`Script::lease_function`].
 //!
 //! Both ways take the same KEYS/ARGV and give the same reply, and write the
 //! same data, so versions and invocations can be mixed on one server.
@@ -33,8 +38,10 @@
 //! * [`encode_call`]`(out, limiter(), how, checks, now_ms)` appends one
 //!   command deciding `checks` atomically: [`Invocation::EvalSha`],
 //!   [`Invocation::Eval`] (the body) or [`Invocation::FCall`];
-//!   [`encode_adjust`] the same for `adjust`, [`encode_flush`] for `flush`;
-//!   [`encode_shaped_call`] a shaped decision (docs/shaping.md).
+//!   [`encode_adjust`] the same for `adjust`, [`encode_flush`] for `flush`,
+//!   [`encode_lease`] for `lease`; [`encode_shaped_call`] a shaped decision
+//!   (docs/shaping.md). A lease check ([`Algorithm::Lease`]) goes as
+//!   `lease=<id>` ([`Check::lease`]) in decisions and adjustments.
 //! * [`encode_load`]`(out, limiter())` appends `FUNCTION LOAD REPLACE
 //!   <library>`; Valkey answers the library name as a bulk string (see
 //!   [`is_loaded`]). `REPLACE` makes concurrent loads by several proxies
@@ -51,7 +58,8 @@
 //!   `noeviction`, `FCALL` is refused with `OOM` before it runs, even for a
 //!   request that would be denied, where `EVAL` fails only at its first write.
 //! * The reply of a call that ran: [`super::reply::parse`] (a flush's:
-//!   [`super::reply::parse_flush`]).
+//!   [`super::reply::parse_flush`]; a lease call's:
+//!   [`super::reply::parse_lease`]).
 //!
 //! `FCALL` needs Valkey (any version) or Redis 7.0 and later. The smallest ACL
 //! (`tests/live/store/script_acl.rs`): `~<key prefix>:* +time +zadd +zcount
@@ -59,10 +67,12 @@
 //! +function|load` for the library, `+evalsha +eval` for the script; shaping
 //! `sliding_window` or `fixed_window` also `+hget` (docs/shaping.md); `flush`
 //! also `+get +set +zrange` (its syncer sets use `+zadd +zremrangebyscore
-//! +pexpire`, granted already). Redis 6
+//! +pexpire`, granted already); concurrency limits (lease sets) also
+//! `+zrem` (`adjust` undoing an admission) and, for `lease`, `+zscore
+//! +pttl` (their decisions need nothing more). Redis 6
 //! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
-use super::{Adjustment, Check, Flush, Window, ADJUST_MAX};
+use super::{Adjustment, Algorithm, Check, Flush, LeaseChange, LeaseOp, Window, ADJUST_MAX};
 use crate::key::SYNCERS_SUFFIX;
 use crate::resp::{encode_command, CommandWriter, Value};
 use std::sync::OnceLock;
@@ -84,6 +94,11 @@ pub struct Script {
     pub flush_body: &'static str,
     /// The SHA-1 of [`Script::flush_body`].
     pub flush_sha: String,
+    /// The script of `lease` ([`encode_lease`]): the definitions, then
+    /// ends and renewals of leases.
+    pub lease_body: &'static str,
+    /// The SHA-1 of [`Script::lease_body`].
+    pub lease_sha: String,
     /// The function library for `FUNCTION LOAD`: the same definitions.
     pub library: String,
     /// The name of the library and of its decision function, for `FCALL`.
@@ -92,18 +107,21 @@ pub struct Script {
     pub adjust_function: String,
     /// The name of its `flush` function: [`Script::function`] + `_flush`.
     pub flush_function: String,
+    /// The name of its `lease` function: [`Script::function`] + `_lease`.
+    pub lease_function: String,
 }
 
-/// Every definition: the algorithms, `decide`, `adjust` and `flush`, joined by
+/// Every definition: the algorithms, `decide`, `adjust`, `flush` and `lease`, joined by
 /// `build.rs` without their whole-line comments (one copy in the module: the
 /// scripts and the library are made from it at run time).
 const DEFINITIONS: &str = include_str!(concat!(env!("OUT_DIR"), "/limiter.lua"));
 
 /// What ends the script (every definition, then one decision), the
-/// adjustment's script and the flush's.
+/// adjustment's script, the flush's and the lease call's.
 const DECIDE_TAIL: &str = "return decide(KEYS, ARGV, true)\n";
 const ADJUST_TAIL: &str = "return adjust(KEYS, ARGV, true)\n";
 const FLUSH_TAIL: &str = "return flush(KEYS, ARGV, true)\n";
+const LEASE_TAIL: &str = "return lease(KEYS, ARGV, true)\n";
 
 /// The library around the definitions, with `@NAME@` where its name goes.
 const LIBRARY_HEAD: &str = "#!lua name=@NAME@\n";
@@ -111,6 +129,7 @@ const LIBRARY_TAIL: &str = concat!(
     "redis.register_function('@NAME@', decide)\n",
     "redis.register_function('@NAME@_adjust', adjust)\n",
     "redis.register_function('@NAME@_flush', flush)\n",
+    "redis.register_function('@NAME@_lease', lease)\n",
 );
 
 /// The library text with `name`.
@@ -129,7 +148,8 @@ pub fn limiter() -> &'static Script {
     SCRIPT.get_or_init(|| {
         let hash = sha1_smol::Sha1::from(library("@NAME@")).hexdigest();
         let function = format!("tollgate_{}", hash.get(..12).unwrap_or(&hash));
-        let (body, adjust_body, flush_body) = (script(DECIDE_TAIL), script(ADJUST_TAIL), script(FLUSH_TAIL));
+        let (body, adjust_body) = (script(DECIDE_TAIL), script(ADJUST_TAIL));
+        let (flush_body, lease_body) = (script(FLUSH_TAIL), script(LEASE_TAIL));
         Script {
             body,
             sha: sha1_smol::Sha1::from(body).hexdigest(),
@@ -137,9 +157,12 @@ pub fn limiter() -> &'static Script {
             adjust_sha: sha1_smol::Sha1::from(adjust_body).hexdigest(),
             flush_body,
             flush_sha: sha1_smol::Sha1::from(flush_body).hexdigest(),
+            lease_body,
+            lease_sha: sha1_smol::Sha1::from(lease_body).hexdigest(),
             library: library(&function),
             adjust_function: format!("{function}_adjust"),
             flush_function: format!("{function}_flush"),
+            lease_function: format!("{function}_lease"),
             function,
         }
     })
@@ -203,7 +226,9 @@ fn encode_decide(
     let (verb, target) = invoked(how, (&script.sha, script.body, &script.function));
     let windows: usize = checks.iter().map(|c| c.windows.len()).sum();
     let args = 4 + usize::from(shape.is_some()) + checks.len() * 4 + windows * 2;
-    out.reserve(target.len() + 64 + checks.iter().map(|c| c.key.len() + 24).sum::<usize>() + windows * 48);
+    out.reserve(
+        target.len() + 64 + checks.iter().map(|c| c.key.len() + 24 + lease_len(c)).sum::<usize>() + windows * 48,
+    );
     let mut w = CommandWriter::new(out, args);
     w.bulk(verb);
     w.bulk(target);
@@ -218,10 +243,24 @@ fn encode_decide(
         None => {}
     }
     for check in checks {
-        w.bulk(check.algorithm.id().as_bytes());
+        write_algorithm(&mut w, check);
         w.decimal(if check.check_only { b"?" } else { b"" }, check.cost.get());
         write_windows(&mut w, &check.windows);
     }
+}
+
+/// A check's algorithm argument: its id, or for a lease check
+/// `lease=<id>` (plain `lease` without an id, which the script refuses).
+fn write_algorithm(w: &mut CommandWriter<'_>, check: &Check) {
+    match (check.algorithm, &check.lease) {
+        (Algorithm::Lease, Some(id)) => w.bulk_joined(&[b"lease=", id.as_bytes()]),
+        (algorithm, _) => w.bulk(algorithm.id().as_bytes()),
+    }
+}
+
+/// The bytes a check's lease id adds to its algorithm argument.
+fn lease_len(check: &Check) -> usize {
+    check.lease.as_ref().map_or(0, |id| id.len())
 }
 
 /// The command's verb and its first argument for one entry point, given as
@@ -249,7 +288,12 @@ pub fn encode_adjust(
     let (verb, target) = invoked(how, (&script.adjust_sha, script.adjust_body, &script.adjust_function));
     let windows: usize = adjustments.iter().map(|a| a.check.windows.len()).sum();
     let args = 5 + adjustments.len() * 5 + windows * 2;
-    out.reserve(target.len() + 96 + adjustments.iter().map(|a| a.check.key.len() + 72).sum::<usize>() + windows * 48);
+    out.reserve(
+        target.len()
+            + 96
+            + adjustments.iter().map(|a| a.check.key.len() + 72 + lease_len(&a.check)).sum::<usize>()
+            + windows * 48,
+    );
     let mut w = CommandWriter::new(out, args);
     w.bulk(verb);
     w.bulk(target);
@@ -260,7 +304,7 @@ pub fn encode_adjust(
     now(&mut w, now_ms);
     w.decimal(b"", at_ms);
     for a in adjustments {
-        w.bulk(a.check.algorithm.id().as_bytes());
+        write_algorithm(&mut w, &a.check);
         w.decimal(b"", a.from.min(ADJUST_MAX));
         w.decimal(b"", a.to.min(ADJUST_MAX));
         write_windows(&mut w, &a.check.windows);
@@ -304,6 +348,31 @@ pub fn encode_flush(out: &mut Vec<u8>, script: &Script, how: Invocation, flush: 
         w.bulk(e.check.algorithm.id().as_bytes());
         w.decimal(b"", e.units.min(ADJUST_MAX));
         write_windows(&mut w, &e.check.windows);
+    }
+}
+
+/// Appends one `EVALSHA`/`EVAL`/`FCALL` command of `lease` (contract in
+/// `lease_ops.lua`): KEYS are the ops' keys (one hash slot; a key may
+/// repeat), then per op `-` (end) or `+<ttl_ms>` (renew) and its id. The
+/// reply: [`super::reply::parse_lease`]. `now_ms` as for [`encode_call`].
+pub fn encode_lease(out: &mut Vec<u8>, script: &Script, how: Invocation, ops: &[LeaseOp], now_ms: Option<u64>) {
+    let (verb, target) = invoked(how, (&script.lease_sha, script.lease_body, &script.lease_function));
+    let args = 4 + ops.len() * 3;
+    out.reserve(target.len() + 64 + ops.iter().map(|op| op.key.len() + op.id.len() + 48).sum::<usize>());
+    let mut w = CommandWriter::new(out, args);
+    w.bulk(verb);
+    w.bulk(target);
+    w.decimal(b"", ops.len() as u64);
+    for op in ops {
+        w.bulk(op.key.as_bytes());
+    }
+    now(&mut w, now_ms);
+    for op in ops {
+        match op.change {
+            LeaseChange::End => w.bulk(b"-"),
+            LeaseChange::Renew { ttl_ms } => w.decimal(b"+", ttl_ms),
+        }
+        w.bulk(op.id.as_bytes());
     }
 }
 
@@ -362,29 +431,3 @@ pub fn is_missing(reply: &Value) -> bool {
 
 #[cfg(test)]
 mod tests;
-
-// TEMPORARY (replaced by the lease-lua branch): the lease call's encoding.
-pub fn encode_lease(
-    out: &mut Vec<u8>,
-    script: &Script,
-    how: Invocation,
-    ops: &[crate::limiter::LeaseOp],
-    now_ms: Option<u64>,
-) {
-    let (verb, target) = invoked(how, (&script.adjust_sha, script.adjust_body, &script.adjust_function));
-    let mut w = CommandWriter::new(out, 4 + ops.len() * 3);
-    w.bulk(verb);
-    w.bulk(target);
-    w.decimal(b"", ops.len() as u64);
-    for op in ops {
-        w.bulk(op.key.as_bytes());
-    }
-    now(&mut w, now_ms);
-    for op in ops {
-        match op.change {
-            crate::limiter::LeaseChange::End => w.bulk(b"-"),
-            crate::limiter::LeaseChange::Renew { ttl_ms } => w.decimal(b"+", ttl_ms),
-        }
-        w.bulk(op.id.as_bytes());
-    }
-}

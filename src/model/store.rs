@@ -2,14 +2,17 @@
 //! Valkey: `AUTH`, `FCALL` (`ERR Function not found` until `FUNCTION
 //! LOAD`), `FUNCTION LOAD`, `EVALSHA` (`NOSCRIPT` until the script was sent
 //! with `EVAL`), `EVAL`, `SENTINEL get-master-addr-by-name`, and `CLUSTER
-//! SHARDS` as a cluster of one master serving every slot. The worker's unit
-//! tests use it as their store (and as the data of their fake cluster of
-//! several masters), and `tollgate simulate` runs the worker against it.
+//! SHARDS` as a cluster of one master serving every slot; the limiter's four
+//! entry points (decide, adjust, flush, lease: [`lease`] for the lease
+//! sets). The worker's unit tests use it as their store (and as the data of
+//! their fake cluster of several masters), and `tollgate simulate` runs the
+//! worker against it.
 
 use crate::limiter::model::Model;
 use crate::limiter::script::limiter;
-use crate::limiter::{Adjustment, Algorithm, Check, Decision, Flush, FlushEntry, Window};
+use crate::limiter::{Adjustment, Algorithm, Check, Decision, Flush, FlushEntry, LeaseOp, Window};
 use crate::resp::{decode_all, encode_value, Limits, Value};
+use lease::algorithm_or_lease;
 use std::num::NonZeroU64;
 
 /// The models' state, and what the store was asked.
@@ -53,6 +56,8 @@ pub enum Ran {
     /// A flush at `now_ms`: its token, its entries, whether it was applied
     /// now (else it was before: read only).
     Flush { now_ms: u64, token: String, entries: Vec<FlushEntry>, applied: bool },
+    /// Leases ended or renewed at `now_ms`, and per op whether it was live.
+    Lease { now_ms: u64, ops: Vec<LeaseOp>, live: Vec<bool> },
 }
 
 impl Default for ModelStore {
@@ -133,13 +138,16 @@ impl ModelStore {
                     "FCALL" if target == script.function => Entry::Decide,
                     "FCALL" if target == script.adjust_function => Entry::Adjust,
                     "FCALL" if target == script.flush_function => Entry::Flush,
+                    "FCALL" if target == script.lease_function => Entry::Lease,
                     "FCALL" => return error("ERR Function not found"),
                     "EVALSHA" if target == script.sha => Entry::Decide,
                     "EVALSHA" if target == script.adjust_sha => Entry::Adjust,
                     "EVALSHA" if target == script.flush_sha => Entry::Flush,
+                    "EVALSHA" if target == script.lease_sha => Entry::Lease,
                     "EVALSHA" => return error("NOSCRIPT unknown sha"),
                     _ if target == script.adjust_body => Entry::Adjust,
                     _ if target == script.flush_body => Entry::Flush,
+                    _ if target == script.lease_body => Entry::Lease,
                     _ => Entry::Decide,
                 };
                 self.evals += usize::from(verb == "EVAL");
@@ -149,6 +157,7 @@ impl ModelStore {
                     Entry::Decide => self.decide(args, now_ms),
                     Entry::Adjust => self.adjust(args, now_ms),
                     Entry::Flush => self.flush(args, now_ms),
+                    Entry::Lease => self.lease(args, now_ms),
                 };
                 match reply {
                     Some(reply) if reply.is_error() => reply,
@@ -184,7 +193,8 @@ impl ModelStore {
 
     /// `numkeys, KEYS..., now, [~max_delay[:floor],] (algorithm, cost, n,
     /// (limit, period)...)...`; a cost `?<units>` only checks; `~max_delay`
-    /// shapes (the reply ends with the delay).
+    /// shapes (the reply ends with the delay); a lease set's algorithm is
+    /// `lease=<id>`, with cost 1 and one window.
     fn decide(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
         let mut args = args.iter().map(text).peekable();
         let (keys, now) = keys_and_clock(&mut args, now_ms)?;
@@ -198,21 +208,17 @@ impl ModelStore {
         }
         let mut checks = Vec::with_capacity(keys.len());
         for (rule, key) in keys.into_iter().enumerate() {
-            let algorithm = algorithm(args.next())?;
+            let (algorithm, lease) = algorithm_or_lease(args.next())?;
             let cost = args.next()?;
             let (cost, check_only) = match cost.strip_prefix('?') {
                 Some(units) => (nz(Some(units.to_string()))?, true),
                 None => (nz(Some(cost))?, false),
             };
-            checks.push(Check {
-                rule,
-                key,
-                windows: windows(&mut args)?.into(),
-                cost,
-                algorithm,
-                check_only,
-                lease: None,
-            });
+            let windows = windows(&mut args)?;
+            if lease.is_some() && (cost.get() != 1 || windows.len() != 1) {
+                return None;
+            }
+            checks.push(Check { rule, key, windows: windows.into(), cost, algorithm, check_only, lease });
         }
         let Some(max_delay) = max_delay else {
             let decision = self.model.decide(&checks, now);
@@ -228,16 +234,20 @@ impl ModelStore {
     }
 
     /// `numkeys, KEYS..., now, at, (algorithm, from, to, n, (limit, period)...)...`
+    /// (a lease set's algorithm `lease=<id>`, with one window).
     fn adjust(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
         let mut args = args.iter().map(text);
         let (keys, now) = keys_and_clock(&mut args, now_ms)?;
         let at: u64 = args.next()?.parse().ok()?;
         let mut adjustments = Vec::with_capacity(keys.len());
         for (rule, key) in keys.into_iter().enumerate() {
-            let algorithm = algorithm(args.next())?;
+            let (algorithm, lease) = algorithm_or_lease(args.next())?;
             let from: u64 = args.next()?.parse().ok()?;
             let to: u64 = args.next()?.parse().ok()?;
             let windows = windows(&mut args)?;
+            if lease.is_some() && windows.len() != 1 {
+                return None;
+            }
             let check = Check {
                 rule,
                 key,
@@ -245,7 +255,7 @@ impl ModelStore {
                 cost: NonZeroU64::MIN,
                 algorithm,
                 check_only: false,
-                lease: None,
+                lease,
             };
             adjustments.push(Adjustment { check, from, to });
             self.adjusted.push((at, from, to));
@@ -306,11 +316,14 @@ impl ModelStore {
     }
 }
 
+mod lease;
+
 /// Which entry point of the limiter a call runs.
 enum Entry {
     Decide,
     Adjust,
     Flush,
+    Lease,
 }
 
 fn nz(s: Option<String>) -> Option<NonZeroU64> {

@@ -10,10 +10,11 @@ mod matching;
 
 pub use matching::matches;
 
-use crate::config::{Config, KeyPart, KeySource, Match, OnMissing, Rule};
+use crate::config::{Concurrency, Config, KeyPart, KeySource, Match, OnMissing, Rule};
 use crate::key::KeyBuilder;
-use crate::limiter::Check;
+use crate::limiter::{Algorithm, Check};
 use std::borrow::Cow;
+use std::num::NonZeroU64;
 use std::rc::Rc;
 
 /// The request attributes rules can match and key on.
@@ -40,7 +41,9 @@ pub trait RequestView {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     /// One check per rule that matched and has a complete key, in
-    /// configuration order. Empty: the request is not limited.
+    /// configuration order, each followed by its lease check when the rule
+    /// has a concurrency limit ([`Algorithm::Lease`]). Empty: the request
+    /// is not limited.
     pub checks: Vec<Check>,
     /// Rules that matched but were skipped because a key part had no value.
     pub skipped: Vec<usize>,
@@ -131,11 +134,37 @@ pub fn plan(config: &Config, request: &dyn RequestView) -> Plan {
             continue;
         }
         match check_for(config, index, rule, request) {
-            Some(check) => out.checks.push(check),
+            Some(check) => {
+                let lease = rule.concurrency.as_ref().map(|c| lease_check(&check, c));
+                out.checks.push(check);
+                out.checks.extend(lease);
+            }
             None => out.skipped.push(index),
         }
     }
     out
+}
+
+/// The check of a rule's concurrency limit, decided in the same call as
+/// the rule's windows (`check`): the bucket's key with the suffix of
+/// [`Algorithm::Lease`] instead of the rule's algorithm (the same hash tag,
+/// so the same Valkey Cluster slot), its one window, and one lease per
+/// request whatever the rule's cost. The worker gives it its lease id.
+fn lease_check(check: &Check, concurrency: &Concurrency) -> Check {
+    let stem = check.key.strip_suffix(check.algorithm.id()).unwrap_or(&check.key);
+    let suffix = Algorithm::Lease.id();
+    let mut key = String::with_capacity(stem.len().saturating_add(suffix.len()));
+    key.push_str(stem);
+    key.push_str(suffix);
+    Check {
+        rule: check.rule,
+        key,
+        windows: Rc::clone(&concurrency.window),
+        cost: NonZeroU64::MIN,
+        algorithm: Algorithm::Lease,
+        check_only: false,
+        lease: None,
+    }
 }
 
 fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestView) -> Option<Check> {

@@ -262,3 +262,57 @@ fn keys_of_every_size_keep_every_part() {
     c.rules[0].key.truncate(8);
     assert_eq!(plan(&c, &r).checks[0].key, "tollgate:{k:a:u:l2:u:l4:u:l6:u}:log");
 }
+
+/// A rule with a concurrency limit: its window check, then its lease
+/// check on the same bucket (suffix `lease`), one lease whatever the cost.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_concurrency_limit_adds_a_lease_check_after_the_rules() {
+    use crate::limiter::Algorithm;
+    let c = config(
+        r#"[ { "name": "api", "key": [ { "header": "x-user-id" } ], "cost": 3, "algorithm": "gcra",
+               "limits": [ { "limit": 50, "period": "1m" } ], "concurrency": { "limit": 4, "lease_ttl": "10s" } },
+             { "name": "global", "limits": [ { "limit": 1000, "period": 1 } ] } ]"#,
+    );
+    let checks = plan(&c, &Req::new("GET", "/").with("x-user-id", "alice")).checks;
+    let keys: Vec<&str> = checks.iter().map(|c| c.key.as_str()).collect();
+    assert_eq!(keys, ["tollgate:{api:alice}:gcra", "tollgate:{api:alice}:lease", "tollgate:{global}:log"]);
+    let lease = &checks[1];
+    assert_eq!((lease.rule, lease.algorithm, lease.cost.get()), (0, Algorithm::Lease, 1));
+    assert_eq!((lease.check_only, lease.lease.as_deref()), (false, None));
+    let concurrency = c.rules[0].concurrency.as_ref().unwrap();
+    assert!(Rc::ptr_eq(&lease.windows, &concurrency.window), "the rule's window, shared");
+    assert_eq!(lease.windows.iter().map(|w| (w.limit.get(), w.period_ms.get())).collect::<Vec<_>>(), [(4, 10_000)]);
+    assert_eq!((checks[0].algorithm, checks[0].cost.get()), (Algorithm::Gcra, 3));
+    // A missing key part skips the rule: both of its checks.
+    let skipped = plan(&c, &Req::new("GET", "/"));
+    assert_eq!(skipped.checks.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), ["tollgate:{global}:log"]);
+    assert_eq!(skipped.skipped, [0]);
+}
+
+/// The lease set is in the slot of the rule's bucket, whatever the values,
+/// the algorithm and the hash tag: one atomic call decides both.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_lease_set_shares_its_buckets_slot() {
+    use crate::store::cluster::key_slot;
+    let c = config(
+        r#"[ { "name": "a", "key": [ { "header": "x-user-id" }, "path" ], "concurrency": 2,
+               "limits": [ { "limit": 5, "period": 1 } ] },
+             { "name": "b", "key": [ "path", { "header": "x-user-id" } ], "hash_tag": 1, "concurrency": 2,
+               "algorithm": "fixed_window", "limits": [ { "limit": 5, "period": 1 } ] } ]"#,
+    );
+    let mut rng = crate::testing::Rng(0x2545_f491_4f6c_dd1d);
+    for _ in 0..200 {
+        let user: String = (0..rng.next(90)).map(|_| char::from(b' ' + rng.next(95) as u8)).collect();
+        let path = format!("/p/{}", rng.next(1_000_000));
+        let checks = plan(&c, &Req::new("GET", &path).with("x-user-id", &user)).checks;
+        assert_eq!(checks.len(), 4, "{user:?}");
+        for pair in checks.chunks(2) {
+            let (bucket, lease) = (&pair[0].key, &pair[1].key);
+            assert!(lease.ends_with(":lease"), "{lease}");
+            assert_eq!(key_slot(bucket.as_bytes()), key_slot(lease.as_bytes()), "{bucket} {lease}");
+        }
+        // Tagged by the user alone: the lease set keeps the tag.
+        let tag = |key: &str| key.split_once('}').map(|(tag, _)| tag.to_owned());
+        assert_eq!(tag(&checks[2].key), tag(&checks[3].key));
+    }
+}

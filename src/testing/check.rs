@@ -21,3 +21,12 @@ pub fn check(algorithm: Algorithm, rule: usize, key: &str, windows: &[(u64, u64)
         lease: None,
     }
 }
+
+/// A lease check (a rule's concurrency limit) of rule index `rule` on lease
+/// set `key`: at most `limit` live leases, each `ttl_ms` long; the
+/// request's lease is `id`.
+pub fn lease(rule: usize, key: &str, limit: u64, ttl_ms: u64, id: &str) -> Check {
+    let mut c = check(Algorithm::Lease, rule, key, &[(limit, ttl_ms)], 1);
+    c.lease = Some(id.into());
+    c
+}

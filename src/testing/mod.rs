@@ -8,7 +8,7 @@ mod check;
 mod plugin;
 mod rng;
 
-pub use check::check;
+pub use check::{check, lease};
 pub use plugin::{plugin, rule, Plugin};
 pub use rng::Rng;
 

@@ -216,6 +216,35 @@ fn explain_shows_the_key_of_a_rule_with_a_hash_tag() {
     assert!(out.contains("key tollgate:{<header x-user-id>}:user.path:<header x-user-id>:<path>:log\n"), "{out}");
 }
 
+/// A rule with a concurrency limit: `explain` says what it does and
+/// stores, and shows its items and a denial by the full lease set;
+/// `check` lists it.
+#[test]
+fn explain_and_check_show_a_concurrency_limit() {
+    let (code, out, err) = tollgate(&["explain", "tests/fixtures/cli/concurrency.json"]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(out, expected("concurrency.explain.expected"));
+    assert!(out.contains("key tollgate:{llm.completions:<header x-user-id>}:log\n"), "{out}");
+    assert!(out.contains("{llm.completions:<header x-user-id>}:lease (the bucket's slot)"), "{out}");
+    assert!(out.contains("request 4 at once: 429 (denied by llm.completions/concurrency)"), "{out}");
+    assert!(out.contains(r#""llm.completions/concurrency";q=3;qu="concurrent-requests""#), "{out}");
+    let (code, out, _) = tollgate(&["check", "tests/fixtures/config/valid/concurrency.json"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("  concurrency: api.calls: at most 5 in flight per bucket (lease TTL 30s)\n"), "{out}");
+    assert!(out.contains("  concurrency: llm.completions: at most 2 in flight per bucket (lease TTL 2m)\n"), "{out}");
+    // `simulate` gives the concurrency limit a column after the rule's windows.
+    let trace = scratch(
+        "concurrency.jsonl",
+        r#"{"time": 1800000000000, "method": "GET", "path": "/v1/completions", "headers": {"x-user-id": "a"}}"#,
+    );
+    let (code, out, _) = tollgate(&["simulate", "tests/fixtures/cli/concurrency.json", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("| remaining (1m) | remaining (1s) | remaining (concurrency) | denied by\n"), "{out}");
+    let (code, out, _) = tollgate(&["check", "tests/fixtures/config/invalid/concurrency-with-sync.json"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("rules[0].concurrency: does not apply with rules[0].sync: "), "{out}");
+}
+
 #[test]
 fn simulate_prints_the_seed_table() {
     for (trace, table) in [("seed.jsonl", "seed-jsonl.simulate.expected"), ("seed.csv", "seed-csv.simulate.expected")] {

@@ -117,6 +117,9 @@ fn shipped_configurations_pass() {
 /// Invalid fixtures the schema cannot reject: only the validator sees these
 /// (relations between values, regex syntax, the environment, exact numbers).
 const VALIDATOR_ONLY: &[&str] = &[
+    "concurrency-lease-ttl-too-long",
+    "concurrency-lease-ttl-too-short",
+    "concurrency-lease-ttl-zero",
     "cost-above-limit",
     "count-cost-log-limits",
     "count-cost-with-rule-cost",

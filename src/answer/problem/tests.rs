@@ -2,6 +2,8 @@ use super::*;
 use crate::limiter::WindowOutcome;
 use wasm_bindgen_test::wasm_bindgen_test;
 
+const LOG: Algorithm = Algorithm::SlidingLog;
+
 fn outcome(limit: u64, period_ms: u64, remaining: u64, reset_ms: u64, retry_ms: u64) -> WindowOutcome {
     WindowOutcome { check: 0, window: 0, limit, period_ms, remaining, reset_ms, retry_ms }
 }
@@ -13,8 +15,8 @@ fn seed() -> [WindowOutcome; 2] {
 
 fn stats(outcomes: &[WindowOutcome; 2]) -> [PolicyStat<'_>; 2] {
     [
-        PolicyStat { name: "auth.createToken/60s", outcome: &outcomes[0] },
-        PolicyStat { name: "auth.createToken/3s", outcome: &outcomes[1] },
+        PolicyStat { name: "auth.createToken/60s", outcome: &outcomes[0], algorithm: LOG },
+        PolicyStat { name: "auth.createToken/3s", outcome: &outcomes[1], algorithm: LOG },
     ]
 }
 
@@ -54,11 +56,33 @@ fn problem_lists_every_denied_window() {
     assert_eq!(empty["status"], 429);
 }
 
+/// A full concurrency limit names itself, its limit and the time until
+/// its earliest lease expires.
+#[wasm_bindgen_test(unsupported = test)]
+fn a_concurrency_limit_that_denied() {
+    let minute = outcome(20, 60_000, 14, 56_001, 0);
+    let leases = WindowOutcome { check: 1, ..outcome(2, 30_000, 0, 29_000, 20_500) };
+    let stats = [
+        PolicyStat { name: "api/1m", outcome: &minute, algorithm: LOG },
+        PolicyStat { name: "api/concurrency", outcome: &leases, algorithm: Algorithm::Lease },
+    ];
+    assert_eq!(
+        quota_exceeded(&stats[1..], 20_500, 429),
+        concat!(
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","#,
+            r#""status":429,"detail":"rate limit exceeded: api/concurrency","#,
+            r#""violated-policies":["api/concurrency"],"#,
+            r#""windows":[{"policy":"api/concurrency","concurrent":2,"lease_ttl_ms":30000,"remaining":0,"#,
+            r#""retry_after_ms":20500}],"retry_after":21}"#
+        )
+    );
+}
+
 #[wasm_bindgen_test(unsupported = test)]
 fn problem_escapes_names() {
     let o = outcome(1, 1_000, 0, 10, 10);
     let name = "a\"b\\c\r\n</script>é";
-    let body = quota_exceeded(&[PolicyStat { name, outcome: &o }], u64::MAX, 429);
+    let body = quota_exceeded(&[PolicyStat { name, outcome: &o, algorithm: LOG }], u64::MAX, 429);
     let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(parsed["violated-policies"][0], name);
     assert_eq!(parsed["windows"][0]["policy"], name);
@@ -97,12 +121,10 @@ struct Problem<'a> {
 }
 
 #[derive(serde::Serialize)]
-struct Window<'a> {
-    policy: &'a str,
-    limit: u64,
-    window_ms: u64,
-    remaining: u64,
-    retry_after_ms: u64,
+#[serde(untagged)]
+enum Window<'a> {
+    Rate { policy: &'a str, limit: u64, window_ms: u64, remaining: u64, retry_after_ms: u64 },
+    Concurrency { policy: &'a str, concurrent: u64, lease_ttl_ms: u64, remaining: u64, retry_after_ms: u64 },
 }
 
 fn oracle(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u16) -> String {
@@ -114,12 +136,19 @@ fn oracle(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u16) -> String
     };
     let windows = denied
         .iter()
-        .map(|s| Window {
-            policy: s.name,
-            limit: s.outcome.limit,
-            window_ms: s.outcome.period_ms,
-            remaining: s.outcome.remaining,
-            retry_after_ms: s.outcome.retry_ms,
+        .map(|s| {
+            let (policy, o) = (s.name, s.outcome);
+            let (remaining, retry_after_ms) = (o.remaining, o.retry_ms);
+            match s.algorithm {
+                Algorithm::Lease => Window::Concurrency {
+                    policy,
+                    concurrent: o.limit,
+                    lease_ttl_ms: o.period_ms,
+                    remaining,
+                    retry_after_ms,
+                },
+                _ => Window::Rate { policy, limit: o.limit, window_ms: o.period_ms, remaining, retry_after_ms },
+            }
         })
         .collect();
     let retry_after = retry_after_secs(retry_after_ms);
@@ -150,7 +179,10 @@ fn problem_is_byte_for_byte_what_serde_json_writes() {
         let stats: Vec<PolicyStat<'_>> = outcomes
             .iter()
             .enumerate()
-            .map(|(i, o)| PolicyStat { name: names[(round + i) % names.len()], outcome: o })
+            .map(|(i, o)| {
+                let algorithm = if next().is_multiple_of(3) { Algorithm::Lease } else { LOG };
+                PolicyStat { name: names[(round + i) % names.len()], outcome: o, algorithm }
+            })
             .collect();
         let (retry, status) = (next() % 10_000_000, [429, 403, 503][round % 3]);
         assert_eq!(quota_exceeded(&stats, retry, status), oracle(&stats, retry, status));

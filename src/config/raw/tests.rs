@@ -14,7 +14,7 @@ fn sample(kind: Kind) -> Value {
         Kind::Bool => json!(true),
         Kind::U64 | Kind::U32 | Kind::Number | Kind::Any => json!(1),
         Kind::Duration => json!("1s"),
-        Kind::Obj(shape) | Kind::StrOrObj(shape) => full(shape),
+        Kind::Obj(shape) | Kind::StrOrObj(shape) | Kind::NumOrObj(shape) => full(shape),
         Kind::Arr(item) => json!([sample(*item)]),
     }
 }
@@ -26,7 +26,7 @@ fn full(shape: &Shape) -> Value {
 /// Every object shape within `kind`, depth first.
 fn shapes(kind: Kind, out: &mut Vec<&'static Shape>) {
     match kind {
-        Kind::Obj(shape) | Kind::StrOrObj(shape) => {
+        Kind::Obj(shape) | Kind::StrOrObj(shape) | Kind::NumOrObj(shape) => {
             out.push(shape);
             shape.fields.iter().for_each(|f| shapes(f.kind, out));
         }

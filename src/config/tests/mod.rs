@@ -1,6 +1,7 @@
 //! Unit tests of the configuration: shared helpers and the test modules.
 
 mod algorithm;
+mod concurrency;
 mod count;
 mod invalid_shape;
 mod invalid_values;

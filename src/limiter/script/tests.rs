@@ -28,9 +28,11 @@ fn sha_is_the_sha1_of_the_embedded_body() {
         "MAKE_ALGORITHM.gcra =",
         "MAKE_ALGORITHM.sw =",
         "MAKE_ALGORITHM.fw =",
+        "local function make_lease(",
         "local function decide(",
         "local function adjust(",
         "local function flush(",
+        "local function lease(",
     ] {
         assert!(s.body.contains(file), "{file}");
     }
@@ -48,7 +50,7 @@ fn the_library_holds_the_same_definitions_under_a_versioned_name() {
     let header = format!("#!lua name={}\n", s.function);
     let footer = format!(
         "redis.register_function('{0}', decide)\nredis.register_function('{0}_adjust', adjust)\n\
-         redis.register_function('{0}_flush', flush)\n",
+         redis.register_function('{0}_flush', flush)\nredis.register_function('{0}_lease', lease)\n",
         s.function
     );
     let definitions = s.body.strip_suffix("return decide(KEYS, ARGV, true)\n").unwrap();
@@ -58,6 +60,9 @@ fn the_library_holds_the_same_definitions_under_a_versioned_name() {
     assert_eq!(s.flush_function, format!("{}_flush", s.function));
     assert_eq!(s.flush_body.strip_suffix("return flush(KEYS, ARGV, true)\n"), Some(definitions));
     assert_eq!(s.flush_sha, sha1_smol::Sha1::from(s.flush_body).hexdigest());
+    assert_eq!(s.lease_function, format!("{}_lease", s.function));
+    assert_eq!(s.lease_body.strip_suffix("return lease(KEYS, ARGV, true)\n"), Some(definitions));
+    assert_eq!(s.lease_sha, sha1_smol::Sha1::from(s.lease_body).hexdigest());
     // Any change to the code changes the name.
     let changed = library("@NAME@").replacen("-- tollgate", "-- Tollgate", 1);
     assert_ne!(sha1_smol::Sha1::from(changed).hexdigest()[..12], hash[..12]);
@@ -308,7 +313,10 @@ fn spelled(how: Invocation, checks: &[Check], delay: Option<u64>, now: Option<u6
     args.push(now.map(|n| n.to_string()).unwrap_or_default());
     args.extend(delay.map(|d| format!("~{d}")));
     for c in checks {
-        args.push(c.algorithm.id().to_string());
+        args.push(match &c.lease {
+            Some(id) => format!("lease={id}"),
+            None => c.algorithm.id().to_string(),
+        });
         args.push(if c.check_only { format!("?{}", c.cost) } else { c.cost.to_string() });
         args.push(c.windows.len().to_string());
         for w in c.windows.iter() {
@@ -325,10 +333,10 @@ fn spelled(how: Invocation, checks: &[Check], delay: Option<u64>, now: Option<u6
 fn a_decision_is_written_in_place_byte_for_byte() {
     let mut second = Check::for_test(3, "tollgate:{b:ü}:gcra", &[(u64::MAX, 1), (7, 86_400_000)], 1_000_000);
     second.check_only = true;
-    let checks = [Check::for_test(0, "k", &[(5, 3_000)], 1), second];
+    let checks = [Check::for_test(0, "k", &[(5, 3_000)], 1), second, lease_check("k:lease", Some(&"x".repeat(64)))];
     for how in [Invocation::FCall, Invocation::EvalSha, Invocation::Eval] {
         for (delay, now) in [(None, None), (Some(0), Some(1234)), (Some(u64::MAX), None)] {
-            for checks in [&checks[..1], &checks[..]] {
+            for checks in [&checks[..1], &checks[..2], &checks[..]] {
                 let mut out = b"before".to_vec();
                 match delay {
                     Some(d) => encode_shaped_call(&mut out, limiter(), how, checks, d, now),
@@ -340,4 +348,120 @@ fn a_decision_is_written_in_place_byte_for_byte() {
             }
         }
     }
+}
+
+/// A lease check as the planner makes it: `id` its lease id, one window
+/// (limit, TTL).
+fn lease_check(key: &str, id: Option<&str>) -> Check {
+    let mut c = crate::testing::check(Algorithm::Lease, 2, key, &[(3, 30_000)], 1);
+    c.lease = id.map(Into::into);
+    c
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_lease_check_is_sent_as_lease_and_its_id() {
+    let mut only = lease_check("p:{a}:c:lease", Some("w1:req.42_x-y"));
+    only.check_only = true;
+    let checks = [Check::for_test(0, "p:{a}:log", &[(5, 3_000)], 1), lease_check("p:{a}:lease", Some("w1:7")), only];
+    let mut out = Vec::new();
+    encode_call(&mut out, limiter(), Invocation::FCall, &checks, Some(1234));
+    let text = arguments(&out);
+    let expected = [
+        "3",
+        "p:{a}:log",
+        "p:{a}:lease",
+        "p:{a}:c:lease",
+        "1234",
+        "log",
+        "1",
+        "1",
+        "5",
+        "3000",
+        "lease=w1:7",
+        "1",
+        "1",
+        "3",
+        "30000",
+        "lease=w1:req.42_x-y",
+        "?1",
+        "1",
+        "3",
+        "30000",
+    ];
+    assert_eq!(text[2..], expected);
+    // Shaped, the same arguments after the delay.
+    let mut shaped = Vec::new();
+    encode_shaped_call(&mut shaped, limiter(), Invocation::FCall, &checks[1..2], 500, Some(9));
+    assert_eq!(arguments(&shaped)[4..], ["9", "~500", "lease=w1:7", "1", "1", "3", "30000"]);
+    // Without an id: plain `lease`, which the script refuses.
+    let mut out = Vec::new();
+    encode_call(&mut out, limiter(), Invocation::EvalSha, &[lease_check("k", None)], None);
+    assert_eq!(arguments(&out)[5..], ["lease", "1", "1", "3", "30000"]);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn an_adjustment_of_a_lease_names_its_id() {
+    let adjustments = vec![
+        Adjustment { check: lease_check("p:{a}:lease", Some("id-1")), from: 1, to: 0 },
+        Adjustment { check: Check::for_test(0, "p:{a}:log", &[(5, 3_000)], 1), from: 1, to: 0 },
+        Adjustment { check: lease_check("p:{a}:b:lease", None), from: 0, to: 1 },
+    ];
+    let mut out = Vec::new();
+    encode_adjust(&mut out, limiter(), Invocation::Eval, &adjustments, 77, Some(80));
+    let text = arguments(&out);
+    assert_eq!(text[1], limiter().adjust_body);
+    let expected = [
+        "3",
+        "p:{a}:lease",
+        "p:{a}:log",
+        "p:{a}:b:lease",
+        "80",
+        "77",
+        "lease=id-1",
+        "1",
+        "0",
+        "1",
+        "3",
+        "30000",
+        "log",
+        "1",
+        "0",
+        "1",
+        "5",
+        "3000",
+        "lease",
+        "0",
+        "1",
+        "1",
+        "3",
+        "30000",
+    ];
+    assert_eq!(text[2..], expected);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_lease_call_sends_keys_now_then_op_and_id_per_lease() {
+    use crate::limiter::{LeaseChange, LeaseOp};
+    let op = |key: &str, id: &str, change| LeaseOp { key: key.into(), id: id.into(), change };
+    let ops = vec![
+        op("p:{a}:lease", "w1:7", LeaseChange::End),
+        op("p:{a}:lease", "w1:8", LeaseChange::Renew { ttl_ms: 30_000 }),
+        op("p:{a}:c:lease", "w1:8", LeaseChange::Renew { ttl_ms: 0 }),
+    ];
+    for (how, target, now, now_arg) in [
+        (Invocation::FCall, &limiter().lease_function, Some(1234), "1234"),
+        (Invocation::EvalSha, &limiter().lease_sha, None, ""),
+        (Invocation::Eval, &limiter().lease_body.to_string(), Some(0), "0"),
+    ] {
+        let mut out = b"before".to_vec();
+        encode_lease(&mut out, limiter(), how, &ops, now);
+        let text = arguments(out.strip_prefix(b"before").unwrap());
+        assert_eq!(&text[1], target);
+        let expected =
+            ["3", "p:{a}:lease", "p:{a}:lease", "p:{a}:c:lease", now_arg, "-", "w1:7", "+30000", "w1:8", "+0", "w1:8"];
+        assert_eq!(text[2..], expected);
+    }
+    let mut out = Vec::new();
+    encode_lease(&mut out, limiter(), Invocation::FCall, &[], Some(5));
+    assert_eq!(arguments(&out)[2..], ["0", "5"]);
 }

@@ -77,7 +77,10 @@ fn within_records(trace: &Trace, run: &Run, out: &mut Vec<String>) {
     let algorithm = trace.rule.algorithm;
     for ran in &run.store.ran {
         let now = match ran {
-            Ran::Decide { now_ms, .. } | Ran::Adjust { now_ms, .. } | Ran::Flush { now_ms, .. } => *now_ms,
+            Ran::Decide { now_ms, .. }
+            | Ran::Adjust { now_ms, .. }
+            | Ran::Flush { now_ms, .. }
+            | Ran::Lease { now_ms, .. } => *now_ms,
         };
         if now >= wiped {
             return;

@@ -112,6 +112,8 @@ impl Records {
                     }
                 }
             }
+            // Leases bound what is in flight, not what is recorded per period.
+            Ran::Lease { .. } => {}
         }
     }
 }

@@ -8,7 +8,10 @@ use crate::resp::Value;
 use crate::worker::calls::{Arrival, Call, CallId, Command, Pending, ShardId, PARKED};
 use crate::worker::cx::Cx;
 use crate::worker::host::{LeaseStat, Stat};
-use crate::worker::streams::discovery::Route;
+use crate::worker::streams::discovery::Route as Routed;
+
+/// Where a call goes: its shard and, in cluster mode, its slot.
+type Route = (ShardId, Option<u16>);
 
 impl Leases {
     /// Ends the leases of `checks` (one request's) in the store.
@@ -46,13 +49,13 @@ impl Leases {
 
     /// Queues `ops`, one call per shard and slot.
     fn send(&mut self, cx: &mut Cx<'_>, ops: Vec<(Check, LeaseChange)>, ends: bool, now_ms: u64) {
-        let mut groups: Vec<((ShardId, Option<u16>), Vec<(Check, LeaseChange)>)> = Vec::new();
+        let mut groups: Vec<(Route, Vec<(Check, LeaseChange)>)> = Vec::new();
         for (check, change) in ops {
             let (route, slot) = cx.streams.route(std::slice::from_ref(&check));
             let shard = match route {
-                Route::Shard(shard) if cx.streams.down(shard, now_ms).is_none() => shard,
-                Route::Parked => PARKED,
-                Route::Shard(_) | Route::Unserved(_) | Route::CrossSlot => {
+                Routed::Shard(shard) if cx.streams.down(shard, now_ms).is_none() => shard,
+                Routed::Parked => PARKED,
+                Routed::Shard(_) | Routed::Unserved(_) | Routed::CrossSlot => {
                     self.unsent(cx, check, change, now_ms);
                     continue;
                 }

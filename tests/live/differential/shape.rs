@@ -69,6 +69,7 @@ fn extra_charges_land_at_the_last_turn() {
                 Algorithm::SlidingLog | Algorithm::FixedWindow => vec![1_980; 5],
                 Algorithm::Gcra => vec![1_180, 1_380, 1_580, 1_780, 1_980],
                 Algorithm::SlidingWindow => vec![2_730, 2_980, 3_230, 3_480, 3_730],
+                Algorithm::Lease => panic!("not a shaping algorithm"),
             };
             assert_eq!(second, expected, "{path:?} {algorithm:?}");
             // A settlement of the last request, at its slot, higher.
@@ -124,6 +125,7 @@ fn named_cases_agree() {
                 }
                 Algorithm::Gcra => vec![0, 0, 0, 0, 0, 200, 400, 600, 800, 1_000],
                 Algorithm::SlidingWindow => vec![0, 0, 0, 0, 0, 1_200, 1_400, 1_600, 1_800, 2_000],
+                Algorithm::Lease => panic!("not a shaping algorithm"),
             };
             assert_eq!(delays, expected, "{path:?} {algorithm:?}");
             // The last one's client goes away: its slot comes back.

@@ -156,7 +156,7 @@ fn an_extra_charge_lands_at_the_buckets_last_turn() {
             Algorithm::Gcra => vec![1_180, 1_380, 1_580, 1_780, 1_980],
             // Window T + 2000 holds 1 + 2, the one before 4: 3 + 1 + 4 × (1000 - e) / 1000 <= 5 at e = 750.
             Algorithm::SlidingWindow => vec![2_730, 2_980, 3_230, 3_480, 3_730],
-            Algorithm::Lease => unreachable!("not a rule algorithm"),
+            Algorithm::Lease => panic!("not a rule algorithm"),
         };
         assert_eq!(second, expected, "{algorithm:?}: placed after the charge, not into a full window");
     }

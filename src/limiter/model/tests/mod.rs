@@ -1,8 +1,9 @@
 //! [`Model::decide`] on every algorithm, and the helpers; `adjust` in
-//! [`adjust`], `flush` in [`flush`].
+//! [`adjust`], `flush` in [`flush`], the lease sets in [`lease`].
 
 mod adjust;
 mod flush;
+mod lease;
 
 use super::*;
 use crate::testing::check;
