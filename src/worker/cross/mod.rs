@@ -17,16 +17,18 @@ pub(super) mod start;
 use crate::worker::counting::owed::Settlements;
 #[cfg(doc)]
 use crate::worker::cx::Cx;
+use crate::worker::leases::Leases;
 use crate::worker::shaping::Holding;
 use crate::worker::synced::Syncing;
 
 /// The rooms a request across slots informs, lent for one step: what its
 /// admission owes (its counting rules; under `failure_mode: local`, the
-/// synced buckets the store learns of), and its shaping.
+/// synced buckets the store learns of), its shaping, and its leases.
 pub(in crate::worker) struct Others<'a> {
     pub settlements: &'a mut Settlements,
     pub synced: &'a mut Syncing,
     pub holding: &'a mut Holding,
+    pub leases: &'a mut Leases,
 }
 
 /// The [`Others`] of worker `$w`: its rooms a crossing informs, borrowed
@@ -37,6 +39,7 @@ macro_rules! others {
             settlements: &mut $w.settlements,
             synced: &mut $w.synced,
             holding: &mut $w.holding,
+            leases: &mut $w.leases,
         }
     };
 }

@@ -285,6 +285,9 @@ impl Crossings {
         let (arrival_ms, headers) = (c.arrival.request_ms, c.headers.clone());
         // Several calls decided it: no one round trip.
         let verdict = rule::rule_decided(cx, o.settlements, id, &checks, &decision, arrival_ms, &headers, None);
+        if o.leases.active() {
+            o.leases.decided(cx, id, decision.allowed);
+        }
         if decision.allowed {
             // Each group recorded at its own time.
             self.keep_records(cx, o, id);

@@ -55,7 +55,7 @@ pub struct Denial {
 pub struct Ruling {
     /// `(rule index, outcome)` per check, in check order.
     pub rules: Vec<(usize, RuleOutcome)>,
-    /// Enforced buckets that denied.
+    /// Enforced buckets that denied (but lease sets).
     pub denials: Vec<Denial>,
     pub action: Action,
 }
@@ -84,6 +84,10 @@ pub fn respond(config: &Config, checks: &[Check], decision: &Decision, arrival_m
         };
         if outcome == RuleOutcome::Denied {
             enforced_denial = true;
+        }
+        // A lease set's denial is never remembered: any request that ends
+        // frees a lease.
+        if outcome == RuleOutcome::Denied && check.algorithm != Algorithm::Lease {
             denials.push(Denial {
                 key: check.key.clone(),
                 // Counted from the request's arrival, never later than the
@@ -121,13 +125,9 @@ pub fn cap_denials(denials: &mut [Denial], arrival_ms: u64) {
 }
 
 /// Whether the store's denial of `key` may be remembered: not when the
-/// request's reservation varies (another request's smaller one may fit),
-/// nor a lease set's (any request that ends frees a lease).
+/// request's reservation varies (another request's smaller one may fit).
 pub fn cacheable(config: &Config, checks: &[Check], key: &str) -> bool {
     let check = checks.iter().find(|c| c.key == key);
-    if check.is_some_and(|c| c.algorithm == Algorithm::Lease) {
-        return false;
-    }
     let reserve = check.and_then(|c| config.rules.get(c.rule)).and_then(|r| r.count.as_ref()?.reserve.as_ref());
     !matches!(reserve, Some(Reserve::Header { .. } | Reserve::Body { .. }))
 }

@@ -32,6 +32,18 @@ struct Lease {
     checks: Vec<Check>,
     /// When it was asked for or last renewed (proxy clock).
     renewed_ms: u64,
+    /// The store said it admitted the request (else its call failed: the
+    /// lease may or may not be there).
+    confirmed: bool,
+}
+
+/// What a `lease` call carries: renewals, or ends, `confirmed` per op
+/// (an end of a lease the store never said it took is not counted as
+/// expired when the store finds none).
+#[derive(Debug)]
+enum Carried {
+    Renewals,
+    Ends { confirmed: Vec<bool> },
 }
 
 /// An end that failed, sent again at the next renewal until its lease
@@ -40,6 +52,7 @@ struct Lease {
 struct Retry {
     check: Check,
     until_ms: u64,
+    confirmed: bool,
 }
 
 /// The leases of one worker's requests.
@@ -54,8 +67,8 @@ pub(in crate::worker) struct Leases {
     by_request: HashMap<u32, Lease>,
     /// Ends to send again.
     retries: Vec<Retry>,
-    /// `lease` calls on their way: what each carries (`true`: ends).
-    calls: BTreeMap<u32, bool>,
+    /// `lease` calls on their way: what each carries.
+    calls: BTreeMap<u32, Carried>,
     next_call: u32,
     /// How often leases are looked at for renewal: a third of the shortest
     /// lease TTL.
@@ -102,14 +115,15 @@ impl Leases {
             check.lease = Some(Rc::clone(&lease));
             held.push(check.clone());
         }
-        self.by_request.insert(id, Lease { checks: held, renewed_ms: now_ms });
+        self.by_request.insert(id, Lease { checks: held, renewed_ms: now_ms, confirmed: false });
     }
 
     /// The store decided request `id`: admitted, its lease is held (and
     /// counted); denied, the store recorded none.
     pub fn decided(&mut self, cx: &mut Cx<'_>, id: u32, allowed: bool) {
         if allowed {
-            if self.by_request.contains_key(&id) {
+            if let Some(lease) = self.by_request.get_mut(&id) {
+                lease.confirmed = true;
                 cx.host.count(Stat::Lease(LeaseStat::Taken), 1);
             }
         } else {
@@ -123,6 +137,6 @@ impl Leases {
         let Some(lease) = self.by_request.remove(&id) else { return };
         let local = lease.checks.iter().filter(|c| cx.local.release(c)).count() as u64;
         cx.host.count(Stat::Lease(LeaseStat::Released), local);
-        self.end(cx, lease.checks, now_ms);
+        self.end(cx, lease.checks, lease.confirmed, now_ms);
     }
 }

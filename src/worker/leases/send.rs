@@ -1,7 +1,7 @@
 //! The `lease` calls: ends and renewals, one call per shard and slot, and
 //! what their replies say.
 
-use super::{Leases, Retry};
+use super::{Carried, Leases, Retry};
 use crate::limiter::reply::parse_lease;
 use crate::limiter::{Check, LeaseChange, LeaseOp};
 use crate::resp::Value;
@@ -13,11 +13,16 @@ use crate::worker::streams::discovery::Route as Routed;
 /// Where a call goes: its shard and, in cluster mode, its slot.
 type Route = (ShardId, Option<u16>);
 
+/// One lease's op: its check, what happens to it, whether the store said
+/// it took it.
+type Op = (Check, LeaseChange, bool);
+
 impl Leases {
-    /// Ends the leases of `checks` (one request's) in the store.
-    pub(super) fn end(&mut self, cx: &mut Cx<'_>, checks: Vec<Check>, now_ms: u64) {
-        let ops = checks.into_iter().map(|c| (c, LeaseChange::End)).collect();
-        self.send(cx, ops, true, now_ms);
+    /// Ends the leases of `checks` (one request's) in the store;
+    /// `confirmed`: the store said it took them.
+    pub(super) fn end(&mut self, cx: &mut Cx<'_>, checks: Vec<Check>, confirmed: bool, now_ms: u64) {
+        let ops = checks.into_iter().map(|c| (c, LeaseChange::End, confirmed)).collect();
+        self.send(cx, ops, now_ms);
     }
 
     /// Renews the leases due (held a third of their TTL since they were
@@ -33,41 +38,50 @@ impl Leases {
             let ttl = lease.checks.iter().map(ttl_ms).min().unwrap_or(0);
             if now_ms.saturating_sub(lease.renewed_ms) >= ttl / 3 {
                 lease.renewed_ms = now_ms;
-                renewals.extend(lease.checks.iter().map(|c| (c.clone(), LeaseChange::Renew { ttl_ms: ttl_ms(c) })));
+                let renew = |c: &Check| (c.clone(), LeaseChange::Renew { ttl_ms: ttl_ms(c) }, true);
+                renewals.extend(lease.checks.iter().map(renew));
             }
         }
         if !renewals.is_empty() {
-            self.send(cx, renewals, false, now_ms);
+            self.send(cx, renewals, now_ms);
         }
         let retries = std::mem::take(&mut self.retries);
-        let ends: Vec<_> =
-            retries.into_iter().filter(|r| now_ms < r.until_ms).map(|r| (r.check, LeaseChange::End)).collect();
+        let ends: Vec<_> = retries
+            .into_iter()
+            .filter(|r| now_ms < r.until_ms)
+            .map(|r| (r.check, LeaseChange::End, r.confirmed))
+            .collect();
         if !ends.is_empty() {
-            self.send(cx, ends, true, now_ms);
+            self.send(cx, ends, now_ms);
         }
     }
 
-    /// Queues `ops`, one call per shard and slot.
-    fn send(&mut self, cx: &mut Cx<'_>, ops: Vec<(Check, LeaseChange)>, ends: bool, now_ms: u64) {
-        let mut groups: Vec<(Route, Vec<(Check, LeaseChange)>)> = Vec::new();
-        for (check, change) in ops {
+    /// Queues `ops` (each with whether its lease is confirmed), one call
+    /// per shard and slot.
+    fn send(&mut self, cx: &mut Cx<'_>, ops: Vec<Op>, now_ms: u64) {
+        let mut groups: Vec<(Route, Vec<Op>)> = Vec::new();
+        for (check, change, confirmed) in ops {
             let (route, slot) = cx.streams.route(std::slice::from_ref(&check));
             let shard = match route {
                 Routed::Shard(shard) if cx.streams.down(shard, now_ms).is_none() => shard,
                 Routed::Parked => PARKED,
                 Routed::Shard(_) | Routed::Unserved(_) | Routed::CrossSlot => {
-                    self.unsent(cx, check, change, now_ms);
+                    self.unsent(cx, (check, change, confirmed), now_ms);
                     continue;
                 }
             };
             match groups.iter_mut().find(|(to, _)| *to == (shard, slot)) {
-                Some((_, group)) => group.push((check, change)),
-                None => groups.push(((shard, slot), vec![(check, change)])),
+                Some((_, group)) => group.push((check, change, confirmed)),
+                None => groups.push(((shard, slot), vec![(check, change, confirmed)])),
             }
         }
         for ((shard, slot), group) in groups {
-            let ops = group.iter().map(|(c, change)| op(c, *change)).collect();
-            let checks = group.into_iter().map(|(c, _)| c).collect();
+            let ops = group.iter().map(|(c, change, _)| op(c, *change)).collect();
+            let carried = match group.first() {
+                Some((_, LeaseChange::End, _)) => Carried::Ends { confirmed: group.iter().map(|o| o.2).collect() },
+                _ => Carried::Renewals,
+            };
+            let checks = group.into_iter().map(|(c, _, _)| c).collect();
             let pending = Pending {
                 checks,
                 arrival: Arrival::new(None, now_ms),
@@ -82,17 +96,17 @@ impl Leases {
                 call: Call::Lease,
             };
             self.next_call = self.next_call.wrapping_add(1);
-            self.calls.insert(self.next_call, ends);
+            self.calls.insert(self.next_call, carried);
             cx.streams.push(CallId::Lease(self.next_call), pending);
         }
     }
 
     /// An op that could not be sent (no store): an end is sent again later.
-    fn unsent(&mut self, cx: &mut Cx<'_>, check: Check, change: LeaseChange, now_ms: u64) {
+    fn unsent(&mut self, cx: &mut Cx<'_>, (check, change, confirmed): Op, now_ms: u64) {
         cx.host.count(Stat::Lease(LeaseStat::Failed), 1);
         if change == LeaseChange::End {
             let until_ms = now_ms.saturating_add(ttl_ms(&check));
-            self.retries.push(Retry { check, until_ms });
+            self.retries.push(Retry { check, until_ms, confirmed });
         }
     }
 
@@ -103,11 +117,23 @@ impl Leases {
         match parse_lease(value, ops) {
             Ok(reply) => {
                 let CallId::Lease(n) = id else { return };
-                let ends = self.calls.remove(&n).unwrap_or(false);
-                let live = reply.live.iter().filter(|&&l| l).count() as u64;
-                let stat = if ends { LeaseStat::Released } else { LeaseStat::Renewed };
+                let (mut live, mut expired) = (0, 0);
+                let stat = match self.calls.remove(&n) {
+                    Some(Carried::Ends { confirmed }) => {
+                        for (&was, confirmed) in reply.live.iter().zip(confirmed) {
+                            live += u64::from(was);
+                            expired += u64::from(!was && confirmed);
+                        }
+                        LeaseStat::Released
+                    }
+                    Some(Carried::Renewals) | None => {
+                        live = reply.live.iter().filter(|&&l| l).count() as u64;
+                        expired = reply.live.len() as u64 - live;
+                        LeaseStat::Renewed
+                    }
+                };
                 cx.host.count(Stat::Lease(stat), live);
-                cx.host.count(Stat::Lease(LeaseStat::Expired), reply.live.len() as u64 - live);
+                cx.host.count(Stat::Lease(LeaseStat::Expired), expired);
             }
             Err(_) => self.failed(cx, id, p, now_ms),
         }
@@ -117,12 +143,12 @@ impl Leases {
     /// again at the next renewal; its renewals are due again then.
     pub fn failed(&mut self, cx: &mut Cx<'_>, id: CallId, p: Pending, now_ms: u64) {
         let CallId::Lease(n) = id else { return };
-        let ends = self.calls.remove(&n).unwrap_or(false);
+        let carried = self.calls.remove(&n);
         cx.host.count(Stat::Lease(LeaseStat::Failed), p.checks.len() as u64);
-        if ends {
-            for check in p.checks {
+        if let Some(Carried::Ends { confirmed }) = carried {
+            for (check, confirmed) in p.checks.into_iter().zip(confirmed) {
                 let until_ms = now_ms.saturating_add(ttl_ms(&check));
-                self.retries.push(Retry { check, until_ms });
+                self.retries.push(Retry { check, until_ms, confirmed });
             }
         } else {
             // Due at the next renewal step.
