@@ -116,16 +116,25 @@ fn main() {
         open.push(stream);
     }
     demo.leases();
+    let held = demo.valkey.int(&["ZCARD", LEASES]);
+    let errors = demo.envoy.stat("wasmcustom.tollgate.store.errors").unwrap_or(0);
+    assert_eq!(
+        held, 2,
+        "2 streams admitted but {held} leases taken ({errors} store errors): the limit is not enforced"
+    );
 
     let sent = Instant::now();
     let third = demo.complete("third", 10, true).finish().unwrap();
     demo.show("a 3rd, while both stream (refused at once, never queued)", &third, sent.elapsed());
     assert_eq!(third.status, 429, "the 3rd is refused");
 
+    // Both stream on; stream-1 ends once its client has read 4 events.
+    let events = |raw: &[u8]| raw.windows(7).filter(|w| w == b"\"delta\"").count();
+    open[0].read_until(|raw| events(raw) >= 4).unwrap();
     demo.slow.release("stream-1");
     let first = open.remove(0).finish().unwrap();
-    let events = first.body_text().matches("data: ").count();
-    println!("{:>6} ms  stream-1 ends: {events} events, the last with its usage (120 tokens)", demo.ms());
+    let deltas = first.body_text().matches("delta").count();
+    println!("{:>6} ms  stream-1 ends: {deltas} deltas, then its usage event (120 tokens) and [DONE]", demo.ms());
     demo.until_leases(1);
     demo.leases();
 

@@ -352,6 +352,18 @@ impl Call {
         Ok(Response { status, headers, body: Vec::new() })
     }
 
+    /// Reads on until `seen` holds of everything read so far (head and
+    /// body as they came, chunk framing included), e.g. until an event
+    /// stream has sent some events.
+    pub fn read_until(&mut self, seen: impl Fn(&[u8]) -> bool) -> std::io::Result<()> {
+        while !seen(&self.raw) {
+            if self.more()? == 0 {
+                return Err(std::io::Error::new(ErrorKind::UnexpectedEof, "closed"));
+            }
+        }
+        Ok(())
+    }
+
     /// The whole response, complete by its framing (or at the end).
     pub fn finish(mut self) -> std::io::Result<Response> {
         loop {
