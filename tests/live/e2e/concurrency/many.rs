@@ -33,7 +33,7 @@ fn two_envoys_admit_three_at_once_and_refuse_the_rest_at_once() {
     let config = config("3");
     let (a, b) = (start(&valkey, &slow, &config), start(&valkey, &slow, &config));
     let ports = [a.port, b.port];
-    let next = Arc::new(AtomicUsize::new(0));
+    let (next, began) = (Arc::new(AtomicUsize::new(0)), Instant::now());
     let answers: Arc<Mutex<Vec<Answer>>> = Arc::default();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|_| {
@@ -56,6 +56,7 @@ fn two_envoys_admit_three_at_once_and_refuse_the_rest_at_once() {
     let all_but_3 = support::poll_until(Duration::from_secs(60), || answered() >= REQUESTS - 3);
     assert!(all_but_3, "{} answered in 60 s, {} in flight at the upstream", answered(), slow.in_flight());
     let released_at = Instant::now();
+    let took = released_at - began;
     let held_leases = leases(&valkey);
     let (in_flight, starts) = (slow.in_flight(), slow.count(Mark::Start));
     let (stored, logged) = (held_leases.len(), valkey.int(&["ZCARD", &log_key()]));
@@ -69,8 +70,8 @@ fn two_envoys_admit_three_at_once_and_refuse_the_rest_at_once() {
     let refused: Vec<&Answer> = answers.iter().filter(|a| status(a) == 429).collect();
     let admitted: Vec<&Answer> = answers.iter().filter(|a| status(a) == 200).collect();
     println!(
-        "{REQUESTS} requests: {} admitted, {} refused ({early} answered before the release), upstream max in \
-         flight {}, lease set {stored} while held: {held_leases:?}",
+        "{REQUESTS} requests: {} admitted, {} refused ({early} answered in {took:?}, before the release), upstream \
+         max in flight {}, lease set {stored} while held: {held_leases:?}",
         admitted.len(),
         refused.len(),
         slow.max_in_flight()

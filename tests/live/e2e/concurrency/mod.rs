@@ -4,13 +4,15 @@
 //! in flight per key across two Envoys of two workers, every other refused
 //! at once; a killed Envoy's leases expire within their TTL; an event
 //! stream longer than its lease TTL keeps its lease (renewed) and frees it
-//! at its end; a client that leaves frees its lease. The lease set is read
+//! at its end; a client that leaves frees its lease; a rule counted on the
+//! response takes its leases too. The lease set is read
 //! from Valkey (`<prefix>:{<rule>:<key>}:lease`, score = expiry ms).
 //!
 //! Timing is asserted as order (answered before the held ones were
 //! released, gone before the last expiry seen) and lower bounds (admitted
 //! no earlier than the expiry); an upper bound only as a hang detector.
 
+mod counted;
 mod killed;
 mod many;
 mod streams;
