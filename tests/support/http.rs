@@ -131,7 +131,7 @@ pub fn read_response(stream: &mut TcpStream) -> std::io::Result<Response> {
 }
 
 /// The response if `raw` holds all of it according to its framing.
-fn complete_response(raw: &[u8]) -> Option<Response> {
+pub fn complete_response(raw: &[u8]) -> Option<Response> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..end]).ok()?.to_ascii_lowercase();
     let body = &raw[end + 4..];

@@ -21,6 +21,7 @@ pub mod plugin;
 pub mod props;
 pub mod sentinel;
 pub mod shaping;
+pub mod slow;
 mod stats;
 pub mod timeline;
 pub mod tls;

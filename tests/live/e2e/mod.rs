@@ -1,8 +1,9 @@
-//! End to end through a real Envoy and Valkey: rules, algorithms, the stream and cache, logins, token budgets, what a killed store leaves charged.
+//! End to end through a real Envoy and Valkey: rules, algorithms, the stream and cache, logins, token budgets, what a killed store leaves charged, concurrency limits.
 
 mod algorithms;
 mod basics;
 mod charges;
+mod concurrency;
 mod fast;
 mod logins;
 mod rules;
