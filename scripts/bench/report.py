@@ -6,7 +6,7 @@ written by hand)."""
 import os
 import platform
 
-from . import charts, cluster, sync
+from . import charts, cluster, concurrency, sync
 from .common import DURATION, ROOT, WASM
 from .flood import FLOOD_CONNECTIONS
 
@@ -55,7 +55,8 @@ def baseline_targets(results, baseline):
     return out
 
 
-def write_report(results, profiles, flooded, costs=None, clustered=None, synced=None, baseline=None):
+def write_report(results, profiles, flooded, costs=None, clustered=None, synced=None, baseline=None,
+                 concurrent=None):
     ref = baseline[0] if baseline else None
     synced = synced or {}
     extra_rps = f" baseline {ref} req/s | ÷ baseline | baseline p50 ms |" if ref else ""
@@ -174,6 +175,8 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
                             " — | — |" if base_costs else ""))
     if clustered:
         lines += cluster.cluster_report(clustered)
+    if concurrent:
+        lines += [""] + concurrency.report(concurrent)
     for name, prof in profiles.items():
         lines += ["", f"## Profile: {name}, 64 connections", "",
                   "Envoy's CPU samples by where they ran (`perf record -e cpu-clock`, software clock):", "",

@@ -27,6 +27,10 @@ Cases:
                          admitted), and the same denied by one rule (two calls
                          and an undo); Valkey CPU per call on each master
                          (scripts/bench/cluster.py)
+  concurrency            the admitted rule with a concurrency limit against it
+                         with windows only, both Envoys in the same rounds,
+                         each alone in turns; store calls per message, leases
+                         taken and released (scripts/bench/concurrency.py)
 
 With perf available, the allowed path at 64 connections is also profiled
 (software clock, by DSO: Envoy's C++, the V8-compiled module, the kernel).
@@ -49,7 +53,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import cluster, flood, report, sync, together, variants
+from . import cluster, concurrency, flood, report, sync, together, variants
 from .common import (CONNECTIONS, DURATION, ENVOY, ROOT, WASM, admin_stat, counting, cpu_seconds,
                      free_port, render, resp, valkey_server, valkey_stats, wait_port, wrk)
 
@@ -233,8 +237,9 @@ def main(baseline=None):
             against=baseline_wasm if case == "admitted" else None))
     synced["baseline"] = baseline
     clustered = cluster.cluster_bench(workdir)
+    concurrent = concurrency.measure()
     report.write_report(results, profiles, flooded, costs, clustered, synced,
-                        (baseline, baselines, baseline_costs))
+                        (baseline, baselines, baseline_costs), concurrent)
 
 
 if __name__ == "__main__":
