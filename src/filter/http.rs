@@ -84,7 +84,13 @@ impl Drop for Http {
             tally::count_request_done();
             let Some(l) = self.seen() else { return };
             let id = self.id;
-            l.with(id, |w, host| w.on_gone(host, id, now_ms()));
+            // Ending leases takes a VM entry (its calls go out in it);
+            // any other request's end touches no host.
+            if l.worker.try_borrow().is_ok_and(|w| w.holds_leases(id)) {
+                l.with(id, |w, host| w.on_gone(host, id, now_ms()));
+            } else if let Ok(mut worker) = l.worker.try_borrow_mut() {
+                worker.on_gone_unleased(id);
+            }
         })
     }
 }

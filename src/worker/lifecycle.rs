@@ -337,16 +337,23 @@ impl Worker {
     /// Gone: the request's context is gone (client reset, or done), at any
     /// state; its leases end now (their calls go out in this entry).
     pub fn on_gone(&mut self, host: &mut dyn Host, id: u32, now_ms: u64) {
-        self.gone(id);
-        if self.leases.active() {
+        self.on_gone_unleased(id);
+        if self.leases.holds(id) {
             self.begin(host, true);
             self.leases.gone(cx!(self, host), id, now_ms);
             self.finish(host, Entry::Request, now_ms);
         }
     }
 
-    /// [`Worker::on_gone`] but the leases.
-    fn gone(&mut self, id: u32) {
+    /// Whether request `id` holds leases: its [`Worker::on_gone`] sends
+    /// their ends, in a VM entry of its own (else
+    /// [`Worker::on_gone_unleased`] is all it needs, no host).
+    pub fn holds_leases(&self, id: u32) -> bool {
+        self.leases.holds(id)
+    }
+
+    /// [`Worker::on_gone`] of a request that holds no lease.
+    pub fn on_gone_unleased(&mut self, id: u32) {
         self.crossings.gone(&mut self.streams, id);
         let sent = self.streams.withdraw(CallId::Request(id));
         if self.holding.active() {

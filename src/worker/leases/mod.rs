@@ -97,6 +97,12 @@ impl Leases {
         self.active
     }
 
+    /// Whether request `id` holds leases (it was given a lease id and the
+    /// store did not deny it).
+    pub fn holds(&self, id: u32) -> bool {
+        self.active && self.by_request.contains_key(&id)
+    }
+
     /// The tick the renewals need, while any lease is held.
     pub fn tick(&self) -> Option<Duration> {
         (!self.by_request.is_empty() || !self.retries.is_empty()).then(|| Duration::from_millis(self.interval_ms))
