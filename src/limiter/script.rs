@@ -1,5 +1,5 @@
 //! The store-side half of the limiter: the Lua code, built once, and the
-//! encoding of [`Check`]s, [`Adjustment`]s, [`Flush`]es and [`LeaseOp`]s
+//! encoding of [`Check`]s, [`super::Adjustment`]s, [`super::Flush`]es and [`super::LeaseOp`]s
 //! into its KEYS/ARGV contracts (stated in the header comments of
 //! `prelude.lua`, `adjust.lua`, `flush.lua` and `lease_ops.lua`; the replies
 //! are parsed by [`super::reply::parse`], [`super::reply::parse_flush`] and
@@ -72,10 +72,12 @@
 //! (their decisions need nothing more). Redis 6
 //! answers `FUNCTION LOAD` with `ERR unknown command`: use the script there.
 
-use super::{Adjustment, Algorithm, Check, Flush, LeaseChange, LeaseOp, Window, ADJUST_MAX};
-use crate::key::SYNCERS_SUFFIX;
+use super::{Algorithm, Check, Window};
 use crate::resp::{encode_command, CommandWriter, Value};
 use std::sync::OnceLock;
+
+mod entries;
+pub use entries::{encode_adjust, encode_flush, encode_lease};
 
 /// The limiter's code, as scripts and as a function library.
 #[derive(Debug)]
@@ -270,109 +272,6 @@ fn invoked<'a>(how: Invocation, (sha, body, function): (&'a str, &'a str, &'a st
         Invocation::EvalSha => (b"EVALSHA", sha.as_bytes()),
         Invocation::Eval => (b"EVAL", body.as_bytes()),
         Invocation::FCall => (b"FCALL", function.as_bytes()),
-    }
-}
-
-/// Appends one `EVALSHA`/`EVAL`/`FCALL` command of `adjust` (contract in
-/// `adjust.lua`): every adjustment at once, for decisions made at `at_ms`
-/// on the store's clock (a decision's reply says it). `now_ms` as for
-/// [`encode_call`].
-pub fn encode_adjust(
-    out: &mut Vec<u8>,
-    script: &Script,
-    how: Invocation,
-    adjustments: &[Adjustment],
-    at_ms: u64,
-    now_ms: Option<u64>,
-) {
-    let (verb, target) = invoked(how, (&script.adjust_sha, script.adjust_body, &script.adjust_function));
-    let windows: usize = adjustments.iter().map(|a| a.check.windows.len()).sum();
-    let args = 5 + adjustments.len() * 5 + windows * 2;
-    out.reserve(
-        target.len()
-            + 96
-            + adjustments.iter().map(|a| a.check.key.len() + 72 + lease_len(&a.check)).sum::<usize>()
-            + windows * 48,
-    );
-    let mut w = CommandWriter::new(out, args);
-    w.bulk(verb);
-    w.bulk(target);
-    w.decimal(b"", adjustments.len() as u64);
-    for a in adjustments {
-        w.bulk(a.check.key.as_bytes());
-    }
-    now(&mut w, now_ms);
-    w.decimal(b"", at_ms);
-    for a in adjustments {
-        write_algorithm(&mut w, &a.check);
-        w.decimal(b"", a.from.min(ADJUST_MAX));
-        w.decimal(b"", a.to.min(ADJUST_MAX));
-        write_windows(&mut w, &a.check.windows);
-    }
-}
-
-/// Appends one `EVALSHA`/`EVAL`/`FCALL` command of `flush` (contract in
-/// `flush.lua`): KEYS are the entries' keys, then their syncer sets
-/// ([`crate::key::syncers_key`]), then [`Flush::token_key`]. Units beyond
-/// [`ADJUST_MAX`] are sent as [`ADJUST_MAX`]. `now_ms` as for [`encode_call`].
-pub fn encode_flush(out: &mut Vec<u8>, script: &Script, how: Invocation, flush: &Flush, now_ms: Option<u64>) {
-    let (verb, target) = invoked(how, (&script.flush_sha, script.flush_body, &script.flush_function));
-    let entries = &flush.entries;
-    let windows: usize = entries.iter().map(|e| e.check.windows.len()).sum();
-    let args = 8 + entries.len() * 5 + windows * 2;
-    out.reserve(
-        target.len()
-            + 128
-            + flush.token_key.len()
-            + flush.token.len()
-            + flush.syncer.len()
-            + entries.iter().map(|e| 2 * e.check.key.len() + 80).sum::<usize>()
-            + windows * 48,
-    );
-    let mut w = CommandWriter::new(out, args);
-    w.bulk(verb);
-    w.bulk(target);
-    w.decimal(b"", (2 * entries.len() + 1) as u64);
-    for e in entries {
-        w.bulk(e.check.key.as_bytes());
-    }
-    for e in entries {
-        w.bulk_joined(&[e.check.key.as_bytes(), SYNCERS_SUFFIX.as_bytes()]);
-    }
-    w.bulk(flush.token_key.as_bytes());
-    now(&mut w, now_ms);
-    w.bulk(flush.token.as_bytes());
-    w.bulk(flush.syncer.as_bytes());
-    w.decimal(b"", flush.horizon_ms);
-    for e in entries {
-        w.bulk(e.check.algorithm.id().as_bytes());
-        w.decimal(b"", e.units.min(ADJUST_MAX));
-        write_windows(&mut w, &e.check.windows);
-    }
-}
-
-/// Appends one `EVALSHA`/`EVAL`/`FCALL` command of `lease` (contract in
-/// `lease_ops.lua`): KEYS are the ops' keys (one hash slot; a key may
-/// repeat), then per op `-` (end) or `+<ttl_ms>` (renew) and its id. The
-/// reply: [`super::reply::parse_lease`]. `now_ms` as for [`encode_call`].
-pub fn encode_lease(out: &mut Vec<u8>, script: &Script, how: Invocation, ops: &[LeaseOp], now_ms: Option<u64>) {
-    let (verb, target) = invoked(how, (&script.lease_sha, script.lease_body, &script.lease_function));
-    let args = 4 + ops.len() * 3;
-    out.reserve(target.len() + 64 + ops.iter().map(|op| op.key.len() + op.id.len() + 48).sum::<usize>());
-    let mut w = CommandWriter::new(out, args);
-    w.bulk(verb);
-    w.bulk(target);
-    w.decimal(b"", ops.len() as u64);
-    for op in ops {
-        w.bulk(op.key.as_bytes());
-    }
-    now(&mut w, now_ms);
-    for op in ops {
-        match op.change {
-            LeaseChange::End => w.bulk(b"-"),
-            LeaseChange::Renew { ttl_ms } => w.decimal(b"+", ttl_ms),
-        }
-        w.bulk(op.id.as_bytes());
     }
 }
 
