@@ -37,7 +37,7 @@ use crate::worker::request::fail::{self, Failing};
 use crate::worker::request::rule::{self, answer_now};
 use crate::worker::shaping;
 use crate::worker::streams::discovery::Route;
-use crate::worker::{Entry, Worker};
+use crate::worker::{Entry, Worker, TICK};
 
 impl Worker {
     /// A request's headers arrived (its own callback): plan it, and decide
@@ -339,9 +339,13 @@ impl Worker {
     pub fn on_gone(&mut self, host: &mut dyn Host, id: u32, now_ms: u64) {
         self.on_gone_unleased(id);
         if self.leases.holds(id) {
-            self.begin(host, true);
             self.leases.gone(cx!(self, host), id, now_ms);
-            self.finish(host, Entry::Request, now_ms);
+            // The ends go out with the next entry's pump: under load at
+            // once, with other calls; else at the tick, made short here.
+            if self.tick.is_zero() || self.tick > TICK {
+                host.set_tick(TICK);
+                self.tick = TICK;
+            }
         }
     }
 

@@ -34,6 +34,7 @@ fn across_slots_every_lease_set_must_have_room_and_a_denial_keeps_no_lease() {
     assert_eq!(leases(&rig, "b", &user), 1, "b's lease of the denied request was taken back");
     rig.gone(second);
     rig.gone(first);
+    rig.tick(5);
     rig.run_until_quiet();
     assert_eq!((leases(&rig, "a", &user), leases(&rig, "b", &user)), (0, 0), "the end reached both slots");
     assert_eq!(rig.host.count(Stat::Lease(LeaseStat::Released)), 2);

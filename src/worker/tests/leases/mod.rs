@@ -6,7 +6,7 @@ mod cluster;
 
 use crate::testing::{plugin, rule, Plugin};
 use crate::worker::tests::rig::fake::Rig;
-use crate::worker::{Flow, LeaseStat, Stat};
+use crate::worker::{Flow, LeaseStat, Stat, TICK};
 
 /// At most `n` of alice's requests in flight (TTL `ttl`), and 100 per minute.
 fn limited(n: u64, ttl: &str) -> Plugin {
@@ -45,6 +45,8 @@ fn three_in_flight_the_rest_denied_and_an_end_frees_one() {
     // The denied ones end nothing; an admitted one's end frees its lease.
     rig.gone(ids[4]);
     rig.gone(ids[0]);
+    assert_eq!(rig.host.tick, TICK, "the end goes out at the next entry, at the latest the tick");
+    rig.tick(5);
     rig.run_until_quiet();
     assert_eq!(lease_count(&rig), 2);
     assert_eq!(rig.host.count(Stat::Lease(LeaseStat::Released)), 1);
@@ -73,6 +75,7 @@ fn a_long_request_keeps_its_lease_by_renewal_and_its_end_frees_it() {
     assert!(renewed >= 6, "renewed every third of its TTL: {renewed}");
     assert!(rig.store.model.leases(LEASES)[0].1 >= first_expiry + 2_000, "its expiry moved on");
     rig.gone(long[0]);
+    rig.tick(5);
     rig.run_until_quiet();
     assert_eq!(lease_count(&rig), 0, "its end frees it at once");
     let next = requests(&mut rig, 1);
@@ -88,6 +91,7 @@ fn a_client_that_leaves_while_its_call_is_out_ends_its_lease_when_the_reply_land
     rig.wake();
     // Its call is on the stream; the client leaves before the reply.
     rig.gone(id);
+    rig.tick(5);
     rig.run_until_quiet();
     assert_eq!(lease_count(&rig), 0, "the lease the store recorded was ended");
     let next = requests(&mut rig, 1);
