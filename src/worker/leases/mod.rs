@@ -4,11 +4,12 @@
 //! records the lease in the same atomic call as the windows. The lease
 //! ends when the request is gone (its response ended, its client left,
 //! its stream reset, it failed): one `lease` call per request and slot,
-//! batched on the stream with the other calls. While the request goes on,
-//! its lease is renewed every third of its TTL, one call per slot for all
-//! the worker's leases due ([`Leases::renew_step`]). A lease the store
-//! never recorded (denied, never sent) is never ended; one whose fate is
-//! unknown (a failed call) is ended anyway: ending is idempotent.
+//! queued at once and sent with the worker's next entry, batched on the
+//! stream with the other calls. While the request goes on, its lease is
+//! renewed every third of its TTL, one call per slot for all the worker's
+//! leases due ([`Leases::renew_step`]). A lease the store denied is never
+//! ended; any other is (its call may have run, or be on its way: ending
+//! is idempotent, and goes after the decision on the same stream).
 //!
 //! Under `failure_mode: local` a lease admitted by the local limiter is a
 //! count of this worker's ([`crate::worker::local`]), given back there
