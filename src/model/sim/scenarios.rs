@@ -8,7 +8,7 @@ use crate::limiter::Algorithm;
 use crate::worker::{ShapeStat, Stat};
 
 fn request(at: u64, proxy: usize) -> (u64, Input) {
-    (at, Input::Request { proxy, worker: 0, key: 0, leave: Leave::Never, used: 1 })
+    (at, Input::Request { proxy, worker: 0, key: 0, leave: Leave::Never, used: 1, upstream_ms: None })
 }
 
 /// A trace of `rule` on `proxies` of one worker each (their sync
@@ -22,7 +22,7 @@ fn trace(seed: u64, rule: Rule, intervals: &[Option<u64>], mut inputs: Vec<(u64,
 
 /// A synced rule of one window.
 fn synced(algorithm: Algorithm, limit: u64, period_ms: u64) -> Rule {
-    Rule { algorithm, windows: vec![(limit, period_ms)], mode: Mode::Synced, count: None }
+    Rule { algorithm, windows: vec![(limit, period_ms)], mode: Mode::Synced, count: None, concurrency: None }
 }
 
 /// Six synced proxies (interval 100 ms), `fixed_window` 100 per
@@ -96,8 +96,17 @@ fn a_shaped_request_whose_client_leaves_while_its_call_is_with_the_store() {
     let shape = Mode::Shaped { max_delay_ms: 5_000, max_waiting: 1_024 };
     let mut inputs: Vec<(u64, Input)> = (0..10).map(|i| request(i, 0)).collect();
     inputs.push((100, Input::Pause { ms: 600 }));
-    inputs.push((110, Input::Request { proxy: 0, worker: 0, key: 0, leave: Leave::After(100), used: 1 }));
-    let rule = Rule { algorithm: Algorithm::SlidingLog, windows: vec![(5, 1_000)], mode: shape, count: None };
+    inputs.push((
+        110,
+        Input::Request { proxy: 0, worker: 0, key: 0, leave: Leave::After(100), used: 1, upstream_ms: None },
+    ));
+    let rule = Rule {
+        algorithm: Algorithm::SlidingLog,
+        windows: vec![(5, 1_000)],
+        mode: shape,
+        count: None,
+        concurrency: None,
+    };
     let trace = Trace { timeout_ms: 2_000, ..trace(3, rule, &[None], inputs, 3_000) };
     let r = run(&trace).unwrap();
     let key = "tollgate:{api:u0}:log";
