@@ -340,6 +340,7 @@ impl<'t> World<'t> {
             if let Some(s) = self.streams.get_mut(&(node, token)) {
                 s.dead = true;
             }
+            self.run.leases.lost(node, self.now);
             return self.on(node, |w, h, now| w.on_stream_close(h, token, 14, now));
         }
         if self.now < self.paused_until {
