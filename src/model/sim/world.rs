@@ -217,10 +217,10 @@ impl<'t> World<'t> {
             }
             Input::Kill { proxy, worker, ms } => {
                 let Some(&node) = self.at.get(&(proxy, worker)) else { return };
-                if let Some(n) = self.run.nodes.get_mut(node) {
-                    n.alive = false;
-                    n.died_at = Some(self.now);
-                }
+                // (A proxy already dead, not yet started again, stays so.)
+                let Some(n) = self.run.nodes.get_mut(node).filter(|n| n.alive) else { return };
+                n.alive = false;
+                n.died_at = Some(self.now);
                 for ((n, _), s) in self.streams.iter_mut() {
                     s.dead |= *n == node;
                 }
