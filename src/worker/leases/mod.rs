@@ -5,8 +5,11 @@
 //! ends when the request is gone (its response ended, its client left,
 //! its stream reset, it failed): one `lease` call per request and slot,
 //! batched on the stream with the other calls. While the request goes on,
-//! its lease is renewed every third of its TTL, one call per slot for all
-//! the worker's leases due ([`Leases::renew_step`]). A lease the store
+//! its lease is renewed once held a sixth of its TTL, at renewal steps a
+//! sixth of the TTL apart, one call per slot for all the worker's leases
+//! due ([`Leases::renew_step`]); a renewal that fails is due again at the
+//! next step, so only a third of a TTL without the store expires a lease
+//! whose request goes on (docs/concurrency.md, "The bound"). A lease the store
 //! never recorded (denied, never sent) is never ended; one whose fate is
 //! unknown (a failed call) is ended anyway: ending is idempotent.
 //!
@@ -57,8 +60,10 @@ pub(in crate::worker) struct Leases {
     /// `lease` calls on their way: what each carries (`true`: ends).
     calls: BTreeMap<u32, bool>,
     next_call: u32,
-    /// How often leases are looked at for renewal: a third of the shortest
-    /// lease TTL.
+    /// How often leases are looked at for renewal: a sixth of the shortest
+    /// lease TTL. The tick is half that while leases are held, so a step
+    /// is late by less than half an interval whatever the tick's phase
+    /// (Envoy re-arms it whenever its period changes).
     interval_ms: u64,
     next_renewal_ms: u64,
 }
@@ -75,7 +80,7 @@ impl Leases {
             retries: Vec::new(),
             calls: BTreeMap::new(),
             next_call: 0,
-            interval_ms: ttl.map_or(u64::MAX, |t| (t / 3).max(1)),
+            interval_ms: ttl.map_or(u64::MAX, |t| (t / 6).max(1)),
             next_renewal_ms: 0,
         }
     }
@@ -86,7 +91,8 @@ impl Leases {
 
     /// The tick the renewals need, while any lease is held.
     pub fn tick(&self) -> Option<Duration> {
-        (!self.by_request.is_empty() || !self.retries.is_empty()).then(|| Duration::from_millis(self.interval_ms))
+        let tick = (self.interval_ms / 2).max(1);
+        (!self.by_request.is_empty() || !self.retries.is_empty()).then(|| Duration::from_millis(tick))
     }
 
     /// Request `id`'s call over `checks` is being made: its lease checks

@@ -20,7 +20,7 @@ impl Leases {
         self.send(cx, ops, true, now_ms);
     }
 
-    /// Renews the leases due (held a third of their TTL since they were
+    /// Renews the leases due (held a sixth of their TTL since they were
     /// taken or renewed), and sends failed ends again: at most once per
     /// interval, one call per shard and slot for all of them.
     pub fn renew_step(&mut self, cx: &mut Cx<'_>, now_ms: u64) {
@@ -31,7 +31,7 @@ impl Leases {
         let mut renewals = Vec::new();
         for lease in self.by_request.values_mut() {
             let ttl = lease.checks.iter().map(ttl_ms).min().unwrap_or(0);
-            if now_ms.saturating_sub(lease.renewed_ms) >= ttl / 3 {
+            if now_ms.saturating_sub(lease.renewed_ms) >= ttl / 6 {
                 lease.renewed_ms = now_ms;
                 renewals.extend(lease.checks.iter().map(|c| (c.clone(), LeaseChange::Renew { ttl_ms: ttl_ms(c) })));
             }
@@ -87,12 +87,24 @@ impl Leases {
         }
     }
 
-    /// An op that could not be sent (no store): an end is sent again later.
+    /// An op that could not be sent (no store): an end is sent again later,
+    /// a renewal is due again at the next step.
     fn unsent(&mut self, cx: &mut Cx<'_>, check: Check, change: LeaseChange, now_ms: u64) {
         cx.host.count(Stat::Lease(LeaseStat::Failed), 1);
         if change == LeaseChange::End {
             let until_ms = now_ms.saturating_add(ttl_ms(&check));
             self.retries.push(Retry { check, until_ms });
+        } else {
+            self.due_again(std::slice::from_ref(&check));
+        }
+    }
+
+    /// The leases of `checks` are due at the next renewal step.
+    fn due_again(&mut self, checks: &[Check]) {
+        for lease in self.by_request.values_mut() {
+            if lease.checks.iter().any(|c| checks.iter().any(|f| f.lease == c.lease && f.key == c.key)) {
+                lease.renewed_ms = 0;
+            }
         }
     }
 
@@ -125,12 +137,7 @@ impl Leases {
                 self.retries.push(Retry { check, until_ms });
             }
         } else {
-            // Due at the next renewal step.
-            for lease in self.by_request.values_mut() {
-                if lease.checks.iter().any(|c| p.checks.iter().any(|f| f.lease == c.lease && f.key == c.key)) {
-                    lease.renewed_ms = 0;
-                }
-            }
+            self.due_again(&p.checks);
         }
     }
 }

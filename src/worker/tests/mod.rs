@@ -4,6 +4,7 @@
 
 mod cluster;
 mod counting;
+mod leases;
 mod requests;
 mod rig;
 mod shaping;
