@@ -139,13 +139,12 @@ fn explained(run: &Run, h: &Held<'_>, loss: Loss, ttl: u64) -> Result<(), String
         Loss::Removed(at) if run.wipes.contains(&at) => Ok(()),
         Loss::Removed(at) => Err(format!("ended while its request went on: taken out of the set at {}", ms(at))),
         Loss::Expired(at) => {
-            // The worker renews a lease once it was held a third of the
-            // TTL, at its renewal steps a third of the TTL apart: in the
-            // TTL before the expiry it had two steps to land a renewal in,
-            // each landing within `SENT_WITHIN` of its step. A renewal
-            // fails when the node is cut from the store before its reply
-            // (it is sent again at the next step), so both fail only when
-            // the node was cut for a third of the TTL less that.
+            // The worker renews a lease once it was held a sixth of the
+            // TTL, at renewal steps a sixth apart (late by less than half
+            // a step), and a renewal that fails at the next step: before
+            // the expiry it made attempts spanning a third of the TTL, each
+            // landing within `sent_within` unless the node was cut. All
+            // fail only when the node was cut for that third, less that.
             let needed = (ttl / 3).saturating_sub(sent_within(run));
             let cut = run.leases.cut_within(h.node, at.saturating_sub(ttl), at);
             if cut >= needed {
