@@ -122,13 +122,13 @@ fn explain_rule(config: &Config, index: usize, rule: &Rule) -> String {
 fn concurrency(config: &Config, rule: &Rule) -> Option<String> {
     let c = rule.concurrency.as_ref()?;
     let ttl = Period::from_millis(c.lease_ttl_ms);
-    let renew = Period::from_millis(NonZeroU64::new(c.lease_ttl_ms.get() / 3).unwrap_or(NonZeroU64::MIN));
+    let renew = Period::from_millis(NonZeroU64::new(c.lease_ttl_ms.get() / 6).unwrap_or(NonZeroU64::MIN));
     let shaped = if rule.shaping.is_some() { " (shape never waits for a lease)" } else { "" };
     Some(format!(
         "  concurrency: at most {} request{} in flight per bucket (policy {})\n\
          \x20          each admitted request holds a lease until it ends: one sorted-set entry in\n\
          \x20          {} (the bucket's slot); the worker renews its leases\n\
-         \x20          every {renew} (a third of the {ttl} lease TTL), so a killed proxy's leases count {ttl} at most\n\
+         \x20          every {renew} (a sixth of the {ttl} lease TTL), so a killed proxy's leases count {ttl} at most\n\
          \x20          a full set denies at once{shaped}, Retry-After until its earliest lease expires\n\
          \x20          (a bound: a request that ends frees its lease sooner)\n",
         c.limit,

@@ -19,7 +19,7 @@ pub const MAX_CONCURRENCY: u64 = 1_000_000;
 /// `lease_ttl` when omitted, in milliseconds.
 pub const DEFAULT_LEASE_TTL_MS: u64 = 30_000;
 /// The shortest `lease_ttl`, in milliseconds: the worker renews a lease every
-/// third of it, a store call per worker each time.
+/// sixth of it, a store call per worker each time.
 pub const MIN_LEASE_TTL_MS: u64 = 1_000;
 /// The longest `lease_ttl`, in milliseconds: a proxy that dies leaves its
 /// leases counted this long at most.

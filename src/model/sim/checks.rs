@@ -12,7 +12,10 @@
 //! * shaping: a held request is never released before its turn; every
 //!   recorded turn belongs to a request released or given back (beyond
 //!   those whose reply or give-back was lost, or whose proxy died); and a
-//!   worker never has more than `max_waiting` turns recorded ahead.
+//!   worker never has more than `max_waiting` turns recorded ahead;
+//! * concurrency limits: in flight at most N per bucket but for the
+//!   leases the bound excuses, and leases gone when they should be
+//!   ([`super::concurrent`]).
 
 use super::bounds::first_over;
 use super::ledger::{admissions, records_ledger, Records};
@@ -49,6 +52,7 @@ pub fn check(trace: &Trace, run: &Run) -> Vec<String> {
     if rule.mode != Mode::Synced && matches!(rule.algorithm, Algorithm::SlidingLog | Algorithm::FixedWindow) {
         within_records(trace, run, &mut out);
     }
+    super::concurrent::check(trace, run, &mut out);
     if let Mode::Shaped { max_waiting, .. } = rule.mode {
         released_at_turns(run, &mut out);
         if rule.count.is_none() {
@@ -86,7 +90,7 @@ fn within_records(trace: &Trace, run: &Run, out: &mut Vec<String>) {
             return;
         }
         records.apply(ran, |r, turn, checks| {
-            for c in checks {
+            for c in checks.iter().filter(|c| c.algorithm != Algorithm::Lease) {
                 for w in c.windows.iter() {
                     let (limit, period) = (w.limit.get(), w.period_ms.get());
                     let (from, to) = match algorithm {

@@ -25,7 +25,7 @@ pub fn admissions(run: &Run) -> Ledger {
             if j.answer != Answer::Allowed || !decided || !released {
                 continue;
             }
-            for c in j.checks.iter().filter(|c| !c.check_only) {
+            for c in j.checks.iter().filter(|c| counts(c)) {
                 out.entry(c.key.clone()).or_default().push((j.now_ms + j.delay_ms, c.cost.get()));
             }
         }
@@ -34,6 +34,12 @@ pub fn admissions(run: &Run) -> Ledger {
         v.sort_unstable();
     }
     out
+}
+
+/// Whether `check` records units in a window (not a check only, not a
+/// lease set: leases bound what is in flight, [`super::concurrent`]).
+pub fn counts(check: &Check) -> bool {
+    !check.check_only && check.algorithm != Algorithm::Lease
 }
 
 /// What the store recorded per bucket, replayed from its journal in the
@@ -92,12 +98,12 @@ impl Records {
                 }
                 let turn = now_ms + delay_ms;
                 before(self, turn, checks);
-                for c in checks.iter().filter(|c| !c.check_only) {
+                for c in checks.iter().filter(|c| counts(c)) {
                     self.add(&c.key, turn, c.cost.get());
                 }
             }
             Ran::Adjust { now_ms, at_ms, adjustments } => {
-                for a in adjustments {
+                for a in adjustments.iter().filter(|a| a.check.algorithm != Algorithm::Lease) {
                     if a.to > a.from {
                         self.charge(&a.check, a.to - a.from, *now_ms);
                     } else {

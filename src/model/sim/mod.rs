@@ -17,8 +17,11 @@
 
 pub mod bounds;
 mod checks;
+mod concurrent;
+pub mod leases;
 mod ledger;
 pub mod node;
+mod outcome;
 pub mod random;
 #[cfg(test)]
 mod scenarios;
@@ -28,7 +31,7 @@ pub mod trace;
 mod views;
 pub mod world;
 
-use crate::worker::{Decider, ShapeStat, Stat};
+use crate::worker::{Decider, LeaseStat, ShapeStat, Stat};
 pub use trace::Trace;
 
 /// What a run did, for knowing what the seeds covered.
@@ -42,6 +45,15 @@ pub struct Tally {
     pub given_back: u64,
     pub flushes: u64,
     pub left: u64,
+    /// Runs of a rule with a concurrency limit, requests released with a
+    /// lease, and leases as the workers counted them.
+    pub lease_runs: u64,
+    pub leased: u64,
+    pub leases_taken: u64,
+    pub leases_released: u64,
+    pub leases_renewed: u64,
+    pub leases_expired: u64,
+    pub leases_failed: u64,
     pub violations: u64,
 }
 
@@ -55,6 +67,13 @@ impl Tally {
         self.given_back += other.given_back;
         self.flushes += other.flushes;
         self.left += other.left;
+        self.lease_runs += other.lease_runs;
+        self.leased += other.leased;
+        self.leases_taken += other.leases_taken;
+        self.leases_released += other.leases_released;
+        self.leases_renewed += other.leases_renewed;
+        self.leases_expired += other.leases_expired;
+        self.leases_failed += other.leases_failed;
         self.violations += other.violations;
     }
 }
@@ -78,6 +97,13 @@ pub fn check(trace: &Trace) -> (Vec<String>, Tally) {
         given_back: count(Stat::Shape(ShapeStat::GivenBack)),
         flushes: count(Stat::SyncFlush),
         left: run.requests.values().filter(|r| r.gone && r.released_ms.is_none() && r.refused.is_none()).count() as u64,
+        lease_runs: u64::from(trace.rule.concurrency.is_some()),
+        leased: concurrent::leased(&run),
+        leases_taken: count(Stat::Lease(LeaseStat::Taken)),
+        leases_released: count(Stat::Lease(LeaseStat::Released)),
+        leases_renewed: count(Stat::Lease(LeaseStat::Renewed)),
+        leases_expired: count(Stat::Lease(LeaseStat::Expired)),
+        leases_failed: count(Stat::Lease(LeaseStat::Failed)),
         violations: violations.len() as u64,
     };
     (violations, tally)

@@ -80,7 +80,26 @@ fn rule(rng: &mut Rng) -> Rule {
             rng.below(3).min(smallest)
         }
     });
-    Rule { algorithm, windows, mode, count }
+    Rule { algorithm, windows, mode, count, concurrency: None }
+}
+
+/// A concurrency limit for 40% of the rules that allow one (not synced):
+/// 1 to 4 leases of 1 to 3 s (the shortest TTL the configuration takes),
+/// so that a run spans many TTLs. Drawn from `rng`, the leases' own
+/// stream: the traces without a concurrency limit stay as they were.
+fn concurrency(rng: &mut Rng, rule: &Rule) -> Option<(u64, u64)> {
+    (rule.mode != Mode::Synced && rng.chance(40)).then(|| (rng.within(1, 4), rng.within(1_000, 3_000)))
+}
+
+/// How long the upstream takes with a request of a rule with leases of
+/// `ttl` ms: most are short, some last up to a TTL, some several TTLs
+/// (their leases are renewed, an SSE stream or a long poll).
+fn upstream_ms(rng: &mut Rng, ttl: u64) -> u64 {
+    match rng.below(20) {
+        0..=11 => rng.within(1, 50),
+        12..=16 => rng.within(50, ttl),
+        _ => rng.within(ttl, 5 * ttl),
+    }
 }
 
 fn proxies(rng: &mut Rng, rule: &Rule) -> Vec<Proxy> {
@@ -106,7 +125,10 @@ fn proxies(rng: &mut Rng, rule: &Rule) -> Vec<Proxy> {
 /// A random trace from `seed`.
 pub fn trace(seed: u64) -> Trace {
     let mut rng = Rng::new(seed);
-    let rule = rule(&mut rng);
+    let mut rule = rule(&mut rng);
+    let mut leases = Rng::new(seed ^ 0x1ea5_e5ee_d000_0001);
+    rule.concurrency = concurrency(&mut leases, &rule);
+    let ttl = rule.ttl_ms();
     let proxies = proxies(&mut rng, &rule);
     let min_ms = rng.within(0, 2);
     let net = Net { min_ms, max_ms: min_ms + rng.within(0, 15) };
@@ -116,6 +138,8 @@ pub fn trace(seed: u64) -> Trace {
     let limit = t.rule.windows.first().map_or(10, |w| w.0);
     let keys = rng.within(1, 3);
     let until = longest * rng.within(5, 9);
+    // Runs of a concurrency limit span 10 TTLs at least.
+    let until = if ttl > 0 { until.max(ttl * leases.within(10, 15)) } else { until };
     let mut now = 0;
     let mut inputs = Vec::new();
     while now < until && inputs.len() < MAX_REQUESTS {
@@ -140,13 +164,19 @@ pub fn trace(seed: u64) -> Trace {
                 break;
             }
             let (proxy, worker) = rng.pick(&serving).unwrap_or((0, 0));
-            let leave = if rng.chance(12) { Leave::After(rng.within(0, longest)) } else { Leave::Never };
+            // (With leases, a client may leave a long request at any moment.)
+            let leave = if rng.chance(12) { Leave::After(rng.within(0, longest.max(3 * ttl))) } else { Leave::Never };
             let key = u8::try_from(rng.below(keys)).unwrap_or(0);
-            inputs.push((at, Input::Request { proxy, worker, key, leave, used: rng.below(4) }));
+            let upstream_ms = (ttl > 0).then(|| upstream_ms(&mut leases, ttl));
+            inputs.push((at, Input::Request { proxy, worker, key, leave, used: rng.below(4), upstream_ms }));
         }
         now += length;
     }
     faults(&mut rng, &workers, until, &mut inputs);
+    if ttl > 0 {
+        // More faults over the longer runs of leases: expiries to explain.
+        faults(&mut leases, &workers, until, &mut inputs);
+    }
     inputs.sort_by_key(|(at, _)| *at);
     t.inputs = inputs;
     t.until_ms = until;

@@ -2,13 +2,13 @@
 //! as traces of the simulator: each must stay within its stated bound.
 
 use super::ledger::admissions;
-use super::trace::{Input, Leave, Mode, Net, Proxy, Rule, Trace};
+use super::trace::{Input, Leave, Mode, Net, Proxy, Rule, Trace, EPOCH_MS};
 use super::world::run;
 use crate::limiter::Algorithm;
 use crate::worker::{ShapeStat, Stat};
 
 fn request(at: u64, proxy: usize) -> (u64, Input) {
-    (at, Input::Request { proxy, worker: 0, key: 0, leave: Leave::Never, used: 1 })
+    (at, Input::Request { proxy, worker: 0, key: 0, leave: Leave::Never, used: 1, upstream_ms: None })
 }
 
 /// A trace of `rule` on `proxies` of one worker each (their sync
@@ -22,7 +22,7 @@ fn trace(seed: u64, rule: Rule, intervals: &[Option<u64>], mut inputs: Vec<(u64,
 
 /// A synced rule of one window.
 fn synced(algorithm: Algorithm, limit: u64, period_ms: u64) -> Rule {
-    Rule { algorithm, windows: vec![(limit, period_ms)], mode: Mode::Synced, count: None }
+    Rule { algorithm, windows: vec![(limit, period_ms)], mode: Mode::Synced, count: None, concurrency: None }
 }
 
 /// Six synced proxies (interval 100 ms), `fixed_window` 100 per
@@ -96,8 +96,17 @@ fn a_shaped_request_whose_client_leaves_while_its_call_is_with_the_store() {
     let shape = Mode::Shaped { max_delay_ms: 5_000, max_waiting: 1_024 };
     let mut inputs: Vec<(u64, Input)> = (0..10).map(|i| request(i, 0)).collect();
     inputs.push((100, Input::Pause { ms: 600 }));
-    inputs.push((110, Input::Request { proxy: 0, worker: 0, key: 0, leave: Leave::After(100), used: 1 }));
-    let rule = Rule { algorithm: Algorithm::SlidingLog, windows: vec![(5, 1_000)], mode: shape, count: None };
+    inputs.push((
+        110,
+        Input::Request { proxy: 0, worker: 0, key: 0, leave: Leave::After(100), used: 1, upstream_ms: None },
+    ));
+    let rule = Rule {
+        algorithm: Algorithm::SlidingLog,
+        windows: vec![(5, 1_000)],
+        mode: shape,
+        count: None,
+        concurrency: None,
+    };
     let trace = Trace { timeout_ms: 2_000, ..trace(3, rule, &[None], inputs, 3_000) };
     let r = run(&trace).unwrap();
     let key = "tollgate:{api:u0}:log";
@@ -126,4 +135,102 @@ fn synced_workers_that_rejoin_together_share_what_remains() {
     // limit + r × (I + d) + N: 20/s × ~0.1 s + 6.
     assert!(per(0) <= 108 && per(1) <= 108, "{} {}", per(0), per(1));
     assert!(super::check(&trace).0.is_empty());
+}
+
+/// A request for user 0 to proxy `proxy` that the upstream takes
+/// `upstream_ms` with.
+fn lasting(at: u64, proxy: usize, upstream_ms: u64) -> (u64, Input) {
+    (at, Input::Request { proxy, worker: 0, key: 0, leave: Leave::Never, used: 1, upstream_ms: Some(upstream_ms) })
+}
+
+/// Concurrency 2 with leases of 1 s (windows that never bind), two
+/// proxies: one request of 5 s on proxy 0 at 100 ms, and on proxy 1 pairs
+/// of 30 ms requests every 50 ms for 6 s; `kill`: proxy 0 dies then.
+fn long_beside_short(seed: u64, kill: Option<u64>) -> Trace {
+    let rule = Rule {
+        algorithm: Algorithm::SlidingLog,
+        windows: vec![(1_000, 1_000)],
+        mode: Mode::Exact,
+        count: None,
+        concurrency: Some((2, 1_000)),
+    };
+    let mut inputs = vec![lasting(100, 0, 5_000)];
+    inputs.extend((0..120).flat_map(|i| [lasting(i * 50, 1, 30), lasting(i * 50, 1, 30)]));
+    inputs.extend(kill.map(|at| (at, Input::Kill { proxy: 0, worker: 0, ms: 10_000 })));
+    trace(seed, rule, &[None, None], inputs, 6_000)
+}
+
+/// The most requests in flight at once (released, not gone, on a live
+/// node), counted from the clients' side, and the first time two of
+/// proxy `proxy`'s are in flight together after `after`.
+fn in_flight(r: &super::world::Run, proxy: usize, after: u64) -> (usize, Option<u64>) {
+    let end = |q: &super::world::Request| {
+        let died = r.nodes[q.node].died_at.unwrap_or(u64::MAX);
+        q.gone_ms.unwrap_or(u64::MAX).min(died)
+    };
+    let (mut most, mut two) = (0, None);
+    for t in r.requests.values().filter_map(|q| q.released_ms) {
+        let live: Vec<_> =
+            r.requests.values().filter(|q| q.released_ms.is_some_and(|s| s <= t) && end(q) > t).collect();
+        most = most.max(live.len());
+        if t > after && two.is_none_or(|w| t < w) && live.iter().filter(|q| r.nodes[q.node].proxy == proxy).count() >= 2
+        {
+            two = Some(t);
+        }
+    }
+    (most, two)
+}
+
+/// The lease of the first request admitted on node 0: its history in the
+/// store.
+fn first_lease(r: &super::world::Run) -> Vec<(u64, Option<u64>)> {
+    let judged = r.nodes[0].host.judged.iter().find(|j| j.answer == crate::worker::Answer::Allowed).unwrap();
+    let lease = judged.checks.iter().find(|c| c.algorithm == Algorithm::Lease).unwrap();
+    r.leases.history[&(lease.key.clone(), lease.lease.as_deref().unwrap().to_string())].clone()
+}
+
+/// A request of 5 s holds one of two leases of 1 s beside short ones: its
+/// lease is renewed every third of the TTL or so, never lost, and never
+/// more than 2 are in flight.
+#[test]
+fn a_long_request_keeps_its_lease_beside_short_ones() {
+    let trace = long_beside_short(5, None);
+    let r = run(&trace).unwrap();
+    let history = first_lease(&r);
+    let renewals = history.iter().filter(|(_, e)| e.is_some()).count() - 1;
+    let (most, _) = in_flight(&r, 1, 0);
+    let refused = r.requests.values().filter(|q| q.refused.is_some()).count();
+    println!("a 5 s request beside short ones: renewed {renewals} times, at most {most} in flight, {refused} refused");
+    assert!(renewals >= 3, "{history:?}");
+    assert!(most <= 2 && refused > 0, "{most} {refused}");
+    // Its lease is live from its admission to its end.
+    let long = r.requests.values().find(|q| q.node == 0).unwrap();
+    let (from, to) = (long.released_ms.unwrap(), long.gone_ms.unwrap());
+    assert!((from..to).step_by(10).all(|t| super::leases::live_at(&history, t)), "{history:?}");
+    assert!(super::check(&trace).0.is_empty(), "{:?}", super::check(&trace).0);
+}
+
+/// The same, proxy 0 killed 2.5 s in: its lease keeps its place until it
+/// expires, one TTL after its last renewal, and then proxy 1 has both.
+#[test]
+fn a_dead_proxys_lease_frees_one_ttl_after_its_last_renewal() {
+    let killed = 2_500;
+    let trace = long_beside_short(6, Some(killed));
+    let r = run(&trace).unwrap();
+    let history = first_lease(&r);
+    let expiry = history.iter().filter_map(|(_, e)| *e).max().unwrap();
+    let died = EPOCH_MS + killed;
+    let (most, two) = in_flight(&r, 1, died);
+    let two = two.unwrap();
+    println!(
+        "proxy 0 killed at {killed} ms: its lease expired at {} ms, proxy 1 had two in flight at {} ms",
+        expiry - EPOCH_MS,
+        two - EPOCH_MS
+    );
+    assert!(expiry <= died + 1_000 && expiry > died, "{history:?}");
+    // Not before the lease expired; within a pair's interval and a round
+    // trip after.
+    assert!(two >= expiry && two <= expiry + 50 + 4 * trace.net.max_ms + 5, "{} {}", two, expiry);
+    assert!(most <= 2);
+    assert!(super::check(&trace).0.is_empty(), "{:?}", super::check(&trace).0);
 }

@@ -45,24 +45,26 @@ pub fn kind(v: &str) -> String {
 /// The trace as lines a person can read (and turn into a test).
 pub fn describe(trace: &Trace) -> String {
     let mut out = format!(
-        "seed {}: {:?} {:?} {:?} count {:?}; proxies {:?}; net {:?}; until {} ms\n",
+        "seed {}: {:?} {:?} {:?} count {:?} concurrency {:?}; proxies {:?}; net {:?}; until {} ms\n",
         trace.seed,
         trace.rule.algorithm,
         trace.rule.windows,
         trace.rule.mode,
         trace.rule.count,
+        trace.rule.concurrency,
         trace.proxies.iter().map(|p| (p.workers, p.interval_ms, p.max_keys)).collect::<Vec<_>>(),
         (trace.net.min_ms, trace.net.max_ms),
         trace.until_ms,
     );
     for (at, input) in &trace.inputs {
         let line = match input {
-            Input::Request { proxy, worker, key, leave, used } => {
+            Input::Request { proxy, worker, key, leave, used, upstream_ms } => {
                 let leave = match leave {
                     Leave::Never => String::new(),
                     Leave::After(ms) => format!(", leaves after {ms} ms"),
                 };
-                format!("request u{key} to {proxy}.{worker} (used {used}{leave})")
+                let upstream = upstream_ms.map(|ms| format!(", upstream {ms} ms")).unwrap_or_default();
+                format!("request u{key} to {proxy}.{worker} (used {used}{upstream}{leave})")
             }
             other => format!("{other:?}"),
         };

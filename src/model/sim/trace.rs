@@ -31,11 +31,19 @@ pub struct Rule {
     /// Counted on the response: reserved units (0: the request only
     /// checks), the response's cost read from `x-used`.
     pub count: Option<u64>,
+    /// A concurrency limit: `(limit, lease_ttl_ms)` (never with
+    /// [`Mode::Synced`], which the configuration refuses).
+    pub concurrency: Option<(u64, u64)>,
 }
 
 impl Rule {
     pub fn longest_ms(&self) -> u64 {
         self.windows.iter().map(|w| w.1).max().unwrap_or(0)
+    }
+
+    /// The lease TTL of its concurrency limit (0: none).
+    pub fn ttl_ms(&self) -> u64 {
+        self.concurrency.map_or(0, |c| c.1)
     }
 }
 
@@ -71,8 +79,10 @@ pub enum Leave {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Input {
     /// A request for user `key` to worker `worker` of proxy `proxy`; its
-    /// response costs `used` units (rules that count).
-    Request { proxy: usize, worker: usize, key: u8, leave: Leave, used: u64 },
+    /// response costs `used` units (rules that count). The upstream takes
+    /// `upstream_ms` from its release to its response's end (`None`: 1 to
+    /// 5 ms, drawn by the run).
+    Request { proxy: usize, worker: usize, key: u8, leave: Leave, used: u64, upstream_ms: Option<u64> },
     /// The store takes no command for `ms` (`CLIENT PAUSE`, a slow command).
     Pause { ms: u64 },
     /// The store restarts: down for `ms`, its state kept (AOF) or not.
@@ -129,6 +139,9 @@ impl Trace {
                     fields.push(format!(r#""sync": {{ "interval": "{i}ms"{keys} }}"#));
                 }
             }
+        }
+        if let Some((limit, ttl)) = rule.concurrency {
+            fields.push(format!(r#""concurrency": {{ "limit": {limit}, "lease_ttl": "{ttl}ms" }}"#));
         }
         if let Some(units) = rule.count {
             let reserve = if units > 0 { format!(r#""reserve": {{ "units": {units} }}, "#) } else { String::new() };

@@ -9,15 +9,15 @@
 //! when a client leaves or its request is done.
 
 use super::node::{flushes_in, Asked, Node};
+pub use super::outcome::{Request, Run};
 use super::random::Rng;
 use super::trace::{Input, Leave, Trace, EPOCH_MS};
 use crate::config::Config;
 use crate::limiter::model::Model;
 use crate::model::host::{FakeRequest, FakeResponse, RecordingHost};
-use crate::model::store::ModelStore;
 use crate::worker::{Flow, ResponseFlow, ResponseHeaders, Worker};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap};
 
 /// What happens at a time.
 #[derive(Debug, Clone)]
@@ -65,40 +65,6 @@ struct Stream {
     down_ms: u64,
 }
 
-/// A request, as its client sees it.
-#[derive(Debug, Clone)]
-pub struct Request {
-    pub node: usize,
-    pub key: u8,
-    pub sent_ms: u64,
-    pub used: u64,
-    /// When it went on to the upstream (admitted now, or released).
-    pub released_ms: Option<u64>,
-    /// The status of a local reply (`429`, `503`).
-    pub refused: Option<u32>,
-    pub gone: bool,
-}
-
-/// A finished run: what every part did.
-pub struct Run {
-    pub nodes: Vec<Node>,
-    pub requests: BTreeMap<u32, Request>,
-    pub store: ModelStore,
-    /// The node whose stream carried each call of `store.ran`.
-    pub ran_by: Vec<usize>,
-    /// When the store restarted without its state.
-    pub wipes: Vec<u64>,
-    /// Every flush a node sent (reaching the store or not): when, its
-    /// token, its bucket keys.
-    pub flushes_sent: Vec<(usize, u64, String, Vec<String>)>,
-    /// When the store could not answer a node (`None`: any node): paused,
-    /// down, or the node's stream silent, as `(from, to)`.
-    pub troubles: Vec<(u64, u64, Option<usize>)>,
-    /// The largest one-way delay of the network.
-    pub max_delay_ms: u64,
-    pub end_ms: u64,
-}
-
 /// Runs `trace` to its end; an error if a proxy's configuration is
 /// refused.
 pub fn run(trace: &Trace) -> Result<Run, String> {
@@ -129,18 +95,7 @@ impl<'t> World<'t> {
         let configs = (0..trace.proxies.len())
             .map(|p| Config::from_json(trace.config_json(p).as_bytes()).map_err(|e| format!("proxy {p}: {e}")))
             .collect::<Result<Vec<Config>, String>>()?;
-        let store = ModelStore { journal: true, ..ModelStore::default() };
-        let run = Run {
-            nodes: Vec::new(),
-            requests: BTreeMap::new(),
-            store,
-            ran_by: Vec::new(),
-            wipes: Vec::new(),
-            troubles: Vec::new(),
-            flushes_sent: Vec::new(),
-            max_delay_ms: trace.net.max_ms,
-            end_ms: 0,
-        };
+        let run = Run::new(trace.net.max_ms);
         let mut w = World {
             trace,
             now: EPOCH_MS,
@@ -176,7 +131,9 @@ impl<'t> World<'t> {
     }
 
     fn go(&mut self) {
-        let end = EPOCH_MS + self.trace.until_ms + 4 * self.trace.rule.longest_ms() + 2 * self.trace.timeout_ms;
+        let rule = &self.trace.rule;
+        let end =
+            EPOCH_MS + self.trace.until_ms + 4 * rule.longest_ms() + 2 * self.trace.timeout_ms + 6 * rule.ttl_ms();
         while let Some(Reverse((t, seq))) = self.queue.pop() {
             if t > end {
                 break;
@@ -187,6 +144,7 @@ impl<'t> World<'t> {
             }
         }
         self.run.end_ms = self.now;
+        self.run.leases.close(self.now);
     }
 
     fn happen(&mut self, ev: Ev) {
@@ -222,14 +180,18 @@ impl<'t> World<'t> {
 
     fn input(&mut self, input: Input) {
         match input {
-            Input::Request { proxy, worker, key, leave, used } => self.request(proxy, worker, key, leave, used),
+            Input::Request { proxy, worker, key, leave, used, upstream_ms } => {
+                self.request((proxy, worker), key, leave, used, upstream_ms)
+            }
             Input::Pause { ms } => {
                 self.paused_until = self.paused_until.max(self.now + ms);
                 self.run.troubles.push((self.now, self.now + ms, None));
+                self.run.leases.store_cut(self.now, self.paused_until);
             }
             Input::Restart { ms, keep } => {
                 self.down_until = self.now + ms;
                 self.run.troubles.push((self.now, self.now + ms, None));
+                self.run.leases.store_cut(self.now, self.down_until);
                 let open: Vec<(usize, u32)> = self.streams.iter().filter(|(_, s)| !s.dead).map(|(k, _)| *k).collect();
                 for (node, token) in open {
                     let d = self.delay();
@@ -239,6 +201,7 @@ impl<'t> World<'t> {
                     self.run.store.model = Model::new();
                     self.run.store.script_loaded = false;
                     self.run.wipes.push(self.now);
+                    self.run.leases.wiped(self.now);
                 }
             }
             Input::Silence { proxy, worker } => {
@@ -250,13 +213,14 @@ impl<'t> World<'t> {
                 // checked over ten ticks at least).
                 let until = self.now + 4 * self.trace.timeout_ms;
                 self.run.troubles.push((self.now, until, Some(node)));
+                self.run.leases.lost(node, self.now);
             }
             Input::Kill { proxy, worker, ms } => {
                 let Some(&node) = self.at.get(&(proxy, worker)) else { return };
-                if let Some(n) = self.run.nodes.get_mut(node) {
-                    n.alive = false;
-                    n.died_at = Some(self.now);
-                }
+                // (A proxy already dead, not yet started again, stays so.)
+                let Some(n) = self.run.nodes.get_mut(node).filter(|n| n.alive) else { return };
+                n.alive = false;
+                n.died_at = Some(self.now);
                 for ((n, _), s) in self.streams.iter_mut() {
                     s.dead |= *n == node;
                 }
@@ -271,14 +235,24 @@ impl<'t> World<'t> {
         self.at.insert((proxy, worker), self.run.nodes.len() - 1);
     }
 
-    fn request(&mut self, proxy: usize, worker: usize, key: u8, leave: Leave, used: u64) {
-        let Some(&node) = self.at.get(&(proxy, worker)) else { return };
+    fn request(&mut self, at: (usize, usize), key: u8, leave: Leave, used: u64, upstream_ms: Option<u64>) {
+        let Some(&node) = self.at.get(&at) else { return };
         if !self.run.nodes.get(node).is_some_and(|n| n.alive) {
             return;
         }
         self.next_id += 1;
         let id = self.next_id;
-        let request = Request { node, key, sent_ms: self.now, used, released_ms: None, refused: None, gone: false };
+        let request = Request {
+            node,
+            key,
+            sent_ms: self.now,
+            used,
+            upstream_ms,
+            released_ms: None,
+            refused: None,
+            gone: false,
+            gone_ms: None,
+        };
         self.run.requests.insert(id, request);
         let user = format!("u{key}");
         let mut flow = Flow::Pause;
@@ -317,6 +291,7 @@ impl<'t> World<'t> {
     fn gone(&mut self, id: u32) {
         let Some(r) = self.run.requests.get_mut(&id).filter(|r| !r.gone) else { return };
         r.gone = true;
+        r.gone_ms = Some(self.now);
         let node = r.node;
         if let Some(n) = self.run.nodes.get_mut(node).filter(|n| n.alive) {
             n.worker.on_gone(&mut n.host, id, self.now);
@@ -331,14 +306,17 @@ impl<'t> World<'t> {
     fn lost_stream(&mut self, node: usize) {
         let from = self.now.saturating_sub(4 * self.trace.timeout_ms);
         self.run.troubles.push((from, self.now + 800, Some(node)));
+        self.run.leases.lost(node, self.now);
     }
 
     /// Request `id` goes on to the upstream, which answers it soon.
     fn released(&mut self, id: u32) {
-        if let Some(r) = self.run.requests.get_mut(&id) {
-            r.released_ms = Some(self.now);
-        }
-        let upstream = self.rng.within(1, 5);
+        let Some(r) = self.run.requests.get_mut(&id) else { return };
+        r.released_ms = Some(self.now);
+        let upstream = match r.upstream_ms {
+            Some(ms) => ms.max(1),
+            None => self.rng.within(1, 5),
+        };
         self.at_time(self.now + upstream, Ev::Response(id));
     }
 
@@ -362,6 +340,7 @@ impl<'t> World<'t> {
             if let Some(s) = self.streams.get_mut(&(node, token)) {
                 s.dead = true;
             }
+            self.run.leases.lost(node, self.now);
             return self.on(node, |w, h, now| w.on_stream_close(h, token, 14, now));
         }
         if self.now < self.paused_until {
@@ -371,6 +350,7 @@ impl<'t> World<'t> {
         let reply = self.run.store.answer(&bytes, self.now);
         let ran = self.run.store.ran.len() - before;
         self.run.ran_by.extend(std::iter::repeat_n(node, ran));
+        self.run.leases.ran(&self.run.store, before, node, self.now);
         let d = self.delay();
         let Some(s) = self.streams.get_mut(&(node, token)).filter(|s| !s.silent) else { return };
         s.down_ms = s.down_ms.max(self.now + d);
@@ -394,6 +374,7 @@ impl<'t> World<'t> {
         let Some(asked) = self.run.nodes.get_mut(node).map(Node::asked) else { return };
         let Asked { opened, outbox, cancelled, wake, retick, released, refused, resumed } = asked;
         for token in opened {
+            self.run.leases.opened(node, self.now);
             self.streams.insert((node, token), Stream::default());
             if self.now < self.down_until {
                 self.at_time(self.now + 1, Ev::Close { node, token, status: 14 });

@@ -8,11 +8,11 @@
 //! the rest); one that cannot be read is the configured default.
 
 use crate::config::{Config, Reserve};
-use crate::limiter::{Algorithm, Check};
+use crate::limiter::Check;
 use crate::plan::RequestView;
 use crate::worker::calls::Pending;
 use crate::worker::counting::body::{integer, json_field};
-use crate::worker::counting::owed::Settlements;
+use crate::worker::counting::owed::{counts, Settlements};
 use crate::worker::host::{Host, Stat};
 use std::num::NonZeroU64;
 
@@ -27,7 +27,8 @@ fn reservation(value: Option<u64>, default: NonZeroU64, check: &Check) -> NonZer
 /// body reservations); true when a reservation needs the request's body.
 fn prepare(config: &Config, checks: &mut [Check], request: &dyn RequestView) -> bool {
     let mut body = false;
-    for check in checks.iter_mut().filter(|c| c.algorithm != Algorithm::Lease) {
+    // (A lease set's check takes one lease, whatever the reservation.)
+    for check in checks.iter_mut().filter(|c| counts(config, c)) {
         let Some(count) = config.rules.get(check.rule).and_then(|r| r.count.as_ref()) else { continue };
         match &count.reserve {
             None => check.check_only = true,
@@ -45,7 +46,7 @@ fn prepare(config: &Config, checks: &mut [Check], request: &dyn RequestView) -> 
 /// Sets the body reservations from `body` (`None`: unreadable, e.g. past
 /// `max_body_bytes`).
 fn apply_body(config: &Config, checks: &mut [Check], body: Option<&[u8]>) {
-    for check in checks.iter_mut().filter(|c| c.algorithm != Algorithm::Lease) {
+    for check in checks.iter_mut().filter(|c| counts(config, c)) {
         let reserve = config.rules.get(check.rule).and_then(|r| r.count.as_ref()).and_then(|c| c.reserve.as_ref());
         if let Some(Reserve::Body { path, default }) = reserve {
             let value = body.and_then(|b| json_field(b, path));

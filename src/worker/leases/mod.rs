@@ -6,10 +6,14 @@
 //! its stream reset, it failed): one `lease` call per request and slot,
 //! queued at once and sent with the worker's next entry, batched on the
 //! stream with the other calls. While the request goes on, its lease is
-//! renewed every third of its TTL, one call per slot for all the worker's
-//! leases due ([`Leases::renew_step`]). A lease the store denied is never
-//! ended; any other is (its call may have run, or be on its way: ending
-//! is idempotent, and goes after the decision on the same stream).
+//! renewed once held a sixth of its TTL, at renewal steps a sixth of the
+//! TTL apart, one call per slot for all the worker's leases due
+//! ([`Leases::renew_step`]); a renewal that fails is due again at the
+//! next step, so only a third of a TTL without the store expires a lease
+//! whose request goes on (docs/concurrency.md, "The bound"). A lease the
+//! store denied is never ended; any other is (its call may have run, or be
+//! on its way: ending is idempotent, and goes after the decision on the
+//! same stream).
 //!
 //! Under `failure_mode: local` a lease admitted by the local limiter is a
 //! count of this worker's ([`crate::worker::local`]), given back there
@@ -36,6 +40,9 @@ struct Lease {
     /// The store said it admitted the request (else its call failed: the
     /// lease may or may not be there).
     confirmed: bool,
+    /// Per check: a renewal found its lease gone from the store; it is
+    /// neither renewed nor ended any more.
+    lost: Vec<bool>,
 }
 
 /// What a `lease` call carries: renewals, or ends, `confirmed` per op
@@ -43,7 +50,7 @@ struct Lease {
 /// expired when the store finds none).
 #[derive(Debug)]
 enum Carried {
-    Renewals,
+    Renewals { confirmed: Vec<bool> },
     Ends { confirmed: Vec<bool> },
 }
 
@@ -71,8 +78,10 @@ pub(in crate::worker) struct Leases {
     /// `lease` calls on their way: what each carries.
     calls: BTreeMap<u32, Carried>,
     next_call: u32,
-    /// How often leases are looked at for renewal: a third of the shortest
-    /// lease TTL.
+    /// How often leases are looked at for renewal: a sixth of the shortest
+    /// lease TTL. The tick is half that while leases are held, so a step
+    /// is late by less than half an interval whatever the tick's phase
+    /// (Envoy re-arms it whenever its period changes).
     interval_ms: u64,
     next_renewal_ms: u64,
 }
@@ -89,7 +98,7 @@ impl Leases {
             retries: Vec::new(),
             calls: BTreeMap::new(),
             next_call: 0,
-            interval_ms: ttl.map_or(u64::MAX, |t| (t / 3).max(1)),
+            interval_ms: ttl.map_or(u64::MAX, |t| (t / 6).max(1)),
             next_renewal_ms: 0,
         }
     }
@@ -106,7 +115,8 @@ impl Leases {
 
     /// The tick the renewals need, while any lease is held.
     pub fn tick(&self) -> Option<Duration> {
-        (!self.by_request.is_empty() || !self.retries.is_empty()).then(|| Duration::from_millis(self.interval_ms))
+        let tick = (self.interval_ms / 2).max(1);
+        (!self.by_request.is_empty() || !self.retries.is_empty()).then(|| Duration::from_millis(tick))
     }
 
     /// Request `id`'s call over `checks` is being made: its lease checks
@@ -122,7 +132,8 @@ impl Leases {
             check.lease = Some(Rc::clone(&lease));
             held.push(check.clone());
         }
-        self.by_request.insert(id, Lease { checks: held, renewed_ms: now_ms, confirmed: false });
+        let lost = vec![false; held.len()];
+        self.by_request.insert(id, Lease { checks: held, renewed_ms: now_ms, confirmed: false, lost });
     }
 
     /// The store decided request `id`: admitted, its lease is held (and
@@ -144,6 +155,7 @@ impl Leases {
         let Some(lease) = self.by_request.remove(&id) else { return };
         let local = lease.checks.iter().filter(|c| cx.local.release(c)).count() as u64;
         cx.host.count(Stat::Lease(LeaseStat::Released), local);
-        self.end(cx, lease.checks, lease.confirmed, now_ms);
+        let held = lease.checks.into_iter().zip(lease.lost).filter(|(_, lost)| !lost).map(|(c, _)| c).collect();
+        self.end(cx, held, lease.confirmed, now_ms);
     }
 }

@@ -25,7 +25,7 @@ impl Leases {
         self.send(cx, ops, now_ms);
     }
 
-    /// Renews the leases due (held a third of their TTL since they were
+    /// Renews the leases due (held a sixth of their TTL since they were
     /// taken or renewed), and sends failed ends again: at most once per
     /// interval, one call per shard and slot for all of them.
     pub fn renew_step(&mut self, cx: &mut Cx<'_>, now_ms: u64) {
@@ -36,10 +36,12 @@ impl Leases {
         let mut renewals = Vec::new();
         for lease in self.by_request.values_mut() {
             let ttl = lease.checks.iter().map(ttl_ms).min().unwrap_or(0);
-            if now_ms.saturating_sub(lease.renewed_ms) >= ttl / 3 {
+            if now_ms.saturating_sub(lease.renewed_ms) >= ttl / 6 {
                 lease.renewed_ms = now_ms;
-                let renew = |c: &Check| (c.clone(), LeaseChange::Renew { ttl_ms: ttl_ms(c) }, true);
-                renewals.extend(lease.checks.iter().map(renew));
+                let confirmed = lease.confirmed;
+                let renew = |c: &Check| (c.clone(), LeaseChange::Renew { ttl_ms: ttl_ms(c) }, confirmed);
+                let held = lease.checks.iter().zip(&lease.lost).filter(|(_, lost)| !**lost);
+                renewals.extend(held.map(|(c, _)| renew(c)));
             }
         }
         if !renewals.is_empty() {
@@ -77,9 +79,10 @@ impl Leases {
         }
         for ((shard, slot), group) in groups {
             let ops = group.iter().map(|(c, change, _)| op(c, *change)).collect();
+            let confirmed = group.iter().map(|o| o.2).collect();
             let carried = match group.first() {
-                Some((_, LeaseChange::End, _)) => Carried::Ends { confirmed: group.iter().map(|o| o.2).collect() },
-                _ => Carried::Renewals,
+                Some((_, LeaseChange::End, _)) => Carried::Ends { confirmed },
+                _ => Carried::Renewals { confirmed },
             };
             let checks = group.into_iter().map(|(c, _, _)| c).collect();
             let pending = Pending {
@@ -101,12 +104,39 @@ impl Leases {
         }
     }
 
-    /// An op that could not be sent (no store): an end is sent again later.
+    /// An op that could not be sent (no store): an end is sent again later,
+    /// a renewal is due again at the next step.
     fn unsent(&mut self, cx: &mut Cx<'_>, (check, change, confirmed): Op, now_ms: u64) {
         cx.host.count(Stat::Lease(LeaseStat::Failed), 1);
         if change == LeaseChange::End {
             let until_ms = now_ms.saturating_add(ttl_ms(&check));
             self.retries.push(Retry { check, until_ms, confirmed });
+        } else {
+            self.due_again(std::slice::from_ref(&check));
+        }
+    }
+
+    /// The leases of `checks` are gone from the store: neither renewed nor
+    /// ended any more.
+    fn lost(&mut self, checks: &[&Check]) {
+        if checks.is_empty() {
+            return;
+        }
+        for lease in self.by_request.values_mut() {
+            for (c, lost) in lease.checks.iter().zip(lease.lost.iter_mut()) {
+                if checks.iter().any(|f| f.lease == c.lease && f.key == c.key) {
+                    *lost = true;
+                }
+            }
+        }
+    }
+
+    /// The leases of `checks` are due at the next renewal step.
+    fn due_again(&mut self, checks: &[Check]) {
+        for lease in self.by_request.values_mut() {
+            if lease.checks.iter().any(|c| checks.iter().any(|f| f.lease == c.lease && f.key == c.key)) {
+                lease.renewed_ms = 0;
+            }
         }
     }
 
@@ -117,21 +147,22 @@ impl Leases {
         match parse_lease(value, ops) {
             Ok(reply) => {
                 let CallId::Lease(n) = id else { return };
-                let (mut live, mut expired) = (0, 0);
-                let stat = match self.calls.remove(&n) {
-                    Some(Carried::Ends { confirmed }) => {
-                        for (&was, confirmed) in reply.live.iter().zip(confirmed) {
-                            live += u64::from(was);
-                            expired += u64::from(!was && confirmed);
-                        }
-                        LeaseStat::Released
+                let (stat, confirmed) = match self.calls.remove(&n) {
+                    Some(Carried::Ends { confirmed }) => (LeaseStat::Released, confirmed),
+                    Some(Carried::Renewals { confirmed }) => {
+                        // A lease the store no longer has is renewed no more.
+                        let gone = p.checks.iter().zip(&reply.live).filter(|(_, live)| !**live);
+                        self.lost(&gone.map(|(c, _)| c).collect::<Vec<_>>());
+                        (LeaseStat::Renewed, confirmed)
                     }
-                    Some(Carried::Renewals) | None => {
-                        live = reply.live.iter().filter(|&&l| l).count() as u64;
-                        expired = reply.live.len() as u64 - live;
-                        LeaseStat::Renewed
-                    }
+                    None => return,
                 };
+                let (mut live, mut expired) = (0, 0);
+                for (&was, confirmed) in reply.live.iter().zip(confirmed) {
+                    live += u64::from(was);
+                    // (One the store never said it took did not expire.)
+                    expired += u64::from(!was && confirmed);
+                }
                 cx.host.count(Stat::Lease(stat), live);
                 cx.host.count(Stat::Lease(LeaseStat::Expired), expired);
             }
@@ -151,12 +182,7 @@ impl Leases {
                 self.retries.push(Retry { check, until_ms, confirmed });
             }
         } else {
-            // Due at the next renewal step.
-            for lease in self.by_request.values_mut() {
-                if lease.checks.iter().any(|c| p.checks.iter().any(|f| f.lease == c.lease && f.key == c.key)) {
-                    lease.renewed_ms = 0;
-                }
-            }
+            self.due_again(&p.checks);
         }
     }
 }

@@ -1,4 +1,5 @@
 //! Counting on the response: reservations, settlements, bodies read for their cost.
 
 mod bodies;
+mod leases;
 mod settle;

@@ -3,7 +3,9 @@
 //! cached as a denial, counted by the local limiter when the store is away.
 
 mod cluster;
+mod renewal;
 
+use crate::limiter::{LeaseChange, LeaseOp};
 use crate::testing::{plugin, rule, Plugin};
 use crate::worker::tests::rig::fake::Rig;
 use crate::worker::{Flow, LeaseStat, Stat, TICK};
@@ -137,21 +139,34 @@ fn the_local_limiter_counts_what_it_admitted_and_gives_it_back() {
 }
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
-fn a_counted_rules_lease_costs_one_whatever_the_reservation() {
-    let fields = r#""concurrency": 2, "count": { "reserve": { "header": "x-max" } }"#;
-    let mut rig = Rig::new(plugin().with(rule("streams").header("x-user-id").limit(1_000, "1m").field(fields)));
-    let ids: Vec<u32> = (0..3).map(|_| rig.request_with(&[("x-user-id", "alice"), ("x-max", "200")]).0).collect();
-    rig.run_until_quiet();
-    assert_eq!(admitted(&rig, &ids), ids[..2], "two leases, whatever each reserved");
-    assert_eq!(lease_count(&rig), 2);
-    assert_eq!(rig.host.count(Stat::Lease(LeaseStat::Taken)), 2);
-}
-
-#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn lease_counters_are_registered_for_a_rule_with_a_concurrency_limit() {
     let names: Vec<String> =
         crate::worker::stats::counters(&limited(1, "1s").build()).into_iter().map(|c| c.1).collect();
     for name in ["taken", "released", "renewed", "expired", "failed"] {
         assert!(names.contains(&format!("tollgate.lease.{name}")), "{name}: {names:?}");
     }
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_lease_the_store_lost_is_counted_once_and_renewed_no_more() {
+    let mut rig = Rig::new(limited(1, "1s"));
+    let long = requests(&mut rig, 1);
+    let (id, _) = rig.store.model.leases(LEASES).remove(0);
+    // The store loses it (a failover that never received it).
+    let end = LeaseOp { key: LEASES.into(), id: id.into(), change: LeaseChange::End };
+    rig.store.model.lease(&[end], rig.now);
+    for _ in 0..60 {
+        rig.tick(50);
+        rig.run_until_quiet();
+    }
+    assert_eq!(rig.host.count(Stat::Lease(LeaseStat::Expired)), 1, "found gone once");
+    assert_eq!(rig.host.count(Stat::Lease(LeaseStat::Renewed)), 0);
+    let renewals = rig.host.count(Stat::StoreRequests);
+    rig.run_for(2_000);
+    rig.run_until_quiet();
+    assert_eq!(rig.host.count(Stat::StoreRequests), renewals, "no call for a lease the store lost");
+    rig.gone(long[0]);
+    rig.tick(5);
+    rig.run_until_quiet();
+    assert_eq!(rig.host.count(Stat::StoreRequests), renewals, "nor an end");
 }
