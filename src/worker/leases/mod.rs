@@ -40,9 +40,10 @@ struct Lease {
     /// The store said it admitted the request (else its call failed: the
     /// lease may or may not be there).
     confirmed: bool,
-    /// Per check: a renewal found its lease gone from the store; it is
-    /// neither renewed nor ended any more.
-    lost: Vec<bool>,
+    /// Bit i: a renewal found the lease of check i gone from the store;
+    /// it is neither renewed nor ended any more (checks past the 64th are
+    /// never marked).
+    lost: u64,
 }
 
 /// What a `lease` call carries: renewals, or ends, `confirmed` per op
@@ -132,8 +133,7 @@ impl Leases {
             check.lease = Some(Rc::clone(&lease));
             held.push(check.clone());
         }
-        let lost = vec![false; held.len()];
-        self.by_request.insert(id, Lease { checks: held, renewed_ms: now_ms, confirmed: false, lost });
+        self.by_request.insert(id, Lease { checks: held, renewed_ms: now_ms, confirmed: false, lost: 0 });
     }
 
     /// The store decided request `id`: admitted, its lease is held (and
@@ -155,7 +155,15 @@ impl Leases {
         let Some(lease) = self.by_request.remove(&id) else { return };
         let local = lease.checks.iter().filter(|c| cx.local.release(c)).count() as u64;
         cx.host.count(Stat::Lease(LeaseStat::Released), local);
-        let held = lease.checks.into_iter().zip(lease.lost).filter(|(_, lost)| !lost).map(|(c, _)| c).collect();
-        self.end(cx, held, lease.confirmed, now_ms);
+        let (lost, mut checks) = (lease.lost, lease.checks);
+        if lost != 0 {
+            checks = checks.into_iter().enumerate().filter(|(i, _)| !is_lost(lost, *i)).map(|(_, c)| c).collect();
+        }
+        self.end(cx, checks, lease.confirmed, now_ms);
     }
+}
+
+/// Whether bit `i` of `lost` is set.
+fn is_lost(lost: u64, i: usize) -> bool {
+    u32::try_from(i).ok().and_then(|i| lost.checked_shr(i)).is_some_and(|b| b & 1 == 1)
 }

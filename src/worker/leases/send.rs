@@ -1,7 +1,7 @@
 //! The `lease` calls: ends and renewals, one call per shard and slot, and
 //! what their replies say.
 
-use super::{Carried, Leases, Retry};
+use super::{is_lost, Carried, Leases, Retry};
 use crate::limiter::reply::parse_lease;
 use crate::limiter::{Check, LeaseChange, LeaseOp};
 use crate::resp::Value;
@@ -40,8 +40,8 @@ impl Leases {
                 lease.renewed_ms = now_ms;
                 let confirmed = lease.confirmed;
                 let renew = |c: &Check| (c.clone(), LeaseChange::Renew { ttl_ms: ttl_ms(c) }, confirmed);
-                let held = lease.checks.iter().zip(&lease.lost).filter(|(_, lost)| !**lost);
-                renewals.extend(held.map(|(c, _)| renew(c)));
+                let held = lease.checks.iter().enumerate().filter(|(i, _)| !is_lost(lease.lost, *i));
+                renewals.extend(held.map(|(_, c)| renew(c)));
             }
         }
         if !renewals.is_empty() {
@@ -123,9 +123,9 @@ impl Leases {
             return;
         }
         for lease in self.by_request.values_mut() {
-            for (c, lost) in lease.checks.iter().zip(lease.lost.iter_mut()) {
+            for (i, c) in lease.checks.iter().enumerate() {
                 if checks.iter().any(|f| f.lease == c.lease && f.key == c.key) {
-                    *lost = true;
+                    lease.lost |= u32::try_from(i).ok().and_then(|i| 1u64.checked_shl(i)).unwrap_or(0);
                 }
             }
         }
