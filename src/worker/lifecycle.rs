@@ -356,6 +356,12 @@ impl Worker {
         self.leases.holds(id)
     }
 
+    /// Ends of leases kept to be sent again (tests: their bound).
+    #[cfg(test)]
+    pub fn leases_to_send_again(&self) -> usize {
+        self.leases.retries()
+    }
+
     /// [`Worker::on_gone`] of a request that holds no lease.
     pub fn on_gone_unleased(&mut self, id: u32) {
         self.crossings.gone(&mut self.streams, id);

@@ -74,8 +74,9 @@ pub(in crate::worker) struct Leases {
     seq: u64,
     /// By request context id.
     by_request: HashMap<u32, Lease>,
-    /// Ends to send again.
+    /// Ends to send again, at most `max_retries` (`valkey.max_queue`).
     retries: Vec<Retry>,
+    max_retries: usize,
     /// `lease` calls on their way: what each carries.
     calls: BTreeMap<u32, Carried>,
     next_call: u32,
@@ -97,6 +98,7 @@ impl Leases {
             seq: 0,
             by_request: HashMap::new(),
             retries: Vec::new(),
+            max_retries: config.valkey.max_queue,
             calls: BTreeMap::new(),
             next_call: 0,
             interval_ms: ttl.map_or(u64::MAX, |t| (t / 6).max(1)),
@@ -112,6 +114,11 @@ impl Leases {
     /// store did not deny it).
     pub fn holds(&self, id: u32) -> bool {
         self.active && self.by_request.contains_key(&id)
+    }
+
+    #[cfg(test)]
+    pub fn retries(&self) -> usize {
+        self.retries.len()
     }
 
     /// The tick the renewals need, while any lease is held.

@@ -110,9 +110,18 @@ impl Leases {
         cx.host.count(Stat::Lease(LeaseStat::Failed), 1);
         if change == LeaseChange::End {
             let until_ms = now_ms.saturating_add(ttl_ms(&check));
-            self.retries.push(Retry { check, until_ms, confirmed });
+            self.retry(Retry { check, until_ms, confirmed });
         } else {
             self.due_again(std::slice::from_ref(&check));
+        }
+    }
+
+    /// Keeps a failed end to send again, at most `valkey.max_queue` of
+    /// them (a store away for long under a flood): past that the end is
+    /// dropped, and its lease expires in the store by its TTL.
+    fn retry(&mut self, retry: Retry) {
+        if self.retries.len() < self.max_retries {
+            self.retries.push(retry);
         }
     }
 
@@ -179,7 +188,7 @@ impl Leases {
         if let Some(Carried::Ends { confirmed }) = carried {
             for (check, confirmed) in p.checks.into_iter().zip(confirmed) {
                 let until_ms = now_ms.saturating_add(ttl_ms(&check));
-                self.retries.push(Retry { check, until_ms, confirmed });
+                self.retry(Retry { check, until_ms, confirmed });
             }
         } else {
             self.due_again(&p.checks);

@@ -170,3 +170,19 @@ fn a_lease_the_store_lost_is_counted_once_and_renewed_no_more() {
     rig.run_until_quiet();
     assert_eq!(rig.host.count(Stat::StoreRequests), renewals, "nor an end");
 }
+
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn ends_kept_to_send_again_are_bounded_by_the_queue() {
+    let plugin = limited(1_000, "30s").failure_mode("local").valkey(r#""max_queue": 8"#);
+    let mut rig = Rig::new(plugin.top(r#""local_limiter": { "share": 1.0 }"#));
+    rig.host.refuse_open = Some("no store".into());
+    for _ in 0..40 {
+        let (id, _) = rig.request("alice");
+        rig.tick(2_000);
+        rig.run_until_quiet();
+        rig.gone(id);
+        rig.tick(5);
+    }
+    assert!(rig.worker.leases_to_send_again() <= 8, "{}", rig.worker.leases_to_send_again());
+    assert!(rig.host.count(Stat::Lease(LeaseStat::Failed)) >= 40);
+}
