@@ -189,15 +189,13 @@ impl Worker {
         if self.settlements.active() {
             self.settlements.owe(&self.config, id, &pending);
         }
-        if self.leases.active() {
-            self.leases.stamp(id, &mut pending.checks, now_ms);
-        }
         let (route, slot) = self.streams.route(&pending.checks);
         let shard = match route {
             Route::Shard(shard) => self.streams.down(shard, now_ms).map_or(Ok(shard), Err),
             Route::Parked => Ok(PARKED),
             Route::Unserved(slot) => Err(self.streams.unserved(slot, now_ms)),
             Route::CrossSlot => {
+                self.leases.stamp(id, &mut pending.checks, now_ms, true);
                 let flow = self.crossings.start(cx!(self, host), others!(self), id, pending, now_ms);
                 self.pump(host, false, now_ms);
                 return flow;
@@ -206,6 +204,8 @@ impl Worker {
         let shard = match shard {
             Ok(shard) => shard,
             Err(failure) => {
+                // Never sent: a lease only the local limiter may take.
+                self.leases.stamp(id, &mut pending.checks, now_ms, false);
                 let p = &pending;
                 let request = Failing { id, checks: &p.checks, at_ms: p.arrival.request_ms, headers: &p.headers };
                 let owes = (&mut self.settlements, &mut self.synced);
@@ -220,6 +220,7 @@ impl Worker {
         }
         pending.shard = shard;
         pending.slot = slot;
+        self.leases.stamp(id, &mut pending.checks, now_ms, true);
         if self.holding.active() {
             // (Unshaped, as the request arrived, when no rule shapes.)
             pending.command = Command::Decide(shaping::shape(&self.config, &pending.checks));

@@ -40,6 +40,9 @@ struct Lease {
     /// The store said it admitted the request (else its call failed: the
     /// lease may or may not be there).
     confirmed: bool,
+    /// Its call went to the store (else only the local limiter may hold
+    /// it: nothing to end or renew there).
+    to_store: bool,
     /// Bit i: a renewal found the lease of check i gone from the store;
     /// it is neither renewed nor ended any more (checks past the 64th are
     /// never marked).
@@ -127,9 +130,11 @@ impl Leases {
         (!self.by_request.is_empty() || !self.retries.is_empty()).then(|| Duration::from_millis(tick))
     }
 
-    /// Request `id`'s call over `checks` is being made: its lease checks
-    /// get a lease id, the same in each (none when it has none).
-    pub fn stamp(&mut self, id: u32, checks: &mut [Check], now_ms: u64) {
+    /// Request `id`'s call over `checks` is being made (`to_store`: sent
+    /// to the store, else decided by `failure_mode` at once): its lease
+    /// checks get a lease id, the same in each (none when it has none). A
+    /// request refused as overload is never stamped.
+    pub fn stamp(&mut self, id: u32, checks: &mut [Check], now_ms: u64, to_store: bool) {
         if !self.active || !checks.iter().any(|c| c.algorithm == Algorithm::Lease) {
             return;
         }
@@ -140,7 +145,8 @@ impl Leases {
             check.lease = Some(Rc::clone(&lease));
             held.push(check.clone());
         }
-        self.by_request.insert(id, Lease { checks: held, renewed_ms: now_ms, confirmed: false, lost: 0 });
+        let lease = Lease { checks: held, renewed_ms: now_ms, confirmed: false, lost: 0, to_store };
+        self.by_request.insert(id, lease);
     }
 
     /// The store decided request `id`: admitted, its lease is held (and
@@ -162,6 +168,9 @@ impl Leases {
         let Some(lease) = self.by_request.remove(&id) else { return };
         let local = lease.checks.iter().filter(|c| cx.local.release(c)).count() as u64;
         cx.host.count(Stat::Lease(LeaseStat::Released), local);
+        if !lease.to_store {
+            return;
+        }
         let (lost, mut checks) = (lease.lost, lease.checks);
         if lost != 0 {
             checks = checks.into_iter().enumerate().filter(|(i, _)| !is_lost(lost, *i)).map(|(_, c)| c).collect();

@@ -34,7 +34,7 @@ impl Leases {
         }
         self.next_renewal_ms = now_ms.saturating_add(self.interval_ms);
         let mut renewals = Vec::new();
-        for lease in self.by_request.values_mut() {
+        for lease in self.by_request.values_mut().filter(|l| l.to_store) {
             let ttl = lease.checks.iter().map(ttl_ms).min().unwrap_or(0);
             if now_ms.saturating_sub(lease.renewed_ms) >= ttl / 6 {
                 lease.renewed_ms = now_ms;

@@ -173,16 +173,21 @@ fn a_lease_the_store_lost_is_counted_once_and_renewed_no_more() {
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
 fn ends_kept_to_send_again_are_bounded_by_the_queue() {
-    let plugin = limited(1_000, "30s").failure_mode("local").valkey(r#""max_queue": 8"#);
-    let mut rig = Rig::new(plugin.top(r#""local_limiter": { "share": 1.0 }"#));
+    let mut rig = Rig::new(limited(1_000, "30s").valkey(r#""max_queue": 8"#));
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.extend(requests(&mut rig, 8));
+    }
+    assert_eq!(lease_count(&rig), 40);
+    // The store goes away: its stream closes and never opens again.
     rig.host.refuse_open = Some("no store".into());
-    for _ in 0..40 {
-        let (id, _) = rig.request("alice");
-        rig.tick(2_000);
-        rig.run_until_quiet();
+    let token = rig.stream();
+    rig.close(token, 14);
+    for id in held {
         rig.gone(id);
         rig.tick(5);
     }
+    rig.run_for(2_000);
     assert!(rig.worker.leases_to_send_again() <= 8, "{}", rig.worker.leases_to_send_again());
     assert!(rig.host.count(Stat::Lease(LeaseStat::Failed)) >= 40);
 }
