@@ -248,15 +248,7 @@ impl ModelStore {
             if lease.is_some() && windows.len() != 1 {
                 return None;
             }
-            let check = Check {
-                rule,
-                key,
-                windows: windows.into(),
-                cost: NonZeroU64::MIN,
-                algorithm,
-                check_only: false,
-                lease,
-            };
+            let check = stored_check(rule, key, windows, algorithm, lease);
             adjustments.push(Adjustment { check, from, to });
             self.adjusted.push((at, from, to));
         }
@@ -287,15 +279,7 @@ impl ModelStore {
             let algorithm = algorithm(args.next())?;
             let units: u64 = args.next()?.parse().ok()?;
             let windows = windows(&mut args)?;
-            let check = Check {
-                rule,
-                key,
-                windows: windows.into(),
-                cost: NonZeroU64::MIN,
-                algorithm,
-                check_only: false,
-                lease: None,
-            };
+            let check = stored_check(rule, key, windows, algorithm, None);
             entries.push(FlushEntry { check, units });
         }
         let flush = Flush { entries, token, syncer, horizon_ms, token_key };
@@ -358,4 +342,15 @@ fn reply(d: &Decision) -> Value {
         reply.extend([int(w.remaining), int(w.reset_ms), int(w.retry_ms)]);
     }
     Value::Array(reply)
+}
+
+/// The check an `adjust` or a flush names: what its record was, at cost 1.
+fn stored_check(
+    rule: usize,
+    key: String,
+    windows: Vec<Window>,
+    algorithm: Algorithm,
+    lease: Option<std::rc::Rc<str>>,
+) -> Check {
+    Check { rule, key, windows: windows.into(), cost: NonZeroU64::MIN, algorithm, check_only: false, lease }
 }

@@ -70,6 +70,32 @@ pub struct Pending {
     pub call: Call,
 }
 
+impl Pending {
+    /// A call a room makes (no response headers of its own), not sent yet,
+    /// for `shard` (and `slot`, in cluster mode).
+    pub fn made(
+        checks: Vec<Check>,
+        arrival: Arrival,
+        (shard, slot): (ShardId, Option<u16>),
+        command: Command,
+        call: Call,
+    ) -> Pending {
+        Pending {
+            checks,
+            arrival,
+            noscripts: 0,
+            headers: ResponseHeaders::default(),
+            sent: false,
+            shard,
+            slot,
+            redirects: 0,
+            asking: false,
+            command,
+            call,
+        }
+    }
+}
+
 /// What a call runs on the store: the room that makes a call chooses it
 /// (how a decision is shaped, what an adjust changes, what a flush
 /// carries); the streams write it over the call's checks.

@@ -38,7 +38,7 @@ use crate::worker::calls::{Call, Command, Pending, SettleCall, PARKED};
 use crate::worker::counting::owed::Settlements;
 use crate::worker::counting::owed::{corrected, counts, with_delay, Decided, Owed, Stage};
 use crate::worker::cx::Cx;
-use crate::worker::host::{CountStat, ResponseFlow, ResponseHeaders, Stat};
+use crate::worker::host::{CountStat, ResponseFlow, Stat};
 use crate::worker::streams::discovery::Route;
 use crate::worker::verdict::{Deliveries, Verdict};
 
@@ -149,19 +149,7 @@ impl Settlements {
             Route::CrossSlot => (PARKED, Some(FailureKind::Unavailable)),
         };
         let command = Command::Adjust { adjustments: call.adjustments(&checks), at_ms: call.at_ms };
-        let pending = Pending {
-            checks,
-            arrival: owed.arrival.on_behalf(now_ms),
-            noscripts: 0,
-            headers: ResponseHeaders::default(),
-            sent: false,
-            shard,
-            slot,
-            redirects: 0,
-            asking: false,
-            command,
-            call: Call::Settle(call),
-        };
+        let pending = Pending::made(checks, owed.arrival.on_behalf(now_ms), (shard, slot), command, Call::Settle(call));
         if let Some(kind) = down {
             cx.host.count(Stat::StoreError(kind), 1);
             self.settle_failed(cx, &pending);

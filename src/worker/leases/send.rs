@@ -85,19 +85,8 @@ impl Leases {
                 _ => Carried::Renewals { confirmed },
             };
             let checks = group.into_iter().map(|(c, _, _)| c).collect();
-            let pending = Pending {
-                checks,
-                arrival: Arrival::new(None, now_ms),
-                noscripts: 0,
-                headers: Default::default(),
-                sent: false,
-                shard,
-                slot,
-                redirects: 0,
-                asking: false,
-                command: Command::Lease(ops),
-                call: Call::Lease,
-            };
+            let pending =
+                Pending::made(checks, Arrival::new(None, now_ms), (shard, slot), Command::Lease(ops), Call::Lease);
             self.next_call = self.next_call.wrapping_add(1);
             self.calls.insert(self.next_call, carried);
             cx.streams.push(CallId::Lease(self.next_call), pending);

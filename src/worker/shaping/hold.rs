@@ -129,19 +129,7 @@ impl Holding {
             return;
         }
         let command = Command::Adjust { adjustments: give_back(&checks), at_ms: turn_ms };
-        let pending = Pending {
-            checks,
-            arrival: arrival.on_behalf(now_ms),
-            noscripts: 0,
-            headers: Default::default(),
-            sent: false,
-            shard,
-            slot,
-            redirects: 0,
-            asking: false,
-            command,
-            call: Call::GiveBack,
-        };
+        let pending = Pending::made(checks, arrival.on_behalf(now_ms), (shard, slot), command, Call::GiveBack);
         let id = self.next_id(owner);
         cx.streams.push(id, pending);
     }

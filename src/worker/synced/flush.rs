@@ -100,19 +100,8 @@ impl Syncing {
                     join,
                 };
                 let command = Command::Flush(of(&call, &checks));
-                let pending = Pending {
-                    checks,
-                    arrival: Arrival::new(None, now_ms),
-                    noscripts: 0,
-                    headers: Default::default(),
-                    sent: false,
-                    shard: PARKED,
-                    slot: None,
-                    redirects: 0,
-                    asking: false,
-                    command,
-                    call: Call::Flush(call),
-                };
+                let pending =
+                    Pending::made(checks, Arrival::new(None, now_ms), (PARKED, None), command, Call::Flush(call));
                 self.queue_flush(cx, CallId::Flush(seq), pending, now_ms);
             }
         }
