@@ -128,7 +128,16 @@ mod tests {
     use super::*;
 
     fn window(retry_ms: u64) -> WindowOutcome {
-        WindowOutcome { check: 0, window: 0, limit: 5, period_ms: 3_000, remaining: 0, reset_ms: 2_000, retry_ms }
+        WindowOutcome {
+            check: 0,
+            window: 0,
+            limit: 5,
+            period_ms: 3_000,
+            remaining: 0,
+            reset_ms: 2_000,
+            retry_ms,
+            overridden: false,
+        }
     }
 
     #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]

@@ -109,7 +109,16 @@ pub fn concurrency_item(name: &str, limit: u64) -> String {
 }
 
 fn quota_item(name: &str, limit: u64, period_ms: u64, algorithm: Algorithm) -> String {
-    let outcome = WindowOutcome { check: 0, window: 0, limit, period_ms, remaining: 0, reset_ms: 0, retry_ms: 0 };
+    let outcome = WindowOutcome {
+        check: 0,
+        window: 0,
+        limit,
+        period_ms,
+        remaining: 0,
+        reset_ms: 0,
+        retry_ms: 0,
+        overridden: false,
+    };
     ratelimit_policy(&[PolicyStat { name, outcome: &outcome, algorithm }])
 }
 

@@ -121,6 +121,12 @@ pub struct Check {
     /// admission records, and what ends or renews it ([`LeaseOp`]). `None`
     /// for every other algorithm.
     pub lease: Option<Rc<str>>,
+    /// The key of the bucket's per-key override (a hash an operator writes
+    /// with `tollgate override set`, read in the same call: limits in force
+    /// instead of `windows`' until it expires), for a rule with
+    /// `"overrides": true` ([`crate::key::override_key`]); `None` otherwise.
+    /// The window check and the lease check of one rule share it.
+    pub override_key: Option<Rc<str>>,
 }
 
 /// What happens to one lease (`lease.lua`).
@@ -238,8 +244,12 @@ pub struct WindowOutcome {
     pub check: usize,
     /// Index of the window within its rule.
     pub window: usize,
+    /// The limit in force: the configured one, or an override's.
     pub limit: u64,
     pub period_ms: u64,
+    /// An override of the bucket's limits applied to this decision (its
+    /// check has an override key and the key held a live override).
+    pub overridden: bool,
     /// Units still available in the window after this decision.
     pub remaining: u64,
     /// Milliseconds until the window is empty again (0 if it is): for the log,

@@ -145,6 +145,7 @@ fn outcomes<'a>(
     for (ci, check) in checks.enumerate() {
         for (wi, w) in check.windows.iter().enumerate() {
             outcomes.push(WindowOutcome {
+                overridden: false,
                 check: ci,
                 window: wi,
                 limit: w.limit.get(),

@@ -218,7 +218,16 @@ impl ModelStore {
             if lease.is_some() && (cost.get() != 1 || windows.len() != 1) {
                 return None;
             }
-            checks.push(Check { rule, key, windows: windows.into(), cost, algorithm, check_only, lease });
+            checks.push(Check {
+                rule,
+                key,
+                windows: windows.into(),
+                cost,
+                algorithm,
+                check_only,
+                lease,
+                override_key: None,
+            });
         }
         let Some(max_delay) = max_delay else {
             let decision = self.model.decide(&checks, now);
@@ -352,5 +361,14 @@ fn stored_check(
     algorithm: Algorithm,
     lease: Option<std::rc::Rc<str>>,
 ) -> Check {
-    Check { rule, key, windows: windows.into(), cost: NonZeroU64::MIN, algorithm, check_only: false, lease }
+    Check {
+        rule,
+        key,
+        windows: windows.into(),
+        cost: NonZeroU64::MIN,
+        algorithm,
+        check_only: false,
+        lease,
+        override_key: None,
+    }
 }

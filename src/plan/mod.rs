@@ -164,6 +164,7 @@ fn lease_check(check: &Check, concurrency: &Concurrency) -> Check {
         algorithm: Algorithm::Lease,
         check_only: false,
         lease: None,
+        override_key: None,
     }
 }
 
@@ -193,6 +194,7 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
         algorithm: rule.algorithm,
         check_only: false,
         lease: None,
+        override_key: None,
     })
 }
 

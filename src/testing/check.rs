@@ -19,6 +19,7 @@ pub fn check(algorithm: Algorithm, rule: usize, key: &str, windows: &[(u64, u64)
         algorithm,
         check_only: false,
         lease: None,
+        override_key: None,
     }
 }
 

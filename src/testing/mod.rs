@@ -50,7 +50,7 @@ pub fn outcome(
     reset_ms: u64,
     retry_ms: u64,
 ) -> WindowOutcome {
-    WindowOutcome { check: 0, window, limit, period_ms, remaining, reset_ms, retry_ms }
+    WindowOutcome { check: 0, window, limit, period_ms, remaining, reset_ms, retry_ms, overridden: false }
 }
 
 /// The store's answer to [`seed_setup`]'s check: 15 left of 20 per
@@ -69,6 +69,7 @@ pub fn seed_decision(retry_3s: u64) -> Decision {
 /// `retry_ms` (0: it fits).
 pub fn window(check: usize, window: usize, retry_ms: u64) -> WindowOutcome {
     WindowOutcome {
+        overridden: false,
         check,
         window,
         limit: 1,

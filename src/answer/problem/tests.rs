@@ -5,7 +5,7 @@ use wasm_bindgen_test::wasm_bindgen_test;
 const LOG: Algorithm = Algorithm::SlidingLog;
 
 fn outcome(limit: u64, period_ms: u64, remaining: u64, reset_ms: u64, retry_ms: u64) -> WindowOutcome {
-    WindowOutcome { check: 0, window: 0, limit, period_ms, remaining, reset_ms, retry_ms }
+    WindowOutcome { check: 0, window: 0, limit, period_ms, remaining, reset_ms, retry_ms, overridden: false }
 }
 
 /// The seed scenario: 20 per 60 s and 5 per 3 s, the 3 s window denying.

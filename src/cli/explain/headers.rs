@@ -26,6 +26,7 @@ fn checks(index: usize, rule: &Rule, n: u64) -> Vec<Check> {
         algorithm: rule.algorithm,
         check_only: false,
         lease: None,
+        override_key: None,
     }];
     if let Some(c) = &rule.concurrency {
         checks.push(Check {
@@ -36,6 +37,7 @@ fn checks(index: usize, rule: &Rule, n: u64) -> Vec<Check> {
             algorithm: Algorithm::Lease,
             check_only: false,
             lease: Some(Rc::from(format!("explain-{n}"))),
+            override_key: None,
         });
     }
     checks

@@ -301,6 +301,7 @@ impl Model {
                 let stats = |b: &dyn Bucket| if shaped { b.shaped_stats(w, now_ms) } else { b.stats(w, now_ms) };
                 let (remaining, reset_ms) = self.bucket(check).map_or((w.limit.get(), 0), stats);
                 windows.push(WindowOutcome {
+                    overridden: false,
                     check: ci,
                     window: wi,
                     limit: w.limit.get(),

@@ -153,6 +153,7 @@ fn encodes_keys_then_argv_in_contract_order() {
             algorithm: Algorithm::SlidingLog,
             check_only: false,
             lease: None,
+            override_key: None,
         },
         Check {
             rule: 1,
@@ -162,6 +163,7 @@ fn encodes_keys_then_argv_in_contract_order() {
             algorithm: Algorithm::Gcra,
             check_only: true,
             lease: None,
+            override_key: None,
         },
     ];
     let mut out = Vec::new();
@@ -201,6 +203,7 @@ fn eval_carries_the_body_and_empty_now_means_server_time() {
         algorithm: Algorithm::FixedWindow,
         check_only: false,
         lease: None,
+        override_key: None,
     }];
     let mut out = Vec::new();
     encode_call(&mut out, limiter(), Invocation::Eval, &checks, None);

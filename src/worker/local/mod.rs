@@ -138,6 +138,7 @@ impl LocalLimiter {
                 // A lease frees when a request ends: its TTL bounds the wait.
                 let wait = if lease { spec.period_ms.get() } else { w.until_ms.saturating_sub(now_ms).max(1) };
                 windows.push(WindowOutcome {
+                    overridden: false,
                     check: i,
                     window: j,
                     limit: spec.limit.get(),

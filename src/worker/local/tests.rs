@@ -61,6 +61,7 @@ fn full_seed() -> Decision {
         delay_ms: 0,
         windows: vec![
             WindowOutcome {
+                overridden: false,
                 check: 0,
                 window: 0,
                 limit: 20,
@@ -70,6 +71,7 @@ fn full_seed() -> Decision {
                 retry_ms: 0,
             },
             WindowOutcome {
+                overridden: false,
                 check: 0,
                 window: 1,
                 limit: 5,
@@ -104,6 +106,7 @@ fn what_a_worker_admitted_alone_counts_for_the_period_through_any_number_of_outa
         now_ms: 0,
         delay_ms: 0,
         windows: vec![WindowOutcome {
+            overridden: false,
             check: 0,
             window: 0,
             limit: 100,

@@ -164,6 +164,7 @@ pub(in crate::worker) fn refusal(config: &Config, checks: &[Check], rule: usize)
         .iter()
         .enumerate()
         .map(|(window, w)| WindowOutcome {
+            overridden: false,
             check: 0,
             window,
             limit: w.limit.get(),

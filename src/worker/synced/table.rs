@@ -159,6 +159,7 @@ impl Table {
                 (false, false) => v.empty_at_ms.saturating_sub(now_ms).max(until_sync),
             };
             let outcome = WindowOutcome {
+                overridden: false,
                 check: 0,
                 window: j,
                 limit: spec.limit.get(),
