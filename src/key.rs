@@ -169,6 +169,26 @@ pub fn syncers_key(bucket_key: &str) -> String {
 /// What [`syncers_key`] appends to a bucket's key.
 pub const SYNCERS_SUFFIX: &str = ":syncers";
 
+/// The per-key override of the bucket whose key is `bucket_key` (a rule
+/// with `"overrides": true`; `tollgate override set` writes it, the
+/// decision reads it in the same call): the bucket's key with its suffix
+/// (the algorithm's id) replaced by [`OVERRIDE_SUFFIX`], so one hash
+/// serves the rule's window check and its lease check, in their slot.
+///
+/// ```
+/// use tollgate::key::override_key;
+///
+/// assert_eq!(override_key("tollgate:{api:alice}:log"), "tollgate:{api:alice}:ovr");
+/// assert_eq!(override_key("tollgate:{alice}:api:alice:lease"), "tollgate:{alice}:api:alice:ovr");
+/// ```
+pub fn override_key(bucket_key: &str) -> String {
+    let base = bucket_key.rfind(':').map_or(bucket_key, |i| bucket_key.get(..i).unwrap_or(bucket_key));
+    format!("{base}:{OVERRIDE_SUFFIX}")
+}
+
+/// The suffix of a bucket's override key ([`override_key`]).
+pub const OVERRIDE_SUFFIX: &str = "ovr";
+
 /// Appends one part: percent-encoded, or `#<sha1 hex>` when that is
 /// longer than [`MAX_PART_LEN`] (a part longer than that raw is, since
 /// encoding never shortens it).
