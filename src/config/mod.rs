@@ -79,6 +79,7 @@ mod keys;
 mod limits;
 mod matching;
 mod node;
+mod overrides;
 mod primitives;
 mod raw;
 mod read;
@@ -325,6 +326,11 @@ pub struct Rule {
     /// holding a lease (`concurrency`, docs/configuration.md); `None`: no
     /// such limit. Never with `sync`.
     pub concurrency: Option<Concurrency>,
+    /// Reads the bucket's per-key override in the decision's store call
+    /// (`overrides`, docs/configuration.md): limits an operator set with
+    /// `tollgate override set` apply instead of the configured ones until
+    /// they expire. Never with `sync`.
+    pub overrides: bool,
 }
 
 /// One window of a rule: at most `limit` requests per `period`.

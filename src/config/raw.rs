@@ -96,6 +96,7 @@ objects! {
         shape: Option<RawShape>,
         sync: Option<RawSync>,
         concurrency: Option<NumOrObj<RawConcurrency>>,
+        overrides: Option<bool>,
     }
 
     /// `rules[i].concurrency` in object form (the number form is `limit`).

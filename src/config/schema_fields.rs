@@ -243,7 +243,7 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             MAX_WAITING_BOUNDS,
         ),
         "rules[].sync" => {
-            json!({ "description": "Decide the rule's requests on each worker from its view of every window, and every interval send the store what it admitted and read the windows back (docs/sync.md): no store call per request, within a stated bound. Not with count, shape or concurrency." })
+            json!({ "description": "Decide the rule's requests on each worker from its view of every window, and every interval send the store what it admitted and read the windows back (docs/sync.md): no store call per request, within a stated bound. Not with count, shape, concurrency or overrides." })
         }
         "rules[].sync.interval" => {
             json!({ "description": "How often a worker syncs: >= 10ms, <= 1m, and shorter than the rule's shortest period." })
@@ -253,10 +253,16 @@ pub(crate) fn field_facts(path: &str) -> Map<String, Value> {
             DEFAULT_SYNC_MAX_KEYS,
             SYNC_MAX_KEYS_BOUNDS,
         ),
-        "rules[]{}" => {
-            json!({ "not": { "required": ["sync", "concurrency"], "properties": {
+        "rules[]{}" => json!({ "allOf": [
+            { "not": { "required": ["sync", "concurrency"], "properties": {
                 "sync": { "not": { "type": "null" } }, "concurrency": { "not": { "type": "null" } }
-            } } })
+            } } },
+            { "not": { "required": ["sync", "overrides"], "properties": {
+                "sync": { "not": { "type": "null" } }, "overrides": { "const": true }
+            } } },
+        ] }),
+        "rules[].overrides" => {
+            json!({ "description": "Read the bucket's per-key override (set with tollgate override set) in each decision's store call: its limits apply instead of the configured ones until it expires. Costs one HGETALL per decision and key; the rule's denials are not cached. Not with sync.", "default": false })
         }
         "rules[].concurrency" => {
             json!({ "description": format!("At most this many of the rule's requests in flight per bucket: each admitted request holds a lease (one sorted-set entry) until it ends, renewed while it goes on; a full set denies at once (never shaped). A number (the limit, lease_ttl {}s) or an object. Not with sync.", DEFAULT_LEASE_TTL_MS / 1000) })

@@ -19,6 +19,7 @@ use super::count::count;
 use super::error::ConfigError;
 use super::keys::key;
 use super::matching::matcher;
+use super::overrides::overrides;
 use super::primitives::{bounded_count, duration, envoy_cluster, fail, header_name, limit_count, name_like};
 use super::raw::{RawConfig, RawLimit, RawLocalLimiter, RawRule, RawTesting, RawValkey};
 use super::response::response;
@@ -232,6 +233,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
     let sync = sync_policy(i, raw.sync, &limits, count.is_some(), raw.shape.is_some())?;
     let shaping = shaping(i, raw.shape, shadow)?;
     let concurrency = concurrency(i, raw.concurrency, &name, sync.is_some())?;
+    let overrides = overrides(i, raw.overrides, sync.is_some())?;
     let policy_names: Vec<String> = limits.iter().map(|l| format!("{name}/{}", l.period.label())).collect();
     let policy_items = limits
         .iter()
@@ -259,6 +261,7 @@ fn rule(i: usize, raw: RawRule, seen: &mut BTreeMap<String, usize>) -> Result<Ru
         windows,
         quoted_names,
         concurrency,
+        overrides,
     })
 }
 

@@ -63,7 +63,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         error(&rule(r#"{ "name": "r", "limit": [] }"#)),
-        "rules[0].limit: unknown field, expected one of name, match, key, limits, algorithm, cost, shadow, hash_tag, count, shape, sync, concurrency"
+        "rules[0].limit: unknown field, expected one of name, match, key, limits, algorithm, cost, shadow, hash_tag, count, shape, sync, concurrency, overrides"
     );
     assert_eq!(
         error(&matcher(r#"{ "paths": "/" }"#)),

@@ -11,6 +11,7 @@ mod oracle;
 mod oracle_raw;
 #[cfg(not(target_family = "wasm"))]
 mod oracle_shape;
+mod overrides;
 mod valid;
 
 use super::Config;

@@ -87,6 +87,7 @@ fn example_parses_to_expected_values() {
             .into(),
             quoted_names: vec![r#""auth.createToken/60s""#.into(), r#""auth.createToken/3s""#.into()],
             concurrency: None,
+            overrides: false,
         }],
         response: ResponseConfig::default(),
         shadow: false,
