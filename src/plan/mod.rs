@@ -149,7 +149,8 @@ pub fn plan(config: &Config, request: &dyn RequestView) -> Plan {
 /// the rule's windows (`check`): the bucket's key with the suffix of
 /// [`Algorithm::Lease`] instead of the rule's algorithm (the same hash tag,
 /// so the same Valkey Cluster slot), its one window, and one lease per
-/// request whatever the rule's cost. The worker gives it its lease id.
+/// request whatever the rule's cost. The worker gives it its lease id. It
+/// shares the window check's override key (the same hash, field `c`).
 fn lease_check(check: &Check, concurrency: &Concurrency) -> Check {
     let stem = check.key.strip_suffix(check.algorithm.id()).unwrap_or(&check.key);
     let suffix = Algorithm::Lease.id();
@@ -164,7 +165,8 @@ fn lease_check(check: &Check, concurrency: &Concurrency) -> Check {
         algorithm: Algorithm::Lease,
         check_only: false,
         lease: None,
-        override_key: None,
+        // The rule's override hash serves both checks: one Rc, one key.
+        override_key: check.override_key.clone(),
     }
 }
 
@@ -186,6 +188,8 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
         }
     }
     let key = key.finish(suffix);
+    // Only a rule with `overrides` pays for its override key.
+    let override_key = rule.overrides.then(|| Rc::from(crate::key::override_key(&key)));
     Some(Check {
         rule: index,
         key,
@@ -194,7 +198,7 @@ fn check_for(config: &Config, index: usize, rule: &Rule, request: &dyn RequestVi
         algorithm: rule.algorithm,
         check_only: false,
         lease: None,
-        override_key: None,
+        override_key,
     })
 }
 

@@ -316,3 +316,44 @@ fn a_lease_set_shares_its_buckets_slot() {
         assert_eq!(tag(&checks[2].key), tag(&checks[3].key));
     }
 }
+
+/// A rule with `overrides`: its window check and its lease check both name
+/// the bucket's override hash, one Rc for both, in the bucket's slot; a
+/// rule without it names none.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_rule_with_overrides_names_its_override_hash_on_every_check() {
+    use crate::store::cluster::key_slot;
+    let c = config(
+        r#"[ { "name": "api", "key": [ { "header": "x-user-id" } ], "overrides": true, "algorithm": "gcra",
+               "limits": [ { "limit": 50, "period": "1m" } ], "concurrency": 4 },
+             { "name": "plain", "key": [ { "header": "x-user-id" } ], "limits": [ { "limit": 9, "period": 1 } ] },
+             { "name": "off", "overrides": false, "limits": [ { "limit": 9, "period": 1 } ], "concurrency": 1 } ]"#,
+    );
+    let checks = plan(&c, &Req::new("GET", "/").with("x-user-id", "alice")).checks;
+    let keys: Vec<(&str, Option<&str>)> = checks.iter().map(|c| (c.key.as_str(), c.override_key.as_deref())).collect();
+    let ovr = Some("tollgate:{api:alice}:ovr");
+    assert_eq!(
+        keys,
+        [
+            ("tollgate:{api:alice}:gcra", ovr),
+            ("tollgate:{api:alice}:lease", ovr),
+            ("tollgate:{plain:alice}:log", None),
+            ("tollgate:{off}:log", None),
+            ("tollgate:{off}:lease", None),
+        ]
+    );
+    let (window, lease) = (checks[0].override_key.as_ref().unwrap(), checks[1].override_key.as_ref().unwrap());
+    assert!(Rc::ptr_eq(window, lease), "one override key for the rule's checks");
+    assert_eq!(key_slot(window.as_bytes()), key_slot(checks[0].key.as_bytes()));
+    // A hash tag from one part and odd values keep the hash in the slot.
+    let c = config(
+        r#"[ { "name": "t", "key": [ "path", { "header": "x-user-id" } ], "hash_tag": 1, "overrides": true,
+               "limits": [ { "limit": 5, "period": 1 } ] } ]"#,
+    );
+    for user in ["bob", "a:b}{c", "%3A", ""] {
+        let check = plan(&c, &Req::new("GET", "/x:y").with("x-user-id", user)).checks.remove(0);
+        let ovr = check.override_key.unwrap();
+        assert!(ovr.ends_with(":ovr") && !ovr.ends_with(":log:ovr"), "{ovr}");
+        assert_eq!(key_slot(ovr.as_bytes()), key_slot(check.key.as_bytes()), "{ovr}");
+    }
+}
