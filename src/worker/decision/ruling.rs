@@ -55,7 +55,8 @@ pub struct Denial {
 pub struct Ruling {
     /// `(rule index, outcome)` per check, in check order.
     pub rules: Vec<(usize, RuleOutcome)>,
-    /// Enforced buckets that denied (but lease sets).
+    /// Enforced buckets that denied (but lease sets and the checks of a
+    /// rule with overrides).
     pub denials: Vec<Denial>,
     pub action: Action,
 }
@@ -86,8 +87,9 @@ pub fn respond(config: &Config, checks: &[Check], decision: &Decision, arrival_m
             enforced_denial = true;
         }
         // A lease set's denial is never remembered: any request that ends
-        // frees a lease.
-        if outcome == RuleOutcome::Denied && check.algorithm != Algorithm::Lease {
+        // frees a lease. Nor one of a rule with overrides: an override (or
+        // a reset) set now applies to the next request.
+        if outcome == RuleOutcome::Denied && check.algorithm != Algorithm::Lease && check.override_key.is_none() {
             denials.push(Denial {
                 key: check.key.clone(),
                 // Counted from the request's arrival, never later than the
@@ -149,7 +151,9 @@ pub fn deny_from_cache(
     cache: &mut DenialCache,
     now_ms: u64,
 ) -> Option<(Ruling, DecisionRecord)> {
-    let (check, windows) = checks.iter().filter(|c| !is_shadow(config, c)).find_map(|check| {
+    // A check with an override key is never remembered: not looked up.
+    let remembered = |c: &&Check| !is_shadow(config, c) && c.override_key.is_none();
+    let (check, windows) = checks.iter().filter(remembered).find_map(|check| {
         let windows = cache.lookup(&check.key, now_ms)?;
         Some((check, windows))
     })?;

@@ -80,3 +80,21 @@ fn the_cache_denies_enforced_buckets_with_the_remembered_windows() {
     cache.insert("k0", 5_000, 0, vec![window(0, 0, 500)]);
     assert!(deny_from_cache(&shadow, &checks(), &mut cache, 100).is_none());
 }
+
+/// A check with an override key (a rule with `overrides`) is never
+/// remembered as denied, nor looked up: an override or a reset applies to
+/// the next request.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn a_denial_with_an_override_key_is_not_remembered() {
+    let c = config(false, false);
+    let mut marked = checks();
+    marked[0].override_key = Some(std::rc::Rc::from(crate::key::override_key("k0")));
+    let ruling = respond(&c, &marked, &a_denies(), 1_000);
+    assert_eq!(ruling.rules, vec![(0, RuleOutcome::Denied), (1, RuleOutcome::Allowed)]);
+    assert!(matches!(ruling.action, Action::Deny(_)), "denied all the same: {ruling:?}");
+    assert!(ruling.denials.is_empty(), "{:?}", ruling.denials);
+    let mut cache = DenialCache::new(10);
+    cache.insert("k0", 5_000, 0, vec![window(0, 0, 500)]);
+    assert!(deny_from_cache(&c, &marked, &mut cache, 100).is_none(), "not looked up");
+    assert!(deny_from_cache(&c, &checks(), &mut cache, 100).is_some(), "the same bucket unmarked is");
+}

@@ -2,4 +2,5 @@
 
 mod decisions;
 mod lifecycle;
+mod overrides;
 mod synced;
