@@ -1,13 +1,14 @@
 //! What the worker decided about one request, for Envoy's access log: who
 //! decided, what the request got, its rules, the windows that denied it,
-//! what remains in each window and the store's round trip. The filter sets
+//! what remains in each window, the store's round trip, and the rules
+//! whose per-key override applied (`overrides`). The filter sets
 //! it as filter state ([`DecisionRecord::plain`]), read by
 //! `%FILTER_STATE(wasm.tollgate.decision:PLAIN)%`.
 
 use crate::answer::response::{policy_name, policy_names};
 use crate::answer::text::push_u64;
 use crate::config::Config;
-use crate::limiter::{Check, Decision};
+use crate::limiter::{Check, Decision, WindowOutcome};
 
 /// The filter state key the filter sets (Envoy prefixes it with `wasm.`).
 pub const DECISION_PROPERTY: &str = "tollgate.decision";
@@ -82,6 +83,9 @@ pub struct DecisionRecord {
     pub remaining: Vec<(String, u64)>,
     /// The round trip of the store call that decided it, in ms.
     pub store_ms: Option<u64>,
+    /// The rules whose per-key override applied (a window's limit in force
+    /// was an override's), each once, in check order.
+    pub overridden: Vec<String>,
 }
 
 impl DecisionRecord {
@@ -98,18 +102,21 @@ impl DecisionRecord {
             denied_by: denied_by.map(|(_, n)| (*n).to_owned()).collect(),
             remaining: decision.windows.iter().zip(names).map(|(w, n)| ((*n).to_owned(), w.remaining)).collect(),
             store_ms: None,
+            overridden: overridden_rules(config, checks, decision).map(str::to_owned).collect(),
         }
     }
 
     /// A request no one decided (`failure_mode: allow` or `deny`, overload).
     pub fn undecided(config: &Config, checks: &[Check], decider: Decider, answer: Answer) -> Self {
         let rules = rule_names(config, checks);
-        DecisionRecord { decider, answer, rules, denied_by: Vec::new(), remaining: Vec::new(), store_ms: None }
+        let (denied_by, remaining, overridden) = (Vec::new(), Vec::new(), Vec::new());
+        DecisionRecord { decider, answer, rules, denied_by, remaining, store_ms: None, overridden }
     }
 
     /// One line of `key=value` fields, `-` for none, lists joined by `,`:
     /// `decider=store answer=denied rules=auth.createToken
-    /// denied_by=auth.createToken/3s remaining=auth.createToken/60s:15,auth.createToken/3s:0 store_ms=1`.
+    /// denied_by=auth.createToken/3s remaining=auth.createToken/60s:15,auth.createToken/3s:0 store_ms=1`,
+    /// and ` override=<rule>,...` after it only when an override applied.
     pub fn plain(&self) -> String {
         let mut out = String::new();
         self.push_plain(&mut out);
@@ -121,6 +128,7 @@ impl DecisionRecord {
         let pairs = self.remaining.iter().map(|(policy, left)| (policy.as_str(), *left));
         let (rules, denied_by) = (self.rules.iter().map(String::as_str), self.denied_by.iter().map(String::as_str));
         push_plain(out, self.decider, self.answer, rules, denied_by, pairs, self.store_ms);
+        push_overridden(out, self.overridden.iter().map(String::as_str));
     }
 }
 
@@ -158,6 +166,7 @@ impl Record<'_> {
                 let denied_by = decision.windows.iter().filter(|w| w.denied()).map(name);
                 let pairs = decision.windows.iter().map(|w| (name(w), w.remaining));
                 push_plain(out, *decider, *answer, unique_rules(config, checks), denied_by, pairs, *store_ms);
+                push_overridden(out, overridden_rules(config, checks, decision));
             }
         }
     }
@@ -217,6 +226,33 @@ fn push_plain<'s>(
         Some(ms) => push_u64(out, ms),
         None => out.push('-'),
     }
+}
+
+/// ` override=<rule>,...` when `rules` has any; nothing otherwise (a line
+/// without an override stays as it was).
+fn push_overridden<'a>(out: &mut String, mut rules: impl Iterator<Item = &'a str>) {
+    let Some(first) = rules.next() else { return };
+    out.push_str(" override=");
+    push_list(out, std::iter::once(first).chain(rules));
+}
+
+/// The names of the rules with a window whose limit came from an override,
+/// each once, in window (so check) order, borrowed.
+fn overridden_rules<'a>(
+    config: &'a Config,
+    checks: &'a [Check],
+    decision: &'a Decision,
+) -> impl Iterator<Item = &'a str> {
+    let name = move |w: &WindowOutcome| {
+        let check = checks.get(w.check).filter(|_| w.overridden)?;
+        config.rules.get(check.rule).map(|r| r.name.as_str())
+    };
+    let windows = decision.windows.as_slice();
+    windows.iter().enumerate().filter_map(move |(i, w)| {
+        let n = name(w)?;
+        let earlier = windows.get(..i).unwrap_or_default();
+        (!earlier.iter().any(|e| name(e) == Some(n))).then_some(n)
+    })
 }
 
 /// The names of the rules of `checks`, each once, in check order, borrowed.
