@@ -42,7 +42,9 @@ pub const TEMPORARY_REDUCED_CAPACITY: &str =
 /// `limit`, `window_ms`, `remaining` and `retry_after_ms`; a concurrency
 /// limit's `policy`, `concurrent` (its limit), `lease_ttl_ms`, `remaining`
 /// (free leases) and `retry_after_ms` (until its earliest lease expires).
-/// `retry_after` is in
+/// The limits are those in force: a window whose limit came from a per-key
+/// override (`rules[].overrides`) also has `"override":true`, after the
+/// others (left out otherwise). `retry_after` is in
 /// seconds, rounded up from `retry_after_ms`. Written by hand into one
 /// buffer, byte for byte what serde_json writes for the same document (the
 /// tests compare them).
@@ -83,6 +85,9 @@ pub fn quota_exceeded(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u1
         {
             out.push_str(key);
             push_u64(&mut out, value);
+        }
+        if o.overridden {
+            out.push_str(r#","override":true"#);
         }
         out.push('}');
     }

@@ -78,6 +78,32 @@ fn a_concurrency_limit_that_denied() {
     );
 }
 
+/// A window whose limit came from an override shows the limit in force and
+/// says so; a concurrency limit too; one without says nothing.
+#[wasm_bindgen_test(unsupported = test)]
+fn an_overridden_window_says_so_with_the_limit_in_force() {
+    let burst = WindowOutcome { overridden: true, ..outcome(50, 3_000, 0, 1_234, 1_234) };
+    let leases = WindowOutcome { check: 1, overridden: true, ..outcome(8, 30_000, 0, 29_000, 20_500) };
+    let plain = outcome(20, 60_000, 0, 56_001, 56_001);
+    let stats = [
+        PolicyStat { name: "auth.createToken/3s", outcome: &burst, algorithm: LOG },
+        PolicyStat { name: "auth.createToken/concurrency", outcome: &leases, algorithm: Algorithm::Lease },
+        PolicyStat { name: "other/60s", outcome: &plain, algorithm: LOG },
+    ];
+    let body = quota_exceeded(&stats, 56_001, 429);
+    assert!(
+        body.contains(concat!(
+            r#""windows":[{"policy":"auth.createToken/3s","limit":50,"window_ms":3000,"remaining":0,"#,
+            r#""retry_after_ms":1234,"override":true},"#,
+            r#"{"policy":"auth.createToken/concurrency","concurrent":8,"lease_ttl_ms":30000,"remaining":0,"#,
+            r#""retry_after_ms":20500,"override":true},"#,
+            r#"{"policy":"other/60s","limit":20,"window_ms":60000,"remaining":0,"retry_after_ms":56001}]"#,
+        )),
+        "{body}"
+    );
+    assert_eq!(body, oracle(&stats, 56_001, 429));
+}
+
 #[wasm_bindgen_test(unsupported = test)]
 fn problem_escapes_names() {
     let o = outcome(1, 1_000, 0, 10, 10);
@@ -123,8 +149,24 @@ struct Problem<'a> {
 #[derive(serde::Serialize)]
 #[serde(untagged)]
 enum Window<'a> {
-    Rate { policy: &'a str, limit: u64, window_ms: u64, remaining: u64, retry_after_ms: u64 },
-    Concurrency { policy: &'a str, concurrent: u64, lease_ttl_ms: u64, remaining: u64, retry_after_ms: u64 },
+    Rate {
+        policy: &'a str,
+        limit: u64,
+        window_ms: u64,
+        remaining: u64,
+        retry_after_ms: u64,
+        #[serde(rename = "override", skip_serializing_if = "std::ops::Not::not")]
+        overridden: bool,
+    },
+    Concurrency {
+        policy: &'a str,
+        concurrent: u64,
+        lease_ttl_ms: u64,
+        remaining: u64,
+        retry_after_ms: u64,
+        #[serde(rename = "override", skip_serializing_if = "std::ops::Not::not")]
+        overridden: bool,
+    },
 }
 
 fn oracle(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u16) -> String {
@@ -138,7 +180,7 @@ fn oracle(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u16) -> String
         .iter()
         .map(|s| {
             let (policy, o) = (s.name, s.outcome);
-            let (remaining, retry_after_ms) = (o.remaining, o.retry_ms);
+            let (remaining, retry_after_ms, overridden) = (o.remaining, o.retry_ms, o.overridden);
             match s.algorithm {
                 Algorithm::Lease => Window::Concurrency {
                     policy,
@@ -146,8 +188,16 @@ fn oracle(denied: &[PolicyStat<'_>], retry_after_ms: u64, status: u16) -> String
                     lease_ttl_ms: o.period_ms,
                     remaining,
                     retry_after_ms,
+                    overridden,
                 },
-                _ => Window::Rate { policy, limit: o.limit, window_ms: o.period_ms, remaining, retry_after_ms },
+                _ => Window::Rate {
+                    policy,
+                    limit: o.limit,
+                    window_ms: o.period_ms,
+                    remaining,
+                    retry_after_ms,
+                    overridden,
+                },
             }
         })
         .collect();
@@ -173,7 +223,8 @@ fn problem_is_byte_for_byte_what_serde_json_writes() {
         let outcomes: Vec<WindowOutcome> = (0..n)
             .map(|_| {
                 let pick = |v: u64| if v.is_multiple_of(3) { v } else { v % 100_000 };
-                outcome(pick(next()), pick(next()), pick(next()), pick(next()), pick(next()))
+                let o = outcome(pick(next()), pick(next()), pick(next()), pick(next()), pick(next()));
+                WindowOutcome { overridden: next().is_multiple_of(2), ..o }
             })
             .collect();
         let stats: Vec<PolicyStat<'_>> = outcomes

@@ -1,4 +1,6 @@
 use super::*;
+mod overrides;
+
 use crate::testing::{outcome as w, seed_decision as decision, seed_setup as setup};
 
 #[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
