@@ -49,3 +49,22 @@ fn a_denial_with_an_override_key_is_not_cached_and_a_reset_applies_at_once() {
     rig.store.model.expire(BUCKET);
     assert_eq!(requests(&mut rig, 1), [cached]);
 }
+
+/// With the store away (`failure_mode: local`) the local limiter decides a
+/// rule with overrides as any other: by the configured limits (it cannot
+/// read the override), and its record names no override.
+#[wasm_bindgen_test::wasm_bindgen_test(unsupported = test)]
+fn the_local_limiter_keeps_the_configured_limits() {
+    let run = |overrides: bool| {
+        let mut rig = Rig::new(seed(overrides).failure_mode("local"));
+        rig.host.refuse_open = Some("unreachable".into());
+        let answers = requests(&mut rig, 8);
+        let plain: Vec<String> = rig.host.decisions.iter().map(|(_, r)| r.plain()).collect();
+        (answers, plain)
+    };
+    let (with, lines) = run(true);
+    assert_eq!(with, run(false).0);
+    assert!(with.iter().all(|(decider, _)| *decider == Decider::Local), "{with:?}");
+    assert!(with.iter().any(|(_, answer)| *answer == Answer::Denied), "{with:?}");
+    assert!(lines.iter().all(|l| !l.contains("override")), "{lines:?}");
+}
