@@ -18,15 +18,15 @@
 //!
 //! let minute = WindowOutcome {
 //!     check: 0, window: 0, limit: 20, period_ms: 60_000,
-//!     remaining: 15, reset_ms: 56_001, retry_ms: 0,
+//!     remaining: 15, reset_ms: 56_001, retry_ms: 0, overridden: false,
 //! };
 //! let burst = WindowOutcome {
 //!     check: 0, window: 1, limit: 5, period_ms: 3_000,
-//!     remaining: 0, reset_ms: 2_500, retry_ms: 1_234,
+//!     remaining: 0, reset_ms: 2_500, retry_ms: 1_234, overridden: false,
 //! };
 //! let in_flight = WindowOutcome {
 //!     check: 1, window: 0, limit: 2, period_ms: 30_000,
-//!     remaining: 1, reset_ms: 29_000, retry_ms: 0,
+//!     remaining: 1, reset_ms: 29_000, retry_ms: 0, overridden: false,
 //! };
 //! let log = Algorithm::SlidingLog;
 //! let stats = [

@@ -14,7 +14,7 @@
 //!
 //! let burst = WindowOutcome {
 //!     check: 0, window: 1, limit: 5, period_ms: 3_000,
-//!     remaining: 0, reset_ms: 1_234, retry_ms: 1_234,
+//!     remaining: 0, reset_ms: 1_234, retry_ms: 1_234, overridden: false,
 //! };
 //! let stat = PolicyStat { name: "auth.createToken/3s", outcome: &burst, algorithm: Algorithm::SlidingLog };
 //! let body = quota_exceeded(&[stat], 1_234, 429);
