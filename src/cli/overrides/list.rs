@@ -45,6 +45,8 @@ pub fn list(args: &Args, out: &mut dyn Write) -> Result<(), Failure> {
         let parts = rule.key.iter().zip(&d.parts).map(|(p, v)| (part_label(p), display_part(v))).collect();
         found.push(Found { rule, key, parts, fields });
     }
+    let order = |r: &Rule| config.rules.iter().position(|c| c.name == r.name);
+    found.sort_by(|a, b| (order(a.rule), &a.parts).cmp(&(order(b.rule), &b.parts)));
     let now = clock::now_ms();
     let text = if args.json { json_text(&config, &found, now) } else { table(&config, &found, now) };
     emit(out, &text)
