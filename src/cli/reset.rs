@@ -20,10 +20,17 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<(), Failure> {
     let config = config(args)?;
     let rule_name = args.rule()?;
     if args.key_prefixes.is_empty() && !args.all_keys {
-        let bucket = bucket::resolve(&config, rule_name, &args.keys).map_err(|f| Failure {
-            message: format!("{} (every bucket of the rule: --key-prefix PART=PREFIX or --all-keys)", f.message),
-            ..f
-        })?;
+        let bucket =
+            bucket::resolve(&config, rule_name, &args.keys).map_err(|f| match f.message.starts_with("missing") {
+                true => Failure {
+                    message: format!(
+                        "{} (every bucket of the rule: --key-prefix PART=PREFIX or --all-keys)",
+                        f.message
+                    ),
+                    ..f
+                },
+                false => f,
+            })?;
         let mut client = Client::connect(&args.address()?)?;
         return one(&mut client, &bucket, args, out);
     }

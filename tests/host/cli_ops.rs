@@ -248,3 +248,48 @@ fn exit_codes_without_a_store() {
     assert_eq!(code, 0);
     assert!(out.contains("tollgate override set FILE") && out.contains("4 store unreachable"), "{out}");
 }
+
+#[test]
+fn inspect_shows_a_dry_runs_verdict_with_the_filters_headers() {
+    use tollgate::cli::inspect::{checks, show, Raw};
+    use tollgate::limiter::{Decision, WindowOutcome};
+    let config = config();
+    let b = bucket::resolve(&config, "login", &pairs(&[("x-user-id", "alice")])).unwrap();
+    let checks = checks(&b);
+    assert_eq!(checks.len(), 1);
+    assert_eq!(checks[0].key, "tollgate:{login:alice}:log");
+    let window = |window, limit, period_ms, remaining, retry_ms| WindowOutcome {
+        check: 0,
+        window,
+        limit,
+        period_ms,
+        overridden: limit == 50,
+        remaining,
+        reset_ms: 2_100,
+        retry_ms,
+    };
+    // What a peek reply parses into: the 3s window (overridden to 50) denies.
+    let d = Decision {
+        allowed: false,
+        now_ms: 1_800_000_000_000,
+        windows: vec![window(0, 20, 60_000, 15, 0), window(1, 50, 3_000, 0, 2_100)],
+        delay_ms: 0,
+    };
+    let raw = Raw { window_ttl_ms: 2_100, override_fields: vec![("w3000".into(), "50".into())], ..Raw::default() };
+    let text = show::text(&config, &b, &checks, &raw, Some(&d), 1_800_000_000_000);
+    assert!(
+        text.starts_with("bucket login x-user-id=alice\n  key tollgate:{login:alice}:log (expires in 2.1 s)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("login/3s   50 (override; configured 5)  50    0          2.1 s      yes, retry in 2.1 s\n"),
+        "{text}"
+    );
+    assert!(text.contains("\nnext request: denied (429) by login/3s, retry in 2.1 s\n"), "{text}");
+    assert!(text.contains("  retry-after: 3\n"), "{text}");
+    assert!(text.ends_with("\noverride: 3s=50 (tollgate:{login:alice}:ovr)\n"), "{text}");
+    let doc: serde_json::Value = serde_json::from_str(&show::json(&config, &b, &checks, &raw, Some(&d), 0)).unwrap();
+    assert_eq!(doc["next_request"]["allowed"], false);
+    assert_eq!(doc["windows"][1]["overridden"], true);
+    assert_eq!(doc["override"]["w3000"], "50");
+}

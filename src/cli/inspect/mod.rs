@@ -8,7 +8,7 @@
 //! headers are the filter's own ([`crate::answer::response`]), as `explain`
 //! shows them.
 
-mod show;
+pub mod show;
 
 use super::args::Args;
 use super::bucket::{self, Bucket};

@@ -96,10 +96,29 @@ pub fn text(config: &Config, bucket: &Bucket, checks: &[Check], raw: &Raw, d: Op
     if raw.override_fields.is_empty() {
         out.push_str(&format!("\noverride: none ({})\n", bucket.override_key()));
     } else {
-        let fields: Vec<String> = raw.override_fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let fields: Vec<String> = raw.override_fields.iter().map(|(k, v)| override_field(bucket, k, v, now)).collect();
         out.push_str(&format!("\noverride: {} ({})\n", fields.join(" "), bucket.override_key()));
     }
     out
+}
+
+/// One field of the override hash as a person reads it.
+fn override_field(bucket: &Bucket, name: &str, value: &str, now: u64) -> String {
+    let ms = value.parse::<u64>().ok();
+    match (name, ms) {
+        ("until", Some(u)) if u <= now => format!("until={} (expired)", rfc3339(u)),
+        ("until" | "at", Some(t)) => format!("{name}={}", rfc3339(t)),
+        ("c", _) => format!("concurrency={value}"),
+        _ => {
+            let window = name.strip_prefix('w').and_then(|p| p.parse::<u64>().ok()).and_then(|p| {
+                bucket.rule.limits.iter().find(|l| l.period.ms().get() == p).map(|l| l.period.label().to_owned())
+            });
+            match window {
+                Some(label) => format!("{label}={value}"),
+                None => format!("{name}={value:?}"),
+            }
+        }
+    }
 }
 
 pub fn json(config: &Config, bucket: &Bucket, checks: &[Check], raw: &Raw, d: Option<&Decision>, now: u64) -> String {
