@@ -8,6 +8,8 @@
 //! - `tollgate simulate FILE TRACE`: a trace of requests through the rules,
 //!   as the seed's table.
 //! - `tollgate schema`: the JSON Schema of the configuration.
+//! - `tollgate inspect`, `reset`, `override set|list|rm`: one bucket's live
+//!   keys in the store ([`ops`]; docs/cli.md).
 //!
 //! FILE is plugin JSON, an Envoy configuration embedding it (YAML or JSON,
 //! bootstrap or xDS file) or an Istio `WasmPlugin` manifest.
