@@ -1,5 +1,6 @@
 //! `tollgate`: check, explain and simulate plugin configurations on the
-//! host, with the filter's own parser and pure models (see `tollgate::cli`).
+//! host, with the filter's own parser and pure models, and inspect, reset
+//! and override a running system's live keys (see `tollgate::cli`).
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

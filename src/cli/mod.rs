@@ -8,13 +8,24 @@
 //! - `tollgate simulate FILE TRACE`: a trace of requests through the rules,
 //!   as the seed's table.
 //! - `tollgate schema`: the JSON Schema of the configuration.
+//! - `tollgate inspect`, `reset`, `override set|list|rm`: one bucket's live
+//!   keys in the store ([`ops`]; docs/cli.md).
 //!
 //! FILE is plugin JSON, an Envoy configuration embedding it (YAML or JSON,
 //! bootstrap or xDS file) or an Istio `WasmPlugin` manifest.
 
+pub mod args;
+pub mod bucket;
+pub mod clock;
 pub mod explain;
+pub mod failure;
+pub mod inspect;
+pub mod ops;
+pub mod overrides;
+pub mod reset;
 pub mod simulate;
 pub mod source;
+pub mod store;
 pub mod table;
 pub mod trace;
 pub mod wiring;
@@ -34,9 +45,23 @@ const USAGE: &str = "usage:
   tollgate explain FILE          what each rule matches, its bucket key, windows, memory and headers
   tollgate simulate FILE TRACE   replay TRACE (CSV or JSON lines: time, method, path, headers) through the rules
   tollgate schema                the JSON Schema of the plugin configuration
+  tollgate inspect FILE --rule R --key PART=VALUE... STORE [--json]
+                                 what the store holds for one bucket, and what its next request gets
+  tollgate reset FILE --rule R (--key PART=VALUE... | --key-prefix PART=PREFIX... | --all-keys) STORE
+        [--dry-run] [--leases]   clear one bucket, or every bucket of the rule that matches
+  tollgate override set FILE --rule R --key PART=VALUE... STORE (--times N | --limit PERIOD=N... |
+        --concurrency N) [--for DURATION | --until TIME] [--note TEXT]
+                                 new limits for one bucket, until a time
+  tollgate override list FILE [--rule R] STORE [--json]
+  tollgate override rm FILE --rule R --key PART=VALUE... STORE
+
+STORE: --store redis://[USER:PASS@]HOST:PORT (rediss:// for TLS: --tls-ca, --tls-cert, --tls-key),
+  --sentinel HOST:PORT[,HOST:PORT] --master NAME, or --cluster HOST:PORT (a seed node); --user NAME,
+  the password also from TOLLGATE_STORE_PASSWORD; --timeout 5s. docs/cli.md has examples.
 
 FILE: plugin JSON, an Envoy configuration (YAML or JSON) whose Wasm filter embeds it, or an Istio WasmPlugin.
-Exit status: 0 valid, 1 invalid, 2 usage or unreadable file.
+Exit status: 0 valid (done), 1 invalid (an unexpected store reply), 2 usage or unreadable file,
+  3 unknown rule or key parts that do not match the rule's key, 4 store unreachable, 5 store refused (ACL, auth).
 ";
 
 /// Runs the command with `args` (without the program name); returns the
@@ -47,6 +72,12 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         ["check", file] => check(Path::new(file), out),
         ["explain", file] => explain::run(Path::new(file), out),
         ["simulate", file, trace] => simulate::run(Path::new(file), Path::new(trace), out),
+        ["inspect" | "reset", rest @ ..] if !rest.is_empty() => {
+            return ops::run(args.get(..1).unwrap_or_default(), rest, out, err)
+        }
+        ["override", "set" | "list" | "rm", rest @ ..] if !rest.is_empty() => {
+            return ops::run(args.get(..2).unwrap_or_default(), rest, out, err)
+        }
         ["schema"] => {
             write!(out, "{}", crate::config::schema::json_schema_text()).map(|()| 0).map_err(|e| e.to_string())
         }

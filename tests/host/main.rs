@@ -10,6 +10,7 @@ mod plugin;
 
 mod bench_charts;
 mod cli;
+mod cli_ops;
 mod config_fixtures;
 mod config_limits;
 mod docs_examples;

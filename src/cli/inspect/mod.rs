@@ -1,0 +1,149 @@
+//! `tollgate inspect FILE --rule R --key part=value... --store ADDR [--json]`:
+//! what the store holds for one bucket and what its next request would get.
+//!
+//! Per window, the numbers come from the limiter's own dry run (`peek`, the
+//! decision run without recording: [`peek`]); beside them the raw state
+//! read directly: the lease set (lease ids and expiries), a synced rule's
+//! syncer set (syncers and expiries) and the override hash. The verdict's
+//! headers are the filter's own ([`crate::answer::response`]), as `explain`
+//! shows them.
+
+pub mod show;
+
+use super::args::Args;
+use super::bucket::{self, Bucket};
+use super::failure::Failure;
+use super::ops::{config, emit};
+use super::overrides::rule_allows_overrides;
+use super::store::{check, Client};
+use crate::key::syncers_key;
+use crate::limiter::{Algorithm, Check, Decision};
+use crate::resp::Value;
+use std::io::Write;
+use std::num::NonZeroU64;
+use std::rc::Rc;
+
+/// The lease id the dry run is given: never recorded.
+pub const PEEK_LEASE_ID: &str = "tollgate-inspect";
+
+/// What the store holds beside the windows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Raw {
+    /// The window key's remaining time to live (ms; -2: absent, -1: none).
+    pub window_ttl_ms: i64,
+    /// Lease ids and their expiries (ms since the epoch).
+    pub leases: Option<Vec<(String, u64)>>,
+    /// Syncers and their expiries (a synced rule).
+    pub syncers: Option<Vec<(String, u64)>>,
+    /// The override hash's fields (empty: none).
+    pub override_fields: Vec<(String, String)>,
+}
+
+/// The checks a request of this bucket would make, as planning makes them:
+/// the window check, then the lease check (with the inspect lease id), each
+/// with the override key when the rule reads overrides.
+pub fn checks(bucket: &Bucket) -> Vec<Check> {
+    let rule = bucket.rule;
+    let override_key: Option<Rc<str>> = rule_allows_overrides(rule).then(|| Rc::from(bucket.override_key()));
+    let mut checks = vec![Check {
+        rule: bucket.index,
+        key: bucket.window_key(),
+        windows: Rc::clone(&rule.windows),
+        cost: rule.cost,
+        algorithm: rule.algorithm,
+        check_only: false,
+        lease: None,
+        override_key: override_key.clone(),
+    }];
+    if let (Some(c), Some(key)) = (&rule.concurrency, bucket.lease_key()) {
+        checks.push(Check {
+            rule: bucket.index,
+            key,
+            windows: Rc::clone(&c.window),
+            cost: NonZeroU64::MIN,
+            algorithm: Algorithm::Lease,
+            check_only: false,
+            lease: Some(Rc::from(PEEK_LEASE_ID)),
+            override_key,
+        });
+    }
+    checks
+}
+
+/// The limiter's dry run of `checks`: what decide would answer, with
+/// nothing recorded (`FCALL_RO <library>_peek`, design #42).
+///
+/// MISSING PIECE (#42): `tollgate::limiter::script::encode_peek` is built on
+/// the limiter's branch and is not in this one yet. When it lands, this
+/// body is: encode with `encode_peek(&mut out, script::limiter(),
+/// Invocation::FCall, checks, None)` (the `FCALL_RO` form), send it on the
+/// bucket's slot (`client` routes by `checks[0].key`), load the library on
+/// `ERR Function not found` as the filter does, and parse the reply with
+/// `crate::limiter::reply::parse(&reply, checks)`. Until then inspect shows
+/// the raw state and says the verdict is unavailable (exit 1).
+pub fn peek(client: &mut Client, checks: &[Check]) -> Result<Decision, Failure> {
+    let _ = (client, checks);
+    Err(Failure {
+        code: 1,
+        message: "the limiter's dry run (peek) is not in this build: per-window numbers and the verdict are \
+                  unavailable"
+            .to_owned(),
+    })
+}
+
+/// Reads the raw state of `bucket`.
+pub fn raw(client: &mut Client, bucket: &Bucket) -> Result<Raw, Failure> {
+    let window = bucket.window_key();
+    let ttl = client.call(&window, &[b"PTTL", window.as_bytes()], "PTTL")?;
+    let mut raw = Raw { window_ttl_ms: ttl.as_integer().unwrap_or(-2), ..Raw::default() };
+    if let Some(lease) = bucket.lease_key() {
+        raw.leases = Some(scored(client, &lease)?);
+    }
+    if bucket.rule.sync.is_some() {
+        raw.syncers = Some(scored(client, &syncers_key(&window))?);
+    }
+    let ovr = bucket.override_key();
+    let reply = check(client.call(&ovr, &[b"HGETALL", ovr.as_bytes()], "HGETALL")?, "the store", "HGETALL")?;
+    let text = |v: &Value| String::from_utf8_lossy(v.as_bytes().unwrap_or_default()).into_owned();
+    raw.override_fields = reply
+        .as_array()
+        .unwrap_or_default()
+        .chunks(2)
+        .filter_map(|c| Some((text(c.first()?), text(c.get(1)?))))
+        .collect();
+    Ok(raw)
+}
+
+/// `ZRANGE key 0 -1 WITHSCORES` as (member, score).
+fn scored(client: &mut Client, key: &str) -> Result<Vec<(String, u64)>, Failure> {
+    let reply = client.call(key, &[b"ZRANGE", key.as_bytes(), b"0", b"-1", b"WITHSCORES"], "ZRANGE")?;
+    let reply = check(reply, "the store", "ZRANGE")?;
+    let text = |v: &Value| String::from_utf8_lossy(v.as_bytes().unwrap_or_default()).into_owned();
+    Ok(reply
+        .as_array()
+        .unwrap_or_default()
+        .chunks(2)
+        .filter_map(|c| {
+            let score = text(c.get(1)?);
+            let score = score.parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0)? as u64;
+            Some((text(c.first()?), score))
+        })
+        .collect())
+}
+
+pub fn run(args: &Args, out: &mut dyn Write) -> Result<(), Failure> {
+    let config = config(args)?;
+    let bucket = bucket::resolve(&config, args.rule()?, &args.keys)?;
+    let mut client = Client::connect(&args.address()?)?;
+    let raw = raw(&mut client, &bucket)?;
+    let checks = checks(&bucket);
+    let verdict = peek(&mut client, &checks);
+    let now = super::clock::now_ms();
+    let text = if args.json {
+        show::json(&config, &bucket, &checks, &raw, verdict.as_ref().ok(), now)
+    } else {
+        show::text(&config, &bucket, &checks, &raw, verdict.as_ref().ok(), now)
+    };
+    emit(out, &text)?;
+    verdict.map(|_| ())
+}
