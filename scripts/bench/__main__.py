@@ -23,6 +23,7 @@ ENTRIES = {
     "script_cost": "make bench-script: what one decision costs inside Valkey",
     "fcall_batch_cost": "Valkey CPU per decision: N FCALLs against one FCALL of N decisions",
     "concurrency": "Envoy CPU per admitted request with a concurrency limit against windows only",
+    "overrides": "Valkey CPU per decision of a rule open to per-key overrides against the same rule without",
 }
 
 

@@ -6,7 +6,7 @@ written by hand)."""
 import os
 import platform
 
-from . import charts, cluster, concurrency, sync
+from . import charts, cluster, concurrency, overrides, sync
 from .common import DURATION, ROOT, WASM
 from .flood import FLOOD_CONNECTIONS
 
@@ -56,7 +56,7 @@ def baseline_targets(results, baseline):
 
 
 def write_report(results, profiles, flooded, costs=None, clustered=None, synced=None, baseline=None,
-                 concurrent=None):
+                 concurrent=None, overridden=None):
     ref = baseline[0] if baseline else None
     synced = synced or {}
     extra_rps = f" baseline {ref} req/s | ÷ baseline | baseline p50 ms |" if ref else ""
@@ -177,6 +177,8 @@ def write_report(results, profiles, flooded, costs=None, clustered=None, synced=
         lines += cluster.cluster_report(clustered)
     if concurrent:
         lines += [""] + concurrency.report(concurrent)
+    if overridden:
+        lines += [""] + overrides.report(overridden)
     for name, prof in profiles.items():
         lines += ["", f"## Profile: {name}, 64 connections", "",
                   "Envoy's CPU samples by where they ran (`perf record -e cpu-clock`, software clock):", "",

@@ -31,6 +31,10 @@ Cases:
                          with windows only, both Envoys in the same rounds,
                          each alone in turns; store calls per message, leases
                          taken and released (scripts/bench/concurrency.py)
+  overrides              Valkey CPU per decision of the admitted rule with
+                         "overrides": true (none stored; one in force)
+                         against it without, each Envoy alone in turns
+                         (scripts/bench/overrides.py)
 
 With perf available, the allowed path at 64 connections is also profiled
 (software clock, by DSO: Envoy's C++, the V8-compiled module, the kernel).
@@ -53,7 +57,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import cluster, concurrency, flood, report, sync, together, variants
+from . import cluster, concurrency, flood, overrides, report, sync, together, variants
 from .common import (CONNECTIONS, DURATION, ENVOY, ROOT, WASM, admin_stat, counting, cpu_seconds,
                      free_port, render, resp, valkey_server, valkey_stats, wait_port, wrk)
 
@@ -238,8 +242,9 @@ def main(baseline=None):
     synced["baseline"] = baseline
     clustered = cluster.cluster_bench(workdir)
     concurrent = concurrency.measure()
+    overridden = overrides.measure()
     report.write_report(results, profiles, flooded, costs, clustered, synced,
-                        (baseline, baselines, baseline_costs), concurrent)
+                        (baseline, baselines, baseline_costs), concurrent, overridden)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,11 @@ CASES["admitted logged"] = dict(CASES["admitted"], plugin_extra=LOGGED)
 # The admitted rule with a concurrency limit (#41): each request takes a
 # lease in the decision and ends it when it is gone (docs/concurrency.md).
 CASES["concurrent"] = {"kind": "tollgate", "rule": dict(CASES["admitted"]["rule"], concurrency=1_000_000)}
+# The admitted rule open to per-key overrides (#42): every decision reads
+# the key's override hash, absent here; and a rule of its own name whose key
+# has one in force (scripts/bench/overrides.py writes it).
+CASES["overridable"] = {"kind": "tollgate", "rule": dict(CASES["admitted"]["rule"], overrides=True)}
+CASES["overridden"] = {"kind": "tollgate", "rule": dict(CASES["overridable"]["rule"], name="benchovr")}
 # Denied from the denial cache: one request per hour, so after the first the
 # worker answers 429 without a store call.
 CASES["denied"] = {"kind": "tollgate", "rule": dict(CASES["admitted"]["rule"], limits=[{"limit": 1, "period": "1h"}])}
@@ -118,6 +123,7 @@ class Variant:
             text = counting(text)
         config = workdir / f"{label}-{case}{'-calls' if count_calls else ''}.yaml".replace(" ", "_")
         config.write_text(text)
+        self.config = config
         self.log = open(config.with_suffix(".log"), "w")
         # Pinned: Envoy alone on CPU 0, wrk alone on CPU 1.
         self.command = (["taskset", "-c", "0"] if pin else []) + list(under) + [ENVOY, "-c", str(config), "--concurrency", "1", "--use-dynamic-base-id",

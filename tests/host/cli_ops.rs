@@ -17,7 +17,7 @@ use tollgate::plan::plan;
 
 fn config() -> Config {
     let json = plugin()
-        .with(rule("login").header("x-user-id").limit(20, "60s").limit(5, "3s"))
+        .with(rule("login").header("x-user-id").limit(20, "60s").limit(5, "3s").field(r#""overrides": true"#))
         .with(
             rule("api")
                 .algorithm("gcra")
@@ -25,6 +25,7 @@ fn config() -> Config {
                 .key(r#""method""#)
                 .field(r#""hash_tag": 0"#)
                 .field(r#""concurrency": { "limit": 4 }"#)
+                .field(r#""overrides": true"#)
                 .limit(100, "1m"),
         )
         .with(
@@ -175,6 +176,8 @@ fn override_limits_are_validated_as_the_lua_reads_them() {
     assert_eq!(fail(api, &["--limit", "1m=160000000000"]).code, 2, "gcra: limit x period_ms > 2^53");
     assert_eq!(fail(login, &["--times", "2", "--limit", "3s=7"]).code, 2);
     assert_eq!(fail(login, &[]).code, 2);
+    assert!(overrides::rule_allows_overrides(login) && overrides::rule_allows_overrides(api));
+    assert!(!overrides::rule_allows_overrides(&config.rules[2]), "a rule without \"overrides\": true");
     let refused = overrides::refuse(login, false).unwrap_err();
     assert_eq!(refused.code, 3);
     assert!(refused.message.contains(r#"add "overrides": true"#), "{}", refused.message);
@@ -192,7 +195,11 @@ fn exit_codes_without_a_store() {
     let dir = std::env::temp_dir().join(format!("tollgate-cli-ops-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("plugin.json");
-    std::fs::write(&file, plugin().with(rule("login").header("x-user-id").limit(5, "3s")).json()).unwrap();
+    std::fs::write(
+        &file,
+        plugin().with(rule("login").header("x-user-id").limit(5, "3s").field(r#""overrides": true"#)).json(),
+    )
+    .unwrap();
     let file = file.to_str().unwrap();
     // A port nobody listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

@@ -22,15 +22,10 @@ pub const MAX_OVERRIDE_LIMIT: u64 = 1_000_000_000_000;
 /// How long the hash outlives its `until` (garbage collection only).
 pub const EXPIRY_GRACE_MS: u64 = 60_000;
 
-/// Whether `rule` reads overrides (`"overrides": true` in its configuration).
-///
-/// WIRING (#42): the configuration field is added on another branch. Until
-/// it is merged, this returns `true` for every rule (harmless: a rule
-/// without the field never reads the hash); once it is, the body is
-/// `rule.overrides` and `set` refuses the other rules ([`refuse`]).
+/// Whether `rule` reads overrides (`"overrides": true` in its configuration):
+/// `set` refuses the other rules ([`refuse`]).
 pub fn rule_allows_overrides(rule: &Rule) -> bool {
-    let _ = rule;
-    true
+    rule.overrides
 }
 
 /// Exit 3 for a rule that does not read overrides.

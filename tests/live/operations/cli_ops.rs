@@ -30,13 +30,14 @@ pub fn tollgate(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
 pub fn config_file(name: &str) -> PathBuf {
     let json = plugin()
         .valkey(r#""key_prefix": "tollgate""#)
-        .with(rule("login").header("x-user-id").limit(20, "60s").limit(5, "3s"))
+        .with(rule("login").header("x-user-id").limit(20, "60s").limit(5, "3s").field(r#""overrides": true"#))
         .with(
             rule("api")
                 .algorithm("gcra")
                 .header("x-tenant")
                 .field(r#""hash_tag": 0"#)
                 .field(r#""concurrency": { "limit": 4 }"#)
+                .field(r#""overrides": true"#)
                 .limit(100, "1m"),
         )
         .json();
