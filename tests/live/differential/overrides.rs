@@ -1,0 +1,192 @@
+//! Per-key overrides (src/limiter/overrides.lua) and the dry run, peek,
+//! against the model (`limiter::model::overrides`) in a real Valkey,
+//! through both paths, with injected time. Every reply must equal the
+//! model's; a peek must leave every key byte for byte as it was.
+
+use crate::support;
+
+use support::differential::{check, lease, Differential, Path};
+use support::Valkey;
+use tollgate::key::override_key;
+use tollgate::limiter::model::overrides::Override;
+use tollgate::limiter::{Adjustment, Algorithm, Check};
+
+const T: u64 = 1_800_000_000_000;
+
+/// `c` marked: it reads its bucket's override key.
+fn marked(mut c: Check) -> Check {
+    c.override_key = Some(override_key(&c.key).into());
+    c
+}
+
+fn ovr(c: &Check) -> String {
+    override_key(&c.key)
+}
+
+fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(f, v)| (f.to_string(), v.to_string())).collect()
+}
+
+/// Every path and algorithm, on an emptied database.
+fn each(valkey: &Valkey, mut run: impl FnMut(&mut Differential<'_>, Path, Algorithm)) {
+    for path in Path::ALL {
+        for algorithm in Algorithm::ALL {
+            valkey.cmd(&["FLUSHALL"]);
+            let mut d = Differential::via(valkey, path);
+            run(&mut d, path, algorithm);
+        }
+    }
+}
+
+/// An override of 10× one window lets exactly 10× through that key; the
+/// other window, and an unmarked rule, keep their limits.
+#[test]
+fn ten_times_on_one_window() {
+    let valkey = Valkey::start();
+    each(&valkey, |d, path, algorithm| {
+        let key = |n: &str| format!("o:{{{n}}}:{}", algorithm.id());
+        let c = marked(check(algorithm, 0, &key("alice"), &[(2, 60_000), (100, 3_600_000)], 1));
+        let other = check(algorithm, 0, &key("bob"), &[(2, 60_000), (100, 3_600_000)], 1);
+        d.set_override(&ovr(&c), &Override { limits: vec![(60_000, 20)], ..Override::default() });
+        let mut admitted = 0;
+        for i in 0..30 {
+            let r = d.step(std::slice::from_ref(&c), T + i);
+            admitted += usize::from(r.allowed);
+            assert!(r.windows.iter().all(|w| w.overridden), "{path:?} {algorithm:?}");
+            assert_eq!((r.windows[0].limit, r.windows[1].limit), (20, 100), "{path:?} {algorithm:?}");
+        }
+        assert_eq!(admitted, 20, "{path:?} {algorithm:?}: 10 × 2");
+        let others = (0..30).filter(|i| d.step(std::slice::from_ref(&other), T + i).allowed).count();
+        assert_eq!(others, 2, "{path:?} {algorithm:?}: the configured limit");
+        // Rules of both kinds in one call.
+        d.step(&[c.clone(), other.clone()], T + 61_000);
+    });
+}
+
+/// `until` in the past or reached exactly at now: not applied; later: applied.
+#[test]
+fn until_is_the_calls_clock() {
+    let valkey = Valkey::start();
+    each(&valkey, |d, path, algorithm| {
+        let c = marked(check(algorithm, 0, &format!("u:{{a}}:{}", algorithm.id()), &[(1, 1_000)], 1));
+        for (until, applies) in [(T - 1, false), (T, false), (T + 1, true)] {
+            let o = Override { limits: vec![(1_000, 7)], until: Some(until), ..Override::default() };
+            d.set_override(&ovr(&c), &o);
+            let r = d.peek(std::slice::from_ref(&c), None, T);
+            assert_eq!((r.windows[0].overridden, r.windows[0].limit), (applies, if applies { 7 } else { 1 }));
+            let r = d.step(std::slice::from_ref(&c), T);
+            assert_eq!(r.windows[0].overridden, applies, "{path:?} {algorithm:?} until {until}");
+        }
+        d.step(std::slice::from_ref(&c), T + 1);
+    });
+}
+
+/// Fields the Lua cannot use are ignored (the window keeps its limit); an
+/// unusable `until` ends the whole override; other fields are not read.
+#[test]
+fn invalid_fields_are_ignored() {
+    let valkey = Valkey::start();
+    let exact = (tollgate::limiter::EXACT_PRODUCT_MAX / 60_000).to_string();
+    let product = (tollgate::limiter::EXACT_PRODUCT_MAX / 60_000 + 1).to_string();
+    each(&valkey, |d, path, algorithm| {
+        let c = marked(check(algorithm, 0, &format!("i:{{a}}:{}", algorithm.id()), &[(3, 60_000)], 1));
+        let mut t = T;
+        for bad in ["0", "-1", "abc", "", "1e3", "007", " 9", "9.0", "1000000000001", &product] {
+            d.set_override_fields(&ovr(&c), &fields(&[("w60000", bad), ("at", "1"), ("note", "x")]));
+            let r = d.step(std::slice::from_ref(&c), t);
+            let applied = bad == product && !algorithm.needs_exact_product();
+            assert_eq!(r.windows[0].overridden, applied, "{path:?} {algorithm:?} {bad:?}");
+            t += 100_000;
+        }
+        for until in ["soon", "-5", "", "99999999999999999"] {
+            d.set_override_fields(&ovr(&c), &fields(&[("w60000", "9"), ("until", until)]));
+            let r = d.step(std::slice::from_ref(&c), t);
+            assert!(!r.windows[0].overridden, "{path:?} {algorithm:?} until {until:?}");
+            t += 1;
+        }
+        // The largest limits: 10^12, or limit * period = 2^53 at most.
+        let top = if algorithm.needs_exact_product() { exact.as_str() } else { "1000000000000" };
+        d.set_override_fields(&ovr(&c), &fields(&[("w60000", top), ("c", "5"), ("w1000", "1")]));
+        assert_eq!(d.step(std::slice::from_ref(&c), t).windows[0].limit.to_string(), top, "{path:?}");
+        d.set_override_fields(&ovr(&c), &fields(&[("w1000", "5")]));
+        assert!(!d.step(std::slice::from_ref(&c), t + 1).windows[0].overridden, "no field of its period");
+    });
+}
+
+/// A lease check reads `c`; a rule's window and lease checks share one
+/// override key (KEYS repeat it, read once).
+#[test]
+fn lease_checks_and_a_shared_override_key() {
+    let valkey = Valkey::start();
+    each(&valkey, |d, path, algorithm| {
+        let window = marked(check(algorithm, 0, &format!("l:{{a}}:{}", algorithm.id()), &[(2, 1_000)], 1));
+        let o = Override { limits: vec![(1_000, 4)], concurrency: Some(3), until: Some(T + 5_000) };
+        d.set_override(&ovr(&window), &o);
+        let mut admitted = 0;
+        for i in 0..6u64 {
+            let lease_check = marked(lease(0, "l:{a}:lease", 1, 10_000, &format!("r{i}")));
+            assert_eq!(ovr(&lease_check), ovr(&window));
+            let r = d.step(&[window.clone(), lease_check], T + i);
+            admitted += usize::from(r.allowed);
+            assert_eq!((r.windows[0].limit, r.windows[1].limit), (4, 3), "{path:?} {algorithm:?}");
+        }
+        assert_eq!(admitted, 3, "{path:?} {algorithm:?}: three leases");
+        // The override expires: the configured limits again.
+        let lease_check = marked(lease(0, "l:{a}:lease", 1, 10_000, "late"));
+        let r = d.step(&[window.clone(), lease_check], T + 5_000);
+        assert!(!r.allowed && r.windows.iter().all(|w| !w.overridden), "{path:?} {algorithm:?}");
+    });
+}
+
+/// adjust carries the marker: charges and refunds under the limits in
+/// force (the log's extra charge bounded by the override's limit).
+#[test]
+fn adjust_under_an_override() {
+    let valkey = Valkey::start();
+    each(&valkey, |d, _, algorithm| {
+        let c = marked(check(algorithm, 0, &format!("a:{{a}}:{}", algorithm.id()), &[(3, 1_000), (10, 60_000)], 2));
+        let l = marked(lease(1, "a:{a}:lease", 1, 5_000, "r1"));
+        d.set_override(&ovr(&c), &Override { limits: vec![(1_000, 30)], ..Override::default() });
+        d.set_override(&ovr(&l), &Override { concurrency: Some(2), ..Override::default() });
+        d.step(&[c.clone(), l.clone()], T);
+        let change = |check: &Check, from, to| Adjustment { check: check.clone(), from, to };
+        d.adjust(&[change(&c, 2, 0), change(&l, 1, 0)], T, T + 1);
+        d.step(std::slice::from_ref(&c), T + 2);
+        d.adjust(&[change(&c, 2, 500)], T + 2, T + 3);
+        d.step(std::slice::from_ref(&c), T + 4);
+        d.set_override_fields(&ovr(&c), &[]);
+        d.adjust(&[change(&c, 0, 4)], T + 4, T + 5);
+        d.step(std::slice::from_ref(&c), T + 1_500);
+    });
+}
+
+/// peek answers as the model's dry run, and as decide at the same time
+/// would on allowed, retry and delay; it leaves every key as it was: with
+/// expired log entries and leases still stored, shaped, marked or not.
+#[test]
+fn peek_is_a_dry_run() {
+    let valkey = Valkey::start();
+    each(&valkey, |d, path, algorithm| {
+        let c = check(algorithm, 0, &format!("p:{{a}}:{}", algorithm.id()), &[(3, 1_000), (5, 3_000)], 1);
+        let m = marked(check(algorithm, 1, &format!("p:{{b}}:{}", algorithm.id()), &[(2, 1_000)], 1));
+        d.set_override(&ovr(&m), &Override { limits: vec![(1_000, 3)], ..Override::default() });
+        let leases = |i: u64| marked(lease(2, "p:{c}:lease", 2, 1_000, &format!("r{i}")));
+        let mut t = T;
+        for i in 0..40u64 {
+            t += [0, 1, 137, 500, 999, 2_000][(i % 6) as usize];
+            let checks = if i % 3 == 0 { vec![c.clone()] } else { vec![c.clone(), m.clone(), leases(i)] };
+            let shape = (i % 4 == 1).then_some((700, i % 8 / 2 * 10));
+            let peeked = d.peek(&checks, shape, t);
+            let decided = match shape {
+                Some((max_delay, floor)) => d.step_floored(&checks, max_delay, floor, t),
+                None => d.step(&checks, t),
+            };
+            assert_eq!(peeked.allowed, decided.allowed, "{path:?} {algorithm:?} step {i}");
+            assert_eq!(peeked.delay_ms, decided.delay_ms, "{path:?} {algorithm:?} step {i}");
+            let retries = |r: &tollgate::limiter::Decision| r.windows.iter().map(|w| w.retry_ms).collect::<Vec<_>>();
+            assert_eq!(retries(&peeked), retries(&decided), "{path:?} {algorithm:?} step {i}");
+            // Right after: the state as decided, still unchanged by a peek.
+            d.peek(&checks, shape, t);
+        }
+    });
+}
