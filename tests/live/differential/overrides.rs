@@ -5,7 +5,10 @@
 
 use crate::support;
 
+use proptest::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 use support::differential::{check, lease, Differential, Path};
+use support::props::{limit, rule, runner, GAPS};
 use support::Valkey;
 use tollgate::key::override_key;
 use tollgate::limiter::model::overrides::Override;
@@ -189,4 +192,87 @@ fn peek_is_a_dry_run() {
             d.peek(&checks, shape, t);
         }
     });
+}
+
+/// What a random trace does at a step.
+#[derive(Debug, Clone)]
+enum Act {
+    /// Decide (shaped with this max_delay when given) the rules of the mask.
+    Decide(u8, Option<u64>),
+    /// Peek at them (shaped when given).
+    Peek(u8, Option<u64>),
+    /// Override rule i: a limit per window (None: keep), `until` relative
+    /// to now (None: no expiry).
+    Set(usize, Vec<Option<u64>>, Option<i64>),
+    /// Remove rule i's override.
+    Remove(usize),
+}
+
+fn act() -> impl Strategy<Value = Act> {
+    let shape = prop::option::of(prop::sample::select(vec![0u64, 50, 1_000]));
+    prop_oneof![
+        4 => (1..8u8, shape.clone()).prop_map(|(m, s)| Act::Decide(m, s)),
+        2 => (1..8u8, shape).prop_map(|(m, s)| Act::Peek(m, s)),
+        1 => (0..3usize, prop::collection::vec(prop::option::of(limit()), 3), prop::option::of(-100i64..5_000))
+            .prop_map(|(i, l, u)| Act::Set(i, l, u)),
+        1 => (0..3usize).prop_map(Act::Remove),
+    ]
+}
+
+/// Random traces of marked rules of every algorithm: decisions (shaped
+/// or not), peeks, overrides set (some windows, some expiring) and
+/// removed. Every reply must be the model's; no peek changes a key.
+#[test]
+fn random_traces_with_overrides_and_peeks_agree() {
+    static CASE: AtomicU64 = AtomicU64::new(0);
+    let valkey = Valkey::start();
+    let steps = prop::collection::vec((prop::sample::select(GAPS.to_vec()), act()), 1..40);
+    let strategy = (prop::collection::vec(rule(), 3), steps);
+    let result = runner(48, file!()).run(&strategy, |(rules, steps)| {
+        for path in Path::ALL {
+            let case = CASE.fetch_add(1, Ordering::Relaxed);
+            let checks: Vec<Check> = rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    marked(check(
+                        r.algorithm,
+                        i,
+                        &format!("r:{{c{case}:{i}}}:{}", r.algorithm.id()),
+                        &r.windows,
+                        r.cost,
+                    ))
+                })
+                .collect();
+            let mut d = Differential::via(&valkey, path);
+            let mut now = T;
+            for (gap, act) in &steps {
+                now += gap;
+                let chosen = |mask: u8| -> Vec<Check> {
+                    checks.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, c)| c.clone()).collect()
+                };
+                match act {
+                    Act::Decide(mask, None) => drop(d.step(&chosen(*mask), now)),
+                    Act::Decide(mask, Some(delay)) => drop(d.step_shaped(&chosen(*mask), *delay, now)),
+                    Act::Peek(mask, shape) => drop(d.peek(&chosen(*mask), shape.map(|s| (s, 0)), now)),
+                    Act::Set(i, limits, until) => {
+                        let c = &checks[*i];
+                        let limits = c
+                            .windows
+                            .iter()
+                            .zip(limits)
+                            .filter_map(|(w, l)| Some((w.period_ms.get(), (*l)?)))
+                            .collect();
+                        let until = until.map(|u| now.saturating_add_signed(u));
+                        d.set_override(&ovr(c), &Override { limits, concurrency: None, until });
+                    }
+                    Act::Remove(i) => d.set_override_fields(&ovr(&checks[*i]), &[]),
+                }
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
 }

@@ -33,24 +33,37 @@ impl Differential<'_> {
     /// Peeks at `checks` at `now` (shaped with `(max_delay, floor)` when
     /// given) in both, asserts identical answers, and that no key changed.
     pub fn peek(&mut self, checks: &[Check], shape: Option<(u64, u64)>, now: u64) -> Decision {
-        let before = self.snapshot();
+        let before = self.snapshot(checks);
         let expected = match shape {
             Some((max_delay, floor)) => self.model.peek_floored(checks, max_delay, floor, now),
             None => self.model.peek(checks, now),
         };
         let got = store_peek_via(self.valkey.port, self.path, checks, shape, Some(now));
         assert_eq!(got, expected, "{:?} step {} at {now} ms: peek disagrees on {checks:#?}", self.path, self.steps);
-        assert_eq!(self.snapshot(), before, "{:?} step {} at {now} ms: peek changed a key", self.path, self.steps);
+        assert_eq!(
+            self.snapshot(checks),
+            before,
+            "{:?} step {} at {now} ms: peek changed a key",
+            self.path,
+            self.steps
+        );
         got
     }
 
-    /// Every key and its `DUMP`, sorted.
-    fn snapshot(&self) -> Vec<(String, String)> {
-        let Value::Array(keys) = self.valkey.cmd(&["KEYS", "*"]) else { panic!("KEYS") };
-        let mut keys: Vec<String> =
-            keys.iter().map(|k| String::from_utf8_lossy(k.as_bytes().unwrap()).into_owned()).collect();
-        keys.sort();
-        keys.into_iter().map(|k| (k.clone(), format!("{:?}", self.valkey.cmd(&["DUMP", &k])))).collect()
+    /// The keys `checks` name (buckets, override keys) and their `DUMP`
+    /// and whether they expire. (Only those: keys of earlier traces expire
+    /// by Valkey's clock meanwhile. `FCALL_RO` and `EVAL_RO` refuse any
+    /// write anyway.)
+    fn snapshot(&self, checks: &[Check]) -> Vec<(String, String, bool)> {
+        let mut keys: Vec<&str> =
+            checks.iter().flat_map(|c| [Some(c.key.as_str()), c.override_key.as_deref()]).flatten().collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys.into_iter()
+            .map(|k| {
+                (k.to_string(), format!("{:?}", self.valkey.cmd(&["DUMP", k])), self.valkey.int(&["PTTL", k]) >= 0)
+            })
+            .collect()
     }
 }
 
