@@ -276,3 +276,44 @@ fn random_traces_with_overrides_and_peeks_agree() {
         panic!("{e}");
     }
 }
+
+/// A marked check without its override key in KEYS (or an extra key) is
+/// refused before anything is read or written.
+#[test]
+fn keys_not_matching_the_markers_are_refused() {
+    let valkey = Valkey::start();
+    let c = marked(check(Algorithm::Gcra, 0, "k:{a}:gcra", &[(2, 1_000)], 1));
+    for path in Path::ALL {
+        // Loaded first, so that the error is the limiter's.
+        let other = check(Algorithm::Gcra, 0, "k:{b}:gcra", &[(2, 1_000)], 1);
+        assert!(!support::differential::store_reply(valkey.port, path, &[other], Some(T)).is_error());
+        valkey.cmd(&["FLUSHDB"]);
+        let mut body = Vec::new();
+        tollgate::limiter::script::encode_call(
+            &mut body,
+            tollgate::limiter::script::limiter(),
+            path.invocations()[1],
+            std::slice::from_ref(&c),
+            Some(T),
+        );
+        let (tollgate::resp::Value::Array(items), _) = tollgate::resp::decode(&body, &Default::default()).unwrap()
+        else {
+            panic!()
+        };
+        let args: Vec<Vec<u8>> = items.iter().map(|v| v.as_bytes().unwrap().to_vec()).collect();
+        assert_eq!((args[2].as_slice(), args[4].as_slice()), (&b"2"[..], &b"k:{a}:ovr"[..]));
+        let mut fewer = args.clone();
+        fewer.remove(4);
+        fewer[2] = b"1".to_vec();
+        let mut more = args.clone();
+        more.insert(4, b"k:{a}:x".to_vec());
+        more[2] = b"3".to_vec();
+        for sent in [fewer, more] {
+            let sent: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
+            let reply = support::try_command(valkey.port, &sent).unwrap();
+            let text = reply.as_error().map(|t| String::from_utf8_lossy(t).into_owned()).unwrap_or_default();
+            assert!(text.starts_with("ERR tollgate: argument count does not match KEYS"), "{path:?}: {reply:?}");
+        }
+    }
+    assert_eq!(valkey.int(&["DBSIZE"]), 0);
+}
