@@ -7,13 +7,14 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// The definitions, in the order they must be evaluated.
-const FILES: [&str; 10] = [
+const FILES: [&str; 11] = [
     "prelude",
     "sliding_log",
     "gcra",
     "sliding_window",
     "fixed_window",
     "lease",
+    "overrides",
     "decide",
     "adjust",
     "flush",

@@ -110,8 +110,8 @@ impl Path {
         let name = text.lines().next().and_then(|l| l.strip_prefix("#!lua name=")).unwrap_or("").trim().to_owned();
         assert!(!library || !name.is_empty(), "{label}: a library starts with `#!lua name=NAME`");
         let sha = sha1_smol::Sha1::from(text).hexdigest();
-        // Only decisions are measured: `adjust`, `flush` and `lease` are
-        // named but never called.
+        // Only decisions are measured: `adjust`, `flush`, `lease` and
+        // `peek` are named but never called.
         let script = Script {
             body: text,
             sha: sha.clone(),
@@ -120,11 +120,14 @@ impl Path {
             flush_body: text,
             flush_sha: sha.clone(),
             lease_body: text,
-            lease_sha: sha,
+            lease_sha: sha.clone(),
+            peek_body: text,
+            peek_sha: sha,
             library: text.to_owned(),
             adjust_function: format!("{name}_adjust"),
             flush_function: format!("{name}_flush"),
             lease_function: format!("{name}_lease"),
+            peek_function: format!("{name}_peek"),
             function: name,
         };
         let how = if library { Invocation::FCall } else { Invocation::EvalSha };

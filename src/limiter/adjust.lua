@@ -16,7 +16,11 @@
 --           have recorded (0 to 2^32). A lease key's algorithm is
 --           "lease=<id>" as in its decision, with one window: to < from
 --           ends the lease (ZREM of the id), to > from records it at now
---           as a decision's commit would (lease.lua).
+--           as a decision's commit would (lease.lua). An algorithm marked
+--           "@" (as in its decision) has its override key after all the
+--           buckets in KEYS, as for decide(): the limits in force are the
+--           override's (overrides.lua; they bound the log's extra charge
+--           and gcra's debt, and name gcra's fields).
 -- Per bucket, after the usual housekeeping:
 --   to > from  an extra charge: to - from units are recorded at c = the
 --              later of now and the bucket's last turn (charge_at: the
@@ -36,10 +40,13 @@
 --              refund() says where); otherwise nothing comes back, so a
 --              refund never frees more than the decision took.
 -- Reply     as decide()'s: { 1, now_ms, then remaining, reset_ms, 0 per
---           window }, the state after the change; a bucket charged at
---           c > now reports as a shaped call does (at now, counting its
---           records at future turns).
+--           window } (a marked check: { overridden, then limit,
+--           remaining, reset_ms, 0 per window }), the state after the
+--           change; a bucket charged at c > now reports as a shaped call
+--           does (at now, counting its records at future turns).
 -- Errors    "ERR tollgate: ..." on malformed arguments.
+-- Commands  a decision's check and commit or refund per bucket, and one
+--           HGETALL per distinct override key.
 
 -- An amount of units (from, to): an integer in [0, 2^32].
 local function units_of(s)
@@ -81,16 +88,19 @@ end
 
 -- Reads bucket i (key `key`) from ARGV[a..]: algorithm, then `from` (when
 -- with_from: adjust()), to, n, then n pairs limit, period_ms; sets b.from
--- (0 without it) and b.to. A lease key ("lease=<id>", one window) only
--- with_from: flush() records no leases. The index past it, or nil and the
+-- (0 without it) and b.to. A lease key ("lease=<id>", one window) and the
+-- "@" marker only with_from: flush() records no leases and reads no
+-- overrides. The index past it and whether it is marked, or nil and the
 -- error reply.
 local function read_change(i, key, ARGV, a, with_from)
-  local arg = ARGV[a]
+  local arg, mark, exact = unmarked(ARGV[a])
   local algorithm, id = algorithm_for(arg), nil
   local from = 0
   if with_from then
     from = units_of(ARGV[a + 1])
     a = a + 1
+  elseif mark then
+    return nil, redis.error_reply('ERR tollgate: flush reads no overrides ("@", key ' .. i .. ')')
   end
   local to, n = units_of(ARGV[a + 1]), config_number(ARGV[a + 2])
   if not algorithm then
@@ -110,9 +120,8 @@ local function read_change(i, key, ARGV, a, with_from)
   if not b then
     return nil, next_or_error
   end
-  b.from, b.to = from, to
-  if id then b.id = id end
-  return next_or_error
+  b.from, b.to, b.marked, b.exact, b.id = from, to, mark, exact, id
+  return next_or_error, mark
 end
 
 local function adjust(KEYS, ARGV, once)
@@ -125,17 +134,19 @@ local function adjust(KEYS, ARGV, once)
     return redis.error_reply('ERR tollgate: bad at')
   end
 
-  local keys = #KEYS
-  local a = 3
-  for i = 1, keys do
-    local next_a, err = read_change(i, KEYS[i], ARGV, a, true)
-    if not next_a then return err end
+  local argc, a, keys, marked = #ARGV, 3, 0, 0
+  while a <= argc do
+    keys = keys + 1
+    local next_a, mark_or_err = read_change(keys, KEYS[keys], ARGV, a, true)
+    if not next_a then return mark_or_err end
+    if mark_or_err then marked = marked + 1 end
     a = next_a
   end
-  if a ~= #ARGV + 1 then
+  if keys + marked ~= #KEYS then
     return redis.error_reply('ERR tollgate: argument count does not match KEYS')
   end
+  if marked > 0 then apply_overrides(KEYS, keys) end
 
   for i = 1, keys do change(BUCKETS[i], at) end
-  return report(keys, true, 'later')
+  return report(keys, true, 'later', marked)
 end

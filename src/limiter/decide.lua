@@ -1,11 +1,8 @@
 -- The driver (last part of the definitions; contract in prelude.lua):
 -- decide(KEYS, ARGV[, once]) parses KEYS/ARGV into buckets, then phase 1 (check
 -- every window of every key, no writes), phase 2 (commit every key, only if
--- every window fits), phase 3 (statistics per window, after the decision).
-
--- Buckets and windows, kept from call to call (see ARGS in prelude.lua):
--- BUCKETS[i] is the bucket of KEYS[i], BUCKETS[i][w] its window w.
-local BUCKETS = {}
+-- every window fits), phase 3 (statistics per window, after the decision);
+-- peek(KEYS, ARGV[, once]), the same without phase 2 and without writes.
 
 -- Sets the call's clock from ARGV[1] ('' = the server's TIME); false if
 -- it is not a time.
@@ -66,14 +63,18 @@ end
 
 -- Phase 3: statistics per window of every key, after the decision (a
 -- bucket's `committed`: whether phase 2 recorded its cost): the reply
--- { allowed, now, then remaining, reset, retry per window }. `shaped`:
--- true for shaping's stats in every bucket, 'later' in the buckets that
--- adjust() charged at a turn later than now (b.later). (The reply is made
--- at its final size when that is 1 or 2 windows: growing a table costs.)
-local function report(keys, allowed, shaped)
+-- { allowed, now, then remaining, reset, retry per window }, a marked
+-- bucket's part { overridden, then limit, remaining, reset, retry per
+-- window }. `shaped`: true for shaping's stats in every bucket, 'later' in
+-- the buckets that adjust() charged at a turn later than now (b.later).
+-- `marked`: how many buckets are marked. (The reply is made at its final
+-- size when that is 1 or 2 windows, unmarked: growing a table costs.)
+local function report(keys, allowed, shaped, marked)
   local flag, reply = allowed and 1 or 0, nil
   local windows = 0
-  for i = 1, keys do windows = windows + BUCKETS[i].n end
+  if marked == 0 then
+    for i = 1, keys do windows = windows + BUCKETS[i].n end
+  end
   if windows == 1 then
     reply = { flag, now, 0, 0, 0 }
   elseif windows == 2 then
@@ -86,9 +87,18 @@ local function report(keys, allowed, shaped)
     local b = BUCKETS[i]
     local stats = b.algorithm.stats
     if shaped == true or (shaped == 'later' and b.later) then stats = b.algorithm.shaped_stats end
+    local mark = b.marked
+    if mark then
+      r = r + 1
+      reply[r] = b.overridden and 1 or 0
+    end
     for w = 1, b.n do
       local win = b[w]
       local remaining, reset = stats(b, win, b.committed)
+      if mark then
+        r = r + 1
+        reply[r] = win.limit
+      end
       reply[r + 1], reply[r + 2], reply[r + 3] = remaining, reset, win.retry
       r = r + 3
     end
@@ -103,7 +113,7 @@ end
 -- A full lease set never fits by waiting (its earliest is NEVER): the call
 -- is denied, whatever max_delay, and that window's retry is its unshaped
 -- one.
-local function shape(keys, max_delay, floor)
+local function shape(keys, max_delay, floor, marked)
   local t0 = now + floor
   for i = 1, keys do
     local b = BUCKETS[i]
@@ -123,7 +133,7 @@ local function shape(keys, max_delay, floor)
   slot = at
   for i = 1, keys do
     local b = BUCKETS[i]
-    b.committed = allowed and not b.check_only
+    b.committed = allowed and not b.check_only and not dry
     if b.committed then
       if b.algorithm.at_slot then b.algorithm.at_slot(b) end
       b.algorithm.commit(b)
@@ -140,22 +150,63 @@ local function shape(keys, max_delay, floor)
       end
     end
   end
-  local reply = report(keys, allowed, true)
+  local reply = report(keys, allowed, true, marked)
   local delay = 0
   if allowed then delay = at - now end
   reply[#reply + 1] = delay
   return reply
 end
 
--- `once`: the definitions were made for this call only (a script), so
--- nothing is worth keeping for later calls.
-local function decide(KEYS, ARGV, once)
+-- Reads the checks of ARGV[a..] into BUCKETS: the number of checks and of
+-- marked ones, or nil and the error reply.
+local function read_checks(KEYS, ARGV, a)
+  local argc, i, marked = #ARGV, 0, 0
+  while a <= argc do
+    i = i + 1
+    local arg, mark, exact = unmarked(ARGV[a])
+    local algorithm, id = algorithm_for(arg), nil
+    local cost_s = ARGV[a + 1]
+    local cost = config_number(cost_s)
+    local check_only = false
+    if cost == nil and string.byte(cost_s or '', 1) == 63 then -- '?': check only
+      cost, check_only = config_number(string.sub(cost_s, 2)), true
+    end
+    local n = config_number(ARGV[a + 2])
+    if not algorithm then
+      -- "lease=<id>" (lease.lua), or the error reply in id.
+      algorithm, id = lease_arg(arg, i)
+      if not algorithm then return nil, id end
+    end
+    if not cost or not n or cost < 1 or n < 1 or cost % 1 ~= 0 then
+      return nil, redis.error_reply('ERR tollgate: bad cost or window count for key ' .. i)
+    end
+    if id and (cost ~= 1 or n ~= 1) then
+      return nil, redis.error_reply('ERR tollgate: a lease key takes cost 1 and one window (key ' .. i .. ')')
+    end
+    local b, next_or_error = read_bucket(i, KEYS[i], algorithm, n, ARGV, a + 3)
+    if not b then
+      return nil, next_or_error
+    end
+    b.cost, b.check_only, b.marked, b.exact, b.id = cost, check_only, mark, exact, id
+    if mark then marked = marked + 1 end
+    a = next_or_error
+  end
+  if i + marked ~= #KEYS then
+    return nil, redis.error_reply('ERR tollgate: argument count does not match KEYS')
+  end
+  return i, marked
+end
+
+-- decide(), or its dry run (peek) when `is_dry`. `once`: the definitions
+-- were made for this call only (a script), so nothing is worth keeping for
+-- later calls.
+local function run_decide(KEYS, ARGV, once, is_dry)
   if once then config_room = 0 end
   if not read_clock(ARGV[1]) then
     return redis.error_reply('ERR tollgate: bad now')
   end
+  dry = is_dry
 
-  local keys = #KEYS
   local a = 2
   local max_delay, floor = nil, 0
   if string.byte(ARGV[2] or '', 1) == 126 then -- '~': shape
@@ -168,39 +219,11 @@ local function decide(KEYS, ARGV, once)
     end
     a = 3
   end
-  for i = 1, keys do
-    local algorithm, id = algorithm_for(ARGV[a]), nil
-    local cost_s = ARGV[a + 1]
-    local cost = config_number(cost_s)
-    local check_only = false
-    if cost == nil and string.byte(cost_s, 1) == 63 then -- '?': check only
-      cost, check_only = config_number(string.sub(cost_s, 2)), true
-    end
-    local n = config_number(ARGV[a + 2])
-    if not algorithm then
-      -- "lease=<id>" (lease.lua), or the error reply in id.
-      algorithm, id = lease_arg(ARGV[a], i)
-      if not algorithm then return id end
-    end
-    if not cost or not n or cost < 1 or n < 1 or cost % 1 ~= 0 then
-      return redis.error_reply('ERR tollgate: bad cost or window count for key ' .. i)
-    end
-    if id and (cost ~= 1 or n ~= 1) then
-      return redis.error_reply('ERR tollgate: a lease key takes cost 1 and one window (key ' .. i .. ')')
-    end
-    local b, next_or_error = read_bucket(i, KEYS[i], algorithm, n, ARGV, a + 3)
-    if not b then
-      return next_or_error
-    end
-    b.cost, b.check_only = cost, check_only
-    if id then b.id = id end
-    a = next_or_error
-  end
-  if a ~= #ARGV + 1 then
-    return redis.error_reply('ERR tollgate: argument count does not match KEYS')
-  end
+  local keys, marked = read_checks(KEYS, ARGV, a)
+  if not keys then return marked end
+  if marked > 0 then apply_overrides(KEYS, keys) end
 
-  if max_delay then return shape(keys, max_delay, floor) end
+  if max_delay then return shape(keys, max_delay, floor, marked) end
 
   -- Phase 1: does the request fit every window of every key?
   local allowed = true
@@ -210,12 +233,16 @@ local function decide(KEYS, ARGV, once)
   end
 
   -- Phase 2: record the request in every key, only if every window had room
-  -- (keys that only check record nothing).
+  -- (keys that only check record nothing; a dry run records nothing).
   for i = 1, keys do
     local b = BUCKETS[i]
-    b.committed = allowed and not b.check_only
+    b.committed = allowed and not b.check_only and not dry
     if b.committed then b.algorithm.commit(b) end
   end
 
-  return report(keys, allowed)
+  return report(keys, allowed, false, marked)
 end
+
+local function decide(KEYS, ARGV, once) return run_decide(KEYS, ARGV, once, false) end
+
+local function peek(KEYS, ARGV, once) return run_decide(KEYS, ARGV, once, true) end

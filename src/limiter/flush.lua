@@ -157,7 +157,7 @@ local function flush(KEYS, ARGV, once)
     redis.call('SET', token_key, token, 'PX', ttl(longest, longest_s))
   end
 
-  local reply = report(keys, true, 'later')
+  local reply = report(keys, true, 'later', 0)
   if seen then reply[1] = 0 end
   local r = #reply
   for i = 1, keys do

@@ -13,6 +13,8 @@
 --           lease is live while now < expiry.
 -- load      when the earliest stored lease has expired, drop every lease
 --           with expiry <= now: afterwards every stored lease is live.
+--           When dry (peek) nothing is dropped: live leases are then
+--           counted and ranked from expiry > now (b.lo), the same numbers.
 -- check     live = the leases stored; fits when live + 1 <= limit, else
 --           retry = the earliest expiry - now, at least 1 (a bound: a
 --           request that ends frees one sooner).
@@ -43,15 +45,15 @@
 --           algorithms do not (a refund, and lease(), also ZREM).
 
 -- The expiry of the lease at `rank` (0 = the earliest) in sorted set
--- `key`, or nil if there is none.
-local function lease_expiry(key, rank)
-  local e = redis.call('ZRANGEBYSCORE', key, '-inf', '+inf', 'WITHSCORES', 'LIMIT', rank, 1)
+-- `key` from score `lo` ('-inf' when nil), or nil if there is none.
+local function lease_expiry(key, rank, lo)
+  local e = redis.call('ZRANGEBYSCORE', key, lo or '-inf', '+inf', 'WITHSCORES', 'LIMIT', rank, 1)
   return tonumber(e[2])
 end
 
 -- The latest live expiry of bucket b (b.live > 0), read if not known.
 local function lease_latest(b)
-  if not b.latest then b.latest = lease_expiry(b.key, b.live - 1) end
+  if not b.latest then b.latest = lease_expiry(b.key, b.live - 1, b.lo) end
   return b.latest
 end
 
@@ -72,20 +74,25 @@ end
 -- The table over a bucket b (as the other algorithms'), plus b.id (the
 -- lease id), b.live (the live leases), b.first (the earliest expiry,
 -- false when unknown), b.latest (the latest live expiry; 0: none; false:
--- unknown).
+-- unknown), b.lo (nil, or when dry and expired leases stay: the bound
+-- above which the live ones are).
 local function make_lease() return {
   check = function(b)
     local key, w = b.key, b[1]
     local first = lease_expiry(key, 0)
-    local live = 0
+    local live, lo = 0, nil
     if first then
       if first <= now then
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', now_str())
+        if dry then
+          lo = '(' .. now_str()
+        else
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', now_str())
+        end
         first = false
       end
-      live = redis.call('ZCOUNT', key, '-inf', '+inf')
+      live = redis.call('ZCOUNT', key, lo or '-inf', '+inf')
     end
-    b.live, b.first, b.latest = live, first, false
+    b.live, b.first, b.latest, b.lo = live, first, false, lo
     if live == 0 then
       b.latest = 0
     elseif live == 1 and first then
@@ -96,7 +103,7 @@ local function make_lease() return {
       return true
     end
     if not first then
-      first = lease_expiry(key, 0)
+      first = lease_expiry(key, 0, lo)
       b.first = first
       if live == 1 then b.latest = first end
     end

@@ -17,9 +17,13 @@
 -- changes what a decision recorded, an extra charge never before a bucket's
 -- last turn; its own contract), flush.lua (flush(KEYS, ARGV, once): records
 -- what a worker admitted locally; its own contract) and lease_ops.lua
--- (lease(KEYS, ARGV, once): ends or renews leases; its own contract).
+-- (lease(KEYS, ARGV, once): ends or renews leases; its own contract);
+-- overrides.lua (per-key overrides of a bucket's limits, read by decide,
+-- peek and adjust) comes before decide.lua, which also defines
+-- peek(KEYS, ARGV, once): decide's dry run.
 -- src/limiter/script.rs ships it as scripts (the definitions, then `return
--- decide(KEYS, ARGV, true)`, or adjust, flush or lease, for EVAL/EVALSHA)
+-- decide(KEYS, ARGV, true)`, or peek, adjust, flush or lease, for
+-- EVAL/EVALSHA)
 -- and as a function library (the definitions once, at FUNCTION LOAD; one
 -- entry point per FCALL). Code
 -- at the top level must therefore only define: a library's top level runs
@@ -31,9 +35,16 @@
 -- string.format('%d') 0.1 us, a table of 7 fields 0.2 us. So each algorithm reads
 -- all of a key's windows in one command where it can, skips commands whose
 -- answer it already knows, and formats numbers only for what it writes.
+-- Overrides cost one HGETALL per distinct override key of a call, nothing
+-- for unmarked checks (overrides.lua).
 --
 -- KEYS[i]   the bucket of check i (one per matching rule, distinct keys; the
---           key's suffix names the algorithm: log, gcra, sw, fw, lease).
+--           key's suffix names the algorithm: log, gcra, sw, fw, lease),
+--           i = 1..k for the k checks ARGV describes.
+-- KEYS[k+j] the override key (overrides.lua) of the j-th check whose
+--           algorithm argument is marked "@", in check order: one per
+--           marked check, a key may repeat (a rule's window and lease
+--           checks share one). #KEYS = k + the marked checks.
 -- ARGV[1]   now, in ms since the Unix epoch; "" = the server's clock (TIME).
 --           Proxies never supply the time in production, so skewed proxy
 --           clocks cannot disagree; tests inject it.
@@ -47,6 +58,12 @@
 -- ARGV[2..] (ARGV[3..] when shaped) for each key, in KEYS order:
 --             algorithm (log | gcra | sw | fw | lease=<id>), cost, n, then
 --             n pairs: limit, period_ms
+--           An algorithm written "@<algorithm>" (e.g. "@gcra",
+--           "@lease=<id>") marks a check whose bucket may be overridden:
+--           its override key is read (HGETALL, once per distinct key and
+--           call) before phase 1, and a live override's limits replace
+--           the limits sent (overrides.lua), in checking, recording and
+--           the reply.
 --           A cost written "?<cost>" only checks: the key must have room
 --           for cost in every window (or the request is denied), but
 --           nothing is recorded in it (a rule counted on the response,
@@ -65,7 +82,10 @@
 --           in hash field names and TTLs.
 --
 -- Reply     { allowed (1|0), now_ms, then for each key, for each window:
---             remaining, reset_ms, retry_ms }
+--             remaining, reset_ms, retry_ms }; a marked check's part is
+--             { overridden (1 if a live override set the limit of at least
+--             one of its windows, else 0), then per window: limit (the
+--             limit in force), remaining, reset_ms, retry_ms }
 --           remaining: units left in the window after this decision
 --           reset_ms:  ms until the window is empty again (0 if it is)
 --           retry_ms:  ms until this request would fit this window (0 = fits);
@@ -77,11 +97,22 @@
 --           turns. An unshaped call's reply is unchanged.
 -- Errors    "ERR tollgate: ..." on malformed arguments (an unknown
 --           algorithm, "lease" without an id or with a bad one, a lease
---           key of another cost or window count).
+--           key of another cost or window count, KEYS not as many as the
+--           checks plus the marked ones); WRONGTYPE if an override key is
+--           not a hash.
+-- peek      peek(KEYS, ARGV): the same KEYS and ARGV (shaped too), a dry
+--           run that writes nothing (no housekeeping either: the log and
+--           the lease sets read around their expired entries instead of
+--           dropping them), registered no-writes (FCALL_RO). Its reply is
+--           decide's with nothing committed: allowed = the request would
+--           be admitted; per window remaining and reset_ms of the state as
+--           it is, retry_ms as decide's; shaped, delay_ms = the turn it
+--           would get (0 if denied), not recorded.
 --
 -- Every number is an integer below 2^53 (gcra and sliding_window compute with
--- products up to limit * period_ms, which the configuration bounds by 2^53),
--- so Lua's doubles compute exactly what the Rust model computes.
+-- products up to limit * period_ms, which the configuration bounds by 2^53,
+-- and overrides.lua too), so Lua's doubles compute exactly what the Rust
+-- model computes.
 
 -- The clock of the current call, set by decide() on every call (the
 -- algorithms read it): now in ms, now_s its decimal string (made on first
@@ -90,6 +121,11 @@
 -- expiry: expired state reads as empty, and the algorithms ignore stale
 -- state; expiry only collects idle keys).
 local now, now_s, ttl_slack = 0, nil, 0
+
+-- A dry run (peek): set by decide's driver after read_clock(), which makes
+-- it false for every other entry point. The algorithms' check() and last()
+-- then skip their housekeeping writes (no number changes).
+local dry = false
 
 -- The time a commit records at: now, a shaped request's turn (set by
 -- decide()), or an extra charge's c (adjust.lua's change()); read_clock()
@@ -199,6 +235,10 @@ end
 -- earlier in the same call.
 local ARGS = {}
 
+-- Buckets and windows: BUCKETS[i] is the bucket of check i, BUCKETS[i][w]
+-- its window w.
+local BUCKETS = {}
+
 -- tonumber() of a limit, period, cost or window count as sent: these repeat
 -- from call to call, and a cached lookup is cheaper than parsing (strtod).
 -- At most 4096 strings are kept, and none when the definitions live for one
@@ -279,7 +319,8 @@ end
 --   check(b, t, charge)  phase 1: read the bucket's state, set w.retry for
 --                        every window (ms until b.cost fits, 0 = fits now);
 --                        true if every window fits. No writes, except
---                        housekeeping that never changes a decision. (t:
+--                        housekeeping that never changes a decision, and
+--                        none at all when dry. (t:
 --                        the counters read at t, default now; charge: also
 --                        read what charge_at needs, when it costs nothing
 --                        more than a field.)
@@ -291,7 +332,7 @@ end
 --                        decision
 -- and, for shaping (decide.lua's shape()):
 --   last(b)              the latest turn recorded in the bucket (0 if none),
---                        after housekeeping; reads the state
+--                        after housekeeping (none when dry); reads the state
 --   earliest(b, w, t0)   the first time >= t0 at which b.cost fits window w
 --                        (t0 >= last(b)); NEVER if no wait makes it fit
 --   at_slot(b)           (optional) before a commit at the turn

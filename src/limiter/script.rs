@@ -77,7 +77,7 @@ use crate::resp::{encode_command, CommandWriter, Value};
 use std::sync::OnceLock;
 
 mod entries;
-pub use entries::{encode_adjust, encode_flush, encode_lease};
+pub use entries::{encode_adjust, encode_flush, encode_lease, encode_peek, encode_shaped_peek};
 
 /// The limiter's code, as scripts and as a function library.
 #[derive(Debug)]
@@ -101,6 +101,11 @@ pub struct Script {
     pub lease_body: &'static str,
     /// The SHA-1 of [`Script::lease_body`].
     pub lease_sha: String,
+    /// The script of `peek` ([`encode_peek`]): the definitions, then a
+    /// dry run of a decision (it writes nothing: `EVAL_RO` may run it).
+    pub peek_body: &'static str,
+    /// The SHA-1 of [`Script::peek_body`].
+    pub peek_sha: String,
     /// The function library for `FUNCTION LOAD`: the same definitions.
     pub library: String,
     /// The name of the library and of its decision function, for `FCALL`.
@@ -111,6 +116,9 @@ pub struct Script {
     pub flush_function: String,
     /// The name of its `lease` function: [`Script::function`] + `_lease`.
     pub lease_function: String,
+    /// The name of its `peek` function: [`Script::function`] + `_peek`,
+    /// registered `no-writes` (so `FCALL_RO` runs it, on replicas too).
+    pub peek_function: String,
 }
 
 /// Every definition: the algorithms, `decide`, `adjust`, `flush` and `lease`, joined by
@@ -124,6 +132,7 @@ const DECIDE_TAIL: &str = "return decide(KEYS, ARGV, true)\n";
 const ADJUST_TAIL: &str = "return adjust(KEYS, ARGV, true)\n";
 const FLUSH_TAIL: &str = "return flush(KEYS, ARGV, true)\n";
 const LEASE_TAIL: &str = "return lease(KEYS, ARGV, true)\n";
+const PEEK_TAIL: &str = "return peek(KEYS, ARGV, true)\n";
 
 /// The library around the definitions, with `@NAME@` where its name goes.
 const LIBRARY_HEAD: &str = "#!lua name=@NAME@\n";
@@ -132,6 +141,7 @@ const LIBRARY_TAIL: &str = concat!(
     "redis.register_function('@NAME@_adjust', adjust)\n",
     "redis.register_function('@NAME@_flush', flush)\n",
     "redis.register_function('@NAME@_lease', lease)\n",
+    "redis.register_function{function_name='@NAME@_peek', callback=peek, flags={'no-writes'}}\n",
 );
 
 /// The library text with `name`.
@@ -152,6 +162,7 @@ pub fn limiter() -> &'static Script {
         let function = format!("tollgate_{}", hash.get(..12).unwrap_or(&hash));
         let (body, adjust_body) = (script(DECIDE_TAIL), script(ADJUST_TAIL));
         let (flush_body, lease_body) = (script(FLUSH_TAIL), script(LEASE_TAIL));
+        let peek_body = script(PEEK_TAIL);
         Script {
             body,
             sha: sha1_smol::Sha1::from(body).hexdigest(),
@@ -161,10 +172,13 @@ pub fn limiter() -> &'static Script {
             flush_sha: sha1_smol::Sha1::from(flush_body).hexdigest(),
             lease_body,
             lease_sha: sha1_smol::Sha1::from(lease_body).hexdigest(),
+            peek_body,
+            peek_sha: sha1_smol::Sha1::from(peek_body).hexdigest(),
             library: library(&function),
             adjust_function: format!("{function}_adjust"),
             flush_function: format!("{function}_flush"),
             lease_function: format!("{function}_lease"),
+            peek_function: format!("{function}_peek"),
             function,
         }
     })
@@ -186,7 +200,7 @@ pub enum Invocation {
 /// `now_ms` overrides the server clock (tests only; `None` = Valkey
 /// `TIME`).
 pub fn encode_call(out: &mut Vec<u8>, script: &Script, how: Invocation, checks: &[Check], now_ms: Option<u64>) {
-    encode_decide(out, script, how, checks, None, now_ms);
+    encode_decide(out, (script, Decide::Decide), how, checks, None, now_ms);
 }
 
 /// [`encode_call`] for a shaped call (docs/shaping.md): the request may wait
@@ -199,7 +213,7 @@ pub fn encode_shaped_call(
     max_delay_ms: u64,
     now_ms: Option<u64>,
 ) {
-    encode_decide(out, script, how, checks, Some((max_delay_ms, 0)), now_ms);
+    encode_decide(out, (script, Decide::Decide), how, checks, Some((max_delay_ms, 0)), now_ms);
 }
 
 /// [`encode_shaped_call`] with a floor: the turn is at least `floor_ms`
@@ -214,30 +228,46 @@ pub fn encode_floored_call(
     (max_delay_ms, floor_ms): (u64, u64),
     now_ms: Option<u64>,
 ) {
-    encode_decide(out, script, how, checks, Some((max_delay_ms, floor_ms)), now_ms);
+    encode_decide(out, (script, Decide::Decide), how, checks, Some((max_delay_ms, floor_ms)), now_ms);
 }
 
-fn encode_decide(
+/// Which entry point a decision's KEYS/ARGV go to: `decide` or its dry
+/// run, `peek`.
+#[derive(Clone, Copy)]
+pub(super) enum Decide {
+    Decide,
+    Peek,
+}
+
+pub(super) fn encode_decide(
     out: &mut Vec<u8>,
-    script: &Script,
+    (script, entry): (&Script, Decide),
     how: Invocation,
     checks: &[Check],
     shape: Option<(u64, u64)>,
     now_ms: Option<u64>,
 ) {
-    let (verb, target) = invoked(how, (&script.sha, script.body, &script.function));
+    let (verb, target) = match entry {
+        Decide::Decide => invoked(how, (&script.sha, script.body, &script.function)),
+        Decide::Peek => invoked(how, (&script.peek_sha, script.peek_body, &script.peek_function)),
+    };
     let windows: usize = checks.iter().map(|c| c.windows.len()).sum();
-    let args = 4 + usize::from(shape.is_some()) + checks.len() * 4 + windows * 2;
+    let marked = marked(checks.iter());
+    let args = 4 + usize::from(shape.is_some()) + checks.len() * 4 + marked + windows * 2;
     out.reserve(
-        target.len() + 64 + checks.iter().map(|c| c.key.len() + 24 + lease_len(c)).sum::<usize>() + windows * 48,
+        target.len()
+            + 64
+            + checks.iter().map(|c| c.key.len() + 24 + lease_len(c) + override_len(c)).sum::<usize>()
+            + windows * 48,
     );
     let mut w = CommandWriter::new(out, args);
     w.bulk(verb);
     w.bulk(target);
-    w.decimal(b"", checks.len() as u64);
+    w.decimal(b"", (checks.len() + marked) as u64);
     for check in checks {
         w.bulk(check.key.as_bytes());
     }
+    write_override_keys(&mut w, checks.iter());
     now(&mut w, now_ms);
     match shape {
         Some((max_delay, 0)) => w.decimal(b"~", max_delay),
@@ -251,12 +281,33 @@ fn encode_decide(
     }
 }
 
+/// How many of `checks` have an override key (are marked `@`).
+fn marked<'a>(checks: impl Iterator<Item = &'a Check>) -> usize {
+    checks.filter(|c| c.override_key.is_some()).count()
+}
+
+/// The override keys of the marked checks, in check order (after every
+/// bucket key).
+fn write_override_keys<'a>(w: &mut CommandWriter<'_>, checks: impl Iterator<Item = &'a Check>) {
+    for key in checks.filter_map(|c| c.override_key.as_deref()) {
+        w.bulk(key.as_bytes());
+    }
+}
+
+/// The bytes a check's override key (and its marker) add, with the key's
+/// RESP header.
+fn override_len(check: &Check) -> usize {
+    check.override_key.as_ref().map_or(0, |k| k.len() + 24)
+}
+
 /// A check's algorithm argument: its id, or for a lease check
-/// `lease=<id>` (plain `lease` without an id, which the script refuses).
+/// `lease=<id>` (plain `lease` without an id, which the script refuses);
+/// prefixed `@` when the check has an override key.
 fn write_algorithm(w: &mut CommandWriter<'_>, check: &Check) {
+    let mark: &[u8] = if check.override_key.is_some() { b"@" } else { b"" };
     match (check.algorithm, &check.lease) {
-        (Algorithm::Lease, Some(id)) => w.bulk_joined(&[b"lease=", id.as_bytes()]),
-        (algorithm, _) => w.bulk(algorithm.id().as_bytes()),
+        (Algorithm::Lease, Some(id)) => w.bulk_joined(&[mark, b"lease=", id.as_bytes()]),
+        (algorithm, _) => w.bulk_joined(&[mark, algorithm.id().as_bytes()]),
     }
 }
 

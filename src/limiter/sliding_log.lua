@@ -4,7 +4,9 @@
 --           time in ms, member = "<time>:<n>", where n counts the entries of
 --           that same score, so members are unique without randomness
 --           (entries of one score are always trimmed together).
--- load      drop entries at or before now - longest period (left every window).
+-- load      drop entries at or before now - longest period (left every window);
+--           not when dry (peek): every count and entry read below is of
+--           entries after now - period, so no number changes.
 -- check     count = entries with score > now - period; fits when
 --           count + cost <= limit, else retry = when the (count + cost -
 --           limit)-th oldest counted entry leaves (at least 1 ms).
@@ -57,7 +59,7 @@ MAKE_ALGORITHM.log = function() return {
   check = function(b)
     local key, cost, longest = b.key, b.cost, b.max_period
     local cut = num(now - longest)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', cut)
+    if not dry then redis.call('ZREMRANGEBYSCORE', key, '-inf', cut) end
     -- Entries counted by the longest window: all that are left.
     local all = redis.call('ZCOUNT', key, '(' .. cut, '+inf')
     -- Entries at now count in every window: a window counting none proves
@@ -168,7 +170,7 @@ MAKE_ALGORITHM.log = function() return {
   end,
 
   last = function(b)
-    redis.call('ZREMRANGEBYSCORE', b.key, '-inf', num(now - b.max_period))
+    if not dry then redis.call('ZREMRANGEBYSCORE', b.key, '-inf', num(now - b.max_period)) end
     b.empty = false
     return log_newest_after_now(b.key)
   end,

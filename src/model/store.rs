@@ -2,9 +2,10 @@
 //! Valkey: `AUTH`, `FCALL` (`ERR Function not found` until `FUNCTION
 //! LOAD`), `FUNCTION LOAD`, `EVALSHA` (`NOSCRIPT` until the script was sent
 //! with `EVAL`), `EVAL`, `SENTINEL get-master-addr-by-name`, and `CLUSTER
-//! SHARDS` as a cluster of one master serving every slot; the limiter's four
-//! entry points (decide, adjust, flush, lease: `store/lease.rs` for the lease
-//! sets). The worker's unit tests use it as their store (and as the data of
+//! SHARDS` as a cluster of one master serving every slot; the limiter's five
+//! entry points (decide, peek, adjust, flush, lease: `store/lease.rs` for the
+//! lease sets), checks marked `@` reading override hashes, and `HSET`,
+//! `HGETALL`, `DEL` of override hashes (`store/overrides.rs`). The worker's unit tests use it as their store (and as the data of
 //! their fake cluster of several masters), and `tollgate simulate` runs the
 //! worker against it.
 
@@ -139,22 +140,26 @@ impl ModelStore {
                     "FCALL" if target == script.adjust_function => Entry::Adjust,
                     "FCALL" if target == script.flush_function => Entry::Flush,
                     "FCALL" if target == script.lease_function => Entry::Lease,
+                    "FCALL" if target == script.peek_function => Entry::Peek,
                     "FCALL" => return error("ERR Function not found"),
                     "EVALSHA" if target == script.sha => Entry::Decide,
                     "EVALSHA" if target == script.adjust_sha => Entry::Adjust,
                     "EVALSHA" if target == script.flush_sha => Entry::Flush,
                     "EVALSHA" if target == script.lease_sha => Entry::Lease,
+                    "EVALSHA" if target == script.peek_sha => Entry::Peek,
                     "EVALSHA" => return error("NOSCRIPT unknown sha"),
                     _ if target == script.adjust_body => Entry::Adjust,
                     _ if target == script.flush_body => Entry::Flush,
                     _ if target == script.lease_body => Entry::Lease,
+                    _ if target == script.peek_body => Entry::Peek,
                     _ => Entry::Decide,
                 };
                 self.evals += usize::from(verb == "EVAL");
                 self.script_loaded = true;
                 let args = args.get(2..).unwrap_or_default();
                 let reply = match entry {
-                    Entry::Decide => self.decide(args, now_ms),
+                    Entry::Decide => self.decide(args, now_ms, false),
+                    Entry::Peek => self.decide(args, now_ms, true),
                     Entry::Adjust => self.adjust(args, now_ms),
                     Entry::Flush => self.flush(args, now_ms),
                     Entry::Lease => self.lease(args, now_ms),
@@ -168,6 +173,7 @@ impl ModelStore {
                     None => error("ERR tollgate: bad arguments"),
                 }
             }
+            "HSET" | "HGETALL" | "DEL" => self.hash_command(&verb, args),
             other => error(&format!("ERR unknown command {other}")),
         }
     }
@@ -194,8 +200,10 @@ impl ModelStore {
     /// `numkeys, KEYS..., now, [~max_delay[:floor],] (algorithm, cost, n,
     /// (limit, period)...)...`; a cost `?<units>` only checks; `~max_delay`
     /// shapes (the reply ends with the delay); a lease set's algorithm is
-    /// `lease=<id>`, with cost 1 and one window.
-    fn decide(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
+    /// `lease=<id>`, with cost 1 and one window; `@` before the algorithm
+    /// marks a check whose override key follows the buckets in KEYS. `dry`:
+    /// peek, which records (and journals) nothing.
+    fn decide(&mut self, args: &[Value], now_ms: u64, dry: bool) -> Option<Value> {
         let mut args = args.iter().map(text).peekable();
         let (keys, now) = keys_and_clock(&mut args, now_ms)?;
         let mut max_delay = None;
@@ -207,8 +215,8 @@ impl ModelStore {
             floor = floor_s.parse::<u64>().ok()?;
         }
         let mut checks = Vec::with_capacity(keys.len());
-        for (rule, key) in keys.into_iter().enumerate() {
-            let (algorithm, lease) = algorithm_or_lease(args.next())?;
+        while args.peek().is_some() {
+            let (algorithm, lease, marked) = algorithm_or_lease(args.next())?;
             let cost = args.next()?;
             let (cost, check_only) = match cost.strip_prefix('?') {
                 Some(units) => (nz(Some(units.to_string()))?, true),
@@ -218,52 +226,64 @@ impl ModelStore {
             if lease.is_some() && (cost.get() != 1 || windows.len() != 1) {
                 return None;
             }
-            checks.push(Check {
-                rule,
-                key,
-                windows: windows.into(),
-                cost,
-                algorithm,
-                check_only,
-                lease,
-                override_key: None,
-            });
+            let mut check = stored_check(checks.len(), String::new(), windows, algorithm, lease);
+            (check.cost, check.check_only) = (cost, check_only);
+            checks.push((check, marked));
         }
+        let checks = with_keys(checks, keys)?;
         let Some(max_delay) = max_delay else {
+            if dry {
+                return Some(reply(&self.model.peek(&checks, now), &checks));
+            }
             let decision = self.model.decide(&checks, now);
+            let answer = reply(&decision, &checks);
             self.note(|| Ran::Decide { now_ms: now, checks, allowed: decision.allowed, delay_ms: 0 });
-            return Some(reply(&decision));
+            return Some(answer);
         };
-        let decision = self.model.decide_floored(&checks, max_delay, floor, now);
-        let (allowed, delay_ms) = (decision.allowed, decision.delay_ms);
-        self.note(|| Ran::Decide { now_ms: now, checks, allowed, delay_ms });
-        let Value::Array(mut items) = reply(&decision) else { return None };
+        let decision = if dry {
+            self.model.peek_floored(&checks, max_delay, floor, now)
+        } else {
+            self.model.decide_floored(&checks, max_delay, floor, now)
+        };
+        let Value::Array(mut items) = reply(&decision, &checks) else { return None };
         items.push(Value::Integer(i64::try_from(decision.delay_ms).unwrap_or(i64::MAX)));
+        if !dry {
+            let (allowed, delay_ms) = (decision.allowed, decision.delay_ms);
+            self.note(|| Ran::Decide { now_ms: now, checks, allowed, delay_ms });
+        }
         Some(Value::Array(items))
     }
 
     /// `numkeys, KEYS..., now, at, (algorithm, from, to, n, (limit, period)...)...`
-    /// (a lease set's algorithm `lease=<id>`, with one window).
+    /// (a lease set's algorithm `lease=<id>`, with one window; `@` as for a
+    /// decision).
     fn adjust(&mut self, args: &[Value], now_ms: u64) -> Option<Value> {
-        let mut args = args.iter().map(text);
+        let mut args = args.iter().map(text).peekable();
         let (keys, now) = keys_and_clock(&mut args, now_ms)?;
         let at: u64 = args.next()?.parse().ok()?;
-        let mut adjustments = Vec::with_capacity(keys.len());
-        for (rule, key) in keys.into_iter().enumerate() {
-            let (algorithm, lease) = algorithm_or_lease(args.next())?;
+        let mut checks = Vec::with_capacity(keys.len());
+        let mut units = Vec::with_capacity(keys.len());
+        while args.peek().is_some() {
+            let (algorithm, lease, marked) = algorithm_or_lease(args.next())?;
             let from: u64 = args.next()?.parse().ok()?;
             let to: u64 = args.next()?.parse().ok()?;
             let windows = windows(&mut args)?;
             if lease.is_some() && windows.len() != 1 {
                 return None;
             }
-            let check = stored_check(rule, key, windows, algorithm, lease);
-            adjustments.push(Adjustment { check, from, to });
-            self.adjusted.push((at, from, to));
+            checks.push((stored_check(checks.len(), String::new(), windows, algorithm, lease), marked));
+            units.push((from, to));
         }
+        let adjustments: Vec<Adjustment> = with_keys(checks, keys)?
+            .into_iter()
+            .zip(units)
+            .map(|(check, (from, to))| Adjustment { check, from, to })
+            .collect();
+        self.adjusted.extend(adjustments.iter().map(|a| (at, a.from, a.to)));
         let decision = self.model.adjust(&adjustments, at, now);
+        let checks: Vec<Check> = adjustments.iter().map(|a| a.check.clone()).collect();
         self.note(|| Ran::Adjust { now_ms: now, at_ms: at, adjustments });
-        Some(reply(&decision))
+        Some(reply(&decision, &checks))
     }
 
     /// Journals what `ran` makes, if the journal is on.
@@ -298,7 +318,7 @@ impl ModelStore {
         let answer = self.model.flush(&flush, now);
         let applied = answer.applied;
         self.note(|| Ran::Flush { now_ms: now, token: flush.token, entries: flush.entries, applied });
-        let Value::Array(mut items) = reply(&answer.state) else { return None };
+        let Value::Array(mut items) = reply(&answer.state, &[]) else { return None };
         if let Some(first) = items.first_mut() {
             *first = Value::Integer(i64::from(answer.applied));
         }
@@ -310,10 +330,13 @@ impl ModelStore {
 }
 
 mod lease;
+mod overrides;
+use overrides::with_keys;
 
 /// Which entry point of the limiter a call runs.
 enum Entry {
     Decide,
+    Peek,
     Adjust,
     Flush,
     Lease,
@@ -343,11 +366,20 @@ fn windows(args: &mut impl Iterator<Item = String>) -> Option<Vec<Window>> {
     (0..count).map(|_| Some(Window { limit: nz(args.next())?, period_ms: nz(args.next())? })).collect()
 }
 
-/// The limiter's reply to a decision or an adjustment.
-fn reply(d: &Decision) -> Value {
+/// The limiter's reply to a decision, a peek or an adjustment: a check
+/// with an override key (of `checks`) answers its `overridden` flag, then
+/// the limit in force before each window's three numbers.
+fn reply(d: &Decision, checks: &[Check]) -> Value {
     let int = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
     let mut reply = vec![Value::Integer(i64::from(d.allowed)), int(d.now_ms)];
     for w in &d.windows {
+        let marked = checks.get(w.check).is_some_and(|c| c.override_key.is_some());
+        if marked && w.window == 0 {
+            reply.push(int(u64::from(w.overridden)));
+        }
+        if marked {
+            reply.push(int(w.limit));
+        }
         reply.extend([int(w.remaining), int(w.reset_ms), int(w.retry_ms)]);
     }
     Value::Array(reply)

@@ -5,15 +5,17 @@
 //! the missing-code predicate) and `limiter::reply` (parsing), as the
 //! transport does. The calls themselves are in [`calls`]; the lease sets'
 //! part (the `lease` entry point, their stored leases and TTLs) in
-//! [`leases`].
+//! [`leases`]; overrides and the dry run (`peek`) in [`peek`].
 
 mod calls;
 mod leases;
+mod peek;
 pub use calls::{
     decide_on, encoded_via, raw_call, shaped_on, store_adjust_via, store_decide, store_decide_at, store_decide_via,
     store_flush_via, store_reply, store_shaped_via, Path,
 };
 pub use leases::store_lease_via;
+pub use peek::store_peek_via;
 
 use super::Valkey;
 use std::collections::BTreeMap;

@@ -22,6 +22,7 @@ pub mod fixed_window;
 mod flush;
 pub mod gcra;
 pub mod lease;
+pub mod overrides;
 pub mod shape;
 pub mod sliding_log;
 pub mod sliding_window;
@@ -158,6 +159,8 @@ pub struct Model {
     buckets: BTreeMap<String, State>,
     /// Token keys and syncer sets ([`Model::flush`]).
     flushes: flush::Flushes,
+    /// Override hashes ([`Model::set_override`]).
+    overrides: overrides::Hashes,
 }
 
 impl Model {
@@ -194,6 +197,7 @@ impl Model {
     pub fn expire(&mut self, key: &str) {
         self.buckets.remove(key);
         self.flushes.forget(key);
+        self.overrides.remove(key);
     }
 
     fn state_mut(&mut self, check: &Check) -> &mut State {
@@ -233,7 +237,8 @@ impl Model {
     }
 
     /// Changes what requests decided at `at_ms` recorded, at `now_ms`, all
-    /// at once (`adjust.lua`). Per bucket, after the usual housekeeping:
+    /// at once (`adjust.lua`), with the limits of `adjustments` (those in
+    /// force: [`Model::adjust`]). Per bucket, after the usual housekeeping:
     ///
     /// * an extra charge (`to > from`) is recorded as a commit of `to - from`
     ///   units that checks nothing (the log records at most its largest
@@ -250,7 +255,7 @@ impl Model {
     /// The reply is the buckets' state afterwards, as a decision that
     /// admits; a bucket charged at `c > now_ms` reports as a shaped call
     /// does ([`Bucket::shaped_stats`]: at now, counting its future turns).
-    pub fn adjust(&mut self, adjustments: &[Adjustment], at_ms: u64, now_ms: u64) -> Decision {
+    fn adjust_as(&mut self, adjustments: &[Adjustment], at_ms: u64, now_ms: u64) -> Decision {
         let mut later = Vec::with_capacity(adjustments.len());
         for a in adjustments {
             let windows = &a.check.windows;
@@ -315,8 +320,10 @@ impl Model {
         Decision { allowed, now_ms, windows, delay_ms: 0 }
     }
 
-    /// Decides for all `checks` at once at time `now_ms`.
-    pub fn decide(&mut self, checks: &[Check], now_ms: u64) -> Decision {
+    /// Decides for all `checks` (their limits those in force:
+    /// [`Model::decide`]) at once at time `now_ms`; recording nothing when
+    /// not `commit` (a dry run, on a copy: housekeeping still happens).
+    fn decide_as(&mut self, checks: &[Check], now_ms: u64, commit: bool) -> Decision {
         for check in checks {
             self.state_mut(check).bucket_mut().prepare(&check.windows, now_ms);
         }
@@ -329,7 +336,7 @@ impl Model {
         }
         let allowed = retries.iter().all(|&r| r == 0);
 
-        if allowed {
+        if allowed && commit {
             for check in checks.iter().filter(|c| !c.check_only) {
                 self.state_mut(check).bucket_mut().commit(&check.windows, check.cost.get(), now_ms);
             }

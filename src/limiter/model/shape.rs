@@ -38,8 +38,16 @@ impl Model {
     }
 
     /// [`Model::decide_shaped`] placing the turn at `now_ms + floor_ms` or
-    /// later (module doc).
-    pub fn decide_floored(&mut self, checks: &[Check], max_delay_ms: u64, floor_ms: u64, now_ms: u64) -> Decision {
+    /// later (module doc), the limits of `checks` those in force
+    /// ([`Model::decide_floored`]); recording nothing when not `commit` (a
+    /// dry run, on a copy).
+    pub(super) fn floored_as(
+        &mut self,
+        checks: &[Check],
+        (max_delay_ms, floor_ms): (u64, u64),
+        now_ms: u64,
+        commit: bool,
+    ) -> Decision {
         for check in checks {
             self.state_mut(check).bucket_mut().prepare(&check.windows, now_ms);
         }
@@ -59,7 +67,7 @@ impl Model {
         }
         let turn = earliest.iter().copied().fold(t0, u64::max);
         let allowed = turn - now_ms <= max_delay_ms;
-        if allowed {
+        if allowed && commit {
             for check in checks.iter().filter(|c| !c.check_only) {
                 let bucket = self.state_mut(check).bucket_mut();
                 bucket.commit(&check.windows, check.cost.get(), turn);

@@ -2,6 +2,7 @@
 //! classifiers; the lease sets' encodings in [`lease`].
 
 mod lease;
+mod overrides;
 
 use super::*;
 use crate::limiter::{Adjustment, Algorithm, Window};
@@ -53,7 +54,8 @@ fn the_library_holds_the_same_definitions_under_a_versioned_name() {
     let header = format!("#!lua name={}\n", s.function);
     let footer = format!(
         "redis.register_function('{0}', decide)\nredis.register_function('{0}_adjust', adjust)\n\
-         redis.register_function('{0}_flush', flush)\nredis.register_function('{0}_lease', lease)\n",
+         redis.register_function('{0}_flush', flush)\nredis.register_function('{0}_lease', lease)\n\
+         redis.register_function{{function_name='{0}_peek', callback=peek, flags={{'no-writes'}}}}\n",
         s.function
     );
     let definitions = s.body.strip_suffix("return decide(KEYS, ARGV, true)\n").unwrap();
@@ -66,6 +68,9 @@ fn the_library_holds_the_same_definitions_under_a_versioned_name() {
     assert_eq!(s.lease_function, format!("{}_lease", s.function));
     assert_eq!(s.lease_body.strip_suffix("return lease(KEYS, ARGV, true)\n"), Some(definitions));
     assert_eq!(s.lease_sha, sha1_smol::Sha1::from(s.lease_body).hexdigest());
+    assert_eq!(s.peek_function, format!("{}_peek", s.function));
+    assert_eq!(s.peek_body.strip_suffix("return peek(KEYS, ARGV, true)\n"), Some(definitions));
+    assert_eq!(s.peek_sha, sha1_smol::Sha1::from(s.peek_body).hexdigest());
     // Any change to the code changes the name.
     let changed = library("@NAME@").replacen("-- tollgate", "-- Tollgate", 1);
     assert_ne!(sha1_smol::Sha1::from(changed).hexdigest()[..12], hash[..12]);

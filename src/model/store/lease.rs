@@ -37,12 +37,17 @@ impl ModelStore {
 }
 
 /// A decision's or adjustment's algorithm argument: an algorithm's id, or
-/// `lease=<id>` (a lease set, with its lease id).
-pub(super) fn algorithm_or_lease(arg: Option<String>) -> Option<(Algorithm, Option<Rc<str>>)> {
+/// `lease=<id>` (a lease set, with its lease id); and whether it is marked
+/// `@` (the check reads its override key).
+pub(super) fn algorithm_or_lease(arg: Option<String>) -> Option<(Algorithm, Option<Rc<str>>, bool)> {
     let arg = arg?;
+    let (arg, marked) = match arg.strip_prefix('@') {
+        Some(rest) => (rest.to_string(), true),
+        None => (arg, false),
+    };
     match arg.strip_prefix("lease=") {
-        Some(id) => Some((Algorithm::Lease, Some(lease_id(id)?))),
-        None => Some((super::algorithm(Some(arg))?, None)),
+        Some(id) => Some((Algorithm::Lease, Some(lease_id(id)?), marked)),
+        None => Some((super::algorithm(Some(arg))?, None, marked)),
     }
 }
 

@@ -204,12 +204,14 @@ fn malformed_flushes_are_refused() {
             let Value::Error(text) = &reply else { panic!("{path:?}: {f:?} gave {reply:?}") };
             assert!(text.starts_with(message.as_bytes()), "{path:?}: {}", String::from_utf8_lossy(text));
         }
-        // A count mismatch, units past 2^32, a syncer set not the bucket's.
+        // An override marker, a count mismatch, units past 2^32, a syncer
+        // set not the bucket's.
         let mut body = Vec::new();
         encode_flush(&mut body, limiter(), path.invocations()[1], &good, Some(1_000));
         let (Value::Array(items), _) = tollgate::resp::decode(&body, &Default::default()).unwrap() else { panic!() };
         let args: Vec<Vec<u8>> = items.iter().map(|v| v.as_bytes().unwrap().to_vec()).collect();
-        let edits: [(usize, &[u8], &str); 3] = [
+        let edits: [(usize, &[u8], &str); 4] = [
+            (10, b"@fw", "ERR tollgate: flush reads no overrides"),
             (11, b"4294967297", "ERR tollgate: bad units"),
             (12, b"2", "ERR tollgate: bad window 2"),
             (4, b"m:{x}:other:syncers", "ERR tollgate: bad syncer set for key 1"),
