@@ -30,6 +30,8 @@ pub struct Args {
     pub until: Option<String>,
     pub note: Option<String>,
     pub by: Option<String>,
+    /// `--at`: inspect as at this time (RFC 3339 or ms since the epoch).
+    pub at: Option<String>,
 }
 
 /// The flags every operating command takes (the store's, the config's).
@@ -132,6 +134,7 @@ fn set(out: &mut Args, flag: &str, value: String) -> Result<(), Failure> {
         "--until" => once(&mut out.until)?,
         "--note" => once(&mut out.note)?,
         "--by" => once(&mut out.by)?,
+        "--at" => once(&mut out.at)?,
         other => return Err(Failure::usage(format!("unknown flag {other}"))),
     }
     Ok(())
@@ -166,6 +169,18 @@ impl Args {
     pub fn address(&self) -> Result<Address, Failure> {
         let env = std::env::var(address::PASSWORD_ENV).ok();
         address::address(&self.store, env).map_err(Failure::usage)
+    }
+
+    /// `--at` in ms since the epoch, if given (exit 2 if it is not a time).
+    pub fn at_ms(&self) -> Result<Option<u64>, Failure> {
+        self.at
+            .as_deref()
+            .map(|t| {
+                t.parse::<u64>().ok().or_else(|| super::clock::parse(t)).ok_or_else(|| {
+                    Failure::usage(format!("--at {t:?}: RFC 3339 (2026-12-04T18:00:00Z) or ms since the epoch"))
+                })
+            })
+            .transpose()
     }
 
     /// `--rule`, required.

@@ -45,7 +45,7 @@ const USAGE: &str = "usage:
   tollgate explain FILE          what each rule matches, its bucket key, windows, memory and headers
   tollgate simulate FILE TRACE   replay TRACE (CSV or JSON lines: time, method, path, headers) through the rules
   tollgate schema                the JSON Schema of the plugin configuration
-  tollgate inspect FILE --rule R --key PART=VALUE... STORE [--json]
+  tollgate inspect FILE --rule R --key PART=VALUE... STORE [--at TIME] [--json]
                                  what the store holds for one bucket, and what its next request gets
   tollgate reset FILE --rule R (--key PART=VALUE... | --key-prefix PART=PREFIX... | --all-keys) STORE
         [--dry-run] [--leases]   clear one bucket, or every bucket of the rule that matches

@@ -12,7 +12,7 @@ use std::io::Write;
 /// Runs `tollgate <command> <args>`; the exit status.
 pub fn run(command: &[&str], rest: &[&str], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let result = match command {
-        ["inspect"] => args::parse(rest, &["--json"]).and_then(|a| super::inspect::run(&a, out)),
+        ["inspect"] => args::parse(rest, &["--json", "--at"]).and_then(|a| super::inspect::run(&a, out)),
         ["reset"] => args::parse(rest, &["--key-prefix", "--all-keys", "--dry-run", "--leases"])
             .and_then(|a| super::reset::run(&a, out)),
         ["override", "set"] => {

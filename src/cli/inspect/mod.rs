@@ -17,8 +17,10 @@ use super::ops::{config, emit};
 use super::overrides::rule_allows_overrides;
 use super::store::{check, Client};
 use crate::key::syncers_key;
+use crate::limiter::reply::parse;
+use crate::limiter::script::{encode_peek, encode_shaped_peek, is_missing, limiter, Invocation};
 use crate::limiter::{Algorithm, Check, Decision};
-use crate::resp::Value;
+use crate::resp::{decode, Limits, Value};
 use std::io::Write;
 use std::num::NonZeroU64;
 use std::rc::Rc;
@@ -70,25 +72,49 @@ pub fn checks(bucket: &Bucket) -> Vec<Check> {
     checks
 }
 
-/// The limiter's dry run of `checks`: what decide would answer, with
-/// nothing recorded (`FCALL_RO <library>_peek`, design #42).
-///
-/// MISSING PIECE (#42): `tollgate::limiter::script::encode_peek` is built on
-/// the limiter's branch and is not in this one yet. When it lands, this
-/// body is: encode with `encode_peek(&mut out, script::limiter(),
-/// Invocation::FCall, checks, None)` (the `FCALL_RO` form), send it on the
-/// bucket's slot (`client` routes by `checks[0].key`), load the library on
-/// `ERR Function not found` as the filter does, and parse the reply with
-/// `crate::limiter::reply::parse(&reply, checks)`. Until then inspect shows
-/// the raw state and says the verdict is unavailable (exit 1).
-pub fn peek(client: &mut Client, checks: &[Check]) -> Result<Decision, Failure> {
-    let _ = (client, checks);
-    Err(Failure {
-        code: 1,
-        message: "the limiter's dry run (peek) is not in this build: per-window numbers and the verdict are \
-                  unavailable"
-            .to_owned(),
-    })
+/// The limiter's dry run of `checks` at `at_ms` (`None`: the store's
+/// clock): what decide would answer, with nothing recorded. The command is
+/// the filter's own encoding (`encode_peek`, or `encode_shaped_peek` for a
+/// shaped rule), sent as `FCALL_RO <library>_peek` (a `no-writes`
+/// function: a read-only ACL may run it); where the library is not loaded
+/// (the filter has not run against this server yet, or runs another
+/// version), as `EVAL_RO` of the script. The CLI never loads code.
+pub fn peek(
+    client: &mut Client,
+    checks: &[Check],
+    shape: Option<u64>,
+    at_ms: Option<u64>,
+) -> Result<Decision, Failure> {
+    let Some(first) = checks.first() else {
+        return Err(Failure { code: 1, message: "no checks to ask about".to_owned() });
+    };
+    let encode = |how: Invocation| -> Result<Vec<Vec<u8>>, Failure> {
+        let mut out = Vec::new();
+        match shape {
+            Some(max_delay_ms) => encode_shaped_peek(&mut out, limiter(), how, checks, (max_delay_ms, 0), at_ms),
+            None => encode_peek(&mut out, limiter(), how, checks, at_ms),
+        }
+        let (command, _) = decode(&out, &Limits::default())
+            .map_err(|e| Failure { code: 1, message: format!("encoding the dry run: {e}") })?;
+        let mut args: Vec<Vec<u8>> =
+            command.as_array().unwrap_or_default().iter().filter_map(|a| a.as_bytes().map(<[u8]>::to_vec)).collect();
+        // The read-only verbs: FCALL_RO, EVAL_RO.
+        if let Some(verb) = args.first_mut() {
+            verb.extend_from_slice(b"_RO");
+        }
+        Ok(args)
+    };
+    let mut reply = Value::Nil;
+    for how in [Invocation::FCall, Invocation::Eval] {
+        let args = encode(how)?;
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        reply = client.call(&first.key, &args, "the dry run (FCALL_RO)")?;
+        if !is_missing(&reply) {
+            break;
+        }
+    }
+    let reply = check(reply, "the store", "the dry run")?;
+    parse(&reply, checks).map_err(|e| Failure { code: 1, message: format!("the store's dry run: {e}") })
 }
 
 /// Reads the raw state of `bucket`.
@@ -137,8 +163,10 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<(), Failure> {
     let mut client = Client::connect(&args.address()?)?;
     let raw = raw(&mut client, &bucket)?;
     let checks = checks(&bucket);
-    let verdict = peek(&mut client, &checks);
-    let now = super::clock::now_ms();
+    let at = args.at_ms()?;
+    let shape = bucket.rule.shaping.as_ref().map(|s| s.max_delay_ms);
+    let verdict = peek(&mut client, &checks, shape, at);
+    let now = at.unwrap_or_else(super::clock::now_ms);
     let text = if args.json {
         show::json(&config, &bucket, &checks, &raw, verdict.as_ref().ok(), now)
     } else {
