@@ -46,7 +46,7 @@
 --           does (at now, counting its records at future turns).
 -- Errors    "ERR tollgate: ..." on malformed arguments.
 -- Commands  a decision's check and commit or refund per bucket, and one
---           HGETALL per distinct override key.
+--           HMGET per marked check.
 
 -- An amount of units (from, to): an integer in [0, 2^32].
 local function units_of(s)

@@ -22,8 +22,9 @@
 --           starts gcra afresh in that window; the other algorithms keep
 --           their counts (a window over a lowered limit denies until it
 --           drains).
--- Commands  one HGETALL per distinct override key of the call (none for
---           unmarked checks); the hash is never written here.
+-- Commands  one HMGET per marked check (of "until" and its windows'
+--           fields; none for unmarked checks); the hash is never written
+--           here.
 
 -- 10^12: the largest limit an override may set.
 local OVERRIDE_MAX = 1000000000000
@@ -36,42 +37,40 @@ local function override_limit(s)
   return x
 end
 
--- The live override of key k as a table field -> value, or false (none,
--- expired, or an unusable "until"). `seen`: the keys this call read.
-local function read_override(k, seen)
-  local o = seen[k]
-  if o ~= nil then return o end
-  local flat = redis.call('HGETALL', k)
-  o = false
-  if #flat > 0 then
-    o = {}
-    for j = 1, #flat, 2 do o[flat[j]] = flat[j + 1] end
-    local u = o['until']
-    if u ~= nil and not (#u <= 16 and string.find(u, '^%d+$') and now < tonumber(u)) then o = false end
-  end
-  seen[k] = o
-  return o
-end
+-- The fields a lease check reads: its expiry, then its one limit.
+local LEASE_FIELDS = { 'until', 'c' }
 
--- Applies override o (a table, or false) to bucket b: b.overridden when it
--- set the limit of at least one window.
-local function apply_override(b, o)
-  b.overridden = false
-  if not o then return end
-  if b.id then
-    local s = o.c
-    local c = override_limit(s)
-    if c then
-      b[1].limit, b[1].limit_s, b.overridden = c, s, true
-    end
-    return
+-- The fields bucket b reads (in a table kept on b, made again only when
+-- its windows' periods change): "until", then "w<period_ms>" per window.
+local function override_fields(b)
+  if b.id then return LEASE_FIELDS end
+  local f = b.ofields
+  if not f then
+    f = { 'until' }
+    b.ofields = f
   end
   for w = 1, b.n do
     local win = b[w]
-    local s = o['w' .. win.period_s]
-    local x = override_limit(s)
-    if x and not (b.exact and x > idiv(9007199254740992, win.period)) then
-      win.limit, win.limit_s, b.overridden = x, s, true
+    if win.ofor ~= win.period_s then win.ofield, win.ofor = 'w' .. win.period_s, win.period_s end
+    f[w + 1] = win.ofield
+  end
+  return f
+end
+
+-- Applies the override in hash k to bucket b: b.overridden when it set
+-- the limit of at least one window. One HMGET of the fields b reads.
+local function apply_override(b, k)
+  b.overridden = false
+  local got = redis.call('HMGET', k, unpack(override_fields(b), 1, b.n + 1))
+  local u = got[1]
+  if u and not (#u <= 16 and string.find(u, '^%d+$') and now < tonumber(u)) then return end
+  for w = 1, b.n do
+    local s = got[w + 1]
+    if s then
+      local x, win = override_limit(s), b[w]
+      if x and not (b.exact and x > idiv(9007199254740992, win.period)) then
+        win.limit, win.limit_s, b.overridden = x, s, true
+      end
     end
   end
 end
@@ -79,20 +78,28 @@ end
 -- Applies the overrides of the first `keys` buckets' marked ones, whose
 -- override keys are KEYS[keys + 1..] in order.
 local function apply_overrides(KEYS, keys)
-  local seen, j = {}, keys
+  local j = keys
   for i = 1, keys do
     local b = BUCKETS[i]
     if b.marked then
       j = j + 1
-      apply_override(b, read_override(KEYS[j], seen))
+      apply_override(b, KEYS[j])
     end
   end
 end
+
+-- The algorithm arguments without their "@", by argument (not a lease's:
+-- its id changes with every request).
+local UNMARKED = {}
 
 -- Algorithm argument s of a check: without its "@" marker, and whether it
 -- had one (then also whether the algorithm needs limit * period <= 2^53).
 local function unmarked(s)
   if string.byte(s or '', 1) ~= 64 then return s, false, false end -- '@'
-  s = string.sub(s, 2)
-  return s, true, s == 'gcra' or s == 'sw'
+  local u = UNMARKED[s]
+  if not u then
+    u = string.sub(s, 2)
+    if #s <= 5 then UNMARKED[s] = u end
+  end
+  return u, true, u == 'gcra' or u == 'sw'
 end

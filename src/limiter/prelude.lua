@@ -35,8 +35,8 @@
 -- string.format('%d') 0.1 us, a table of 7 fields 0.2 us. So each algorithm reads
 -- all of a key's windows in one command where it can, skips commands whose
 -- answer it already knows, and formats numbers only for what it writes.
--- Overrides cost one HGETALL per distinct override key of a call, nothing
--- for unmarked checks (overrides.lua).
+-- Overrides cost one HMGET per marked check of a call, nothing for
+-- unmarked checks (overrides.lua).
 --
 -- KEYS[i]   the bucket of check i (one per matching rule, distinct keys; the
 --           key's suffix names the algorithm: log, gcra, sw, fw, lease),
@@ -60,8 +60,8 @@
 --             n pairs: limit, period_ms
 --           An algorithm written "@<algorithm>" (e.g. "@gcra",
 --           "@lease=<id>") marks a check whose bucket may be overridden:
---           its override key is read (HGETALL, once per distinct key and
---           call) before phase 1, and a live override's limits replace
+--           its override key is read (one HMGET of the fields it uses,
+--           per marked check) before phase 1, and a live override's limits replace
 --           the limits sent (overrides.lua), in checking, recording and
 --           the reply.
 --           A cost written "?<cost>" only checks: the key must have room

@@ -183,7 +183,9 @@ fn outcomes<'a>(
                 Some((_, limit)) => limit,
             };
             outcomes.push(WindowOutcome {
-                overridden,
+                // Per window: the check's flag covers all its windows, and
+                // a window its override left alone keeps its own limit.
+                overridden: overridden && limit != w.limit.get(),
                 check: ci,
                 window: wi,
                 limit,

@@ -130,11 +130,7 @@ impl Model {
         let Some((effective, applied)) = self.in_force(&checks.iter().collect::<Vec<_>>(), now) else {
             return run(self, checks);
         };
-        let mut decision = run(self, &effective);
-        for w in &mut decision.windows {
-            w.overridden = applied.get(w.check).copied().unwrap_or(false);
-        }
-        decision
+        mark(run(self, &effective), checks.iter(), &applied)
     }
 
     /// Decides for all `checks` at once at time `now_ms`.
@@ -184,10 +180,19 @@ impl Model {
         };
         let adjustments: Vec<Adjustment> =
             adjustments.iter().zip(effective).map(|(a, check)| Adjustment { check, ..a.clone() }).collect();
-        let mut decision = self.adjust_as(&adjustments, at_ms, now_ms);
-        for w in &mut decision.windows {
-            w.overridden = applied.get(w.check).copied().unwrap_or(false);
-        }
-        decision
+        let decision = self.adjust_as(&adjustments, at_ms, now_ms);
+        mark(decision, checks.into_iter(), &applied)
     }
+}
+
+/// `decision` with each window of a check whose override `applied` marked
+/// `overridden` where its limit in force is not the configured one (of
+/// `checks`), as `reply::parse` reads the store's per-check flag.
+fn mark<'a>(mut decision: Decision, checks: impl Iterator<Item = &'a Check>, applied: &[bool]) -> Decision {
+    let checks: Vec<&Check> = checks.collect();
+    for w in &mut decision.windows {
+        let configured = checks.get(w.check).and_then(|c| c.windows.get(w.window)).map(|x| x.limit.get());
+        w.overridden = applied.get(w.check).copied().unwrap_or(false) && configured != Some(w.limit);
+    }
+    decision
 }

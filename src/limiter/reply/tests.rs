@@ -139,7 +139,7 @@ fn parses_a_marked_check_with_its_limits_in_force() {
     let w = &d.windows;
     assert_eq!(w.len(), 3);
     assert_eq!((w[0].limit, w[0].overridden, w[0].remaining, w[0].reset_ms), (200, true, 199, 60_000));
-    assert_eq!((w[1].limit, w[1].overridden, w[1].remaining, w[1].period_ms), (5, true, 4, 3_000));
+    assert_eq!((w[1].limit, w[1].overridden, w[1].remaining, w[1].period_ms), (5, false, 4, 3_000), "as configured");
     assert_eq!((w[2].check, w[2].limit, w[2].overridden, w[2].remaining), (1, 9, false, 8));
     let mut not = MARKED;
     not[2] = 0;
