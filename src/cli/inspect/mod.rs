@@ -21,6 +21,7 @@ use crate::limiter::reply::parse;
 use crate::limiter::script::{encode_peek, encode_shaped_peek, is_missing, limiter, Invocation};
 use crate::limiter::{Algorithm, Check, Decision};
 use crate::resp::{decode, Limits, Value};
+use crate::store::printable;
 use std::io::Write;
 use std::num::NonZeroU64;
 use std::rc::Rc;
@@ -113,7 +114,12 @@ pub fn peek(
             break;
         }
     }
-    let reply = check(reply, "the store", "the dry run")?;
+    if let Some(error) = reply.as_error() {
+        let text = printable(error, 300);
+        // An ACL refusing a command the function runs is a refusal too.
+        let code = if reply.error_kind() == Some("NOPERM") || text.contains("ACL failure") { 5 } else { 1 };
+        return Err(Failure { code, message: format!("the store answered the dry run: {text}") });
+    }
     parse(&reply, checks).map_err(|e| Failure { code: 1, message: format!("the store's dry run: {e}") })
 }
 

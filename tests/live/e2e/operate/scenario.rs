@@ -109,7 +109,10 @@ fn locked_out_inspected_reset_admitted(run: &Run) {
         assert_eq!(Some(said), refused.header(header), "{header}: inspect says what the client got");
     }
     assert!(next["summary"].as_str().unwrap().contains(&format!("{RULE}/3s")), "{doc:#}");
-    println!("inspect of the locked-out user: {}", next["summary"]);
+    let at = T0.to_string();
+    let text = run.cli(&["inspect", "--rule", RULE, "--key", "x-user-id=alice", "--at", &at]);
+    println!("inspect of the locked-out user:\n{text}");
+    assert!(text.contains(&format!("next request: denied (429) by {RULE}/3s, retry in 3.0 s")), "{text}");
     let out = run.cli(&["reset", "--rule", RULE, "--key", "x-user-id=alice"]);
     println!("reset: {}", out.trim_end());
     let admitted = run.token(0, "alice", T0);
