@@ -165,8 +165,8 @@ fn url(text: &str) -> Result<Url, String> {
     let (user, password) = match credentials {
         None => (None, None),
         Some(c) => match c.split_once(':') {
-            Some((u, p)) => ((!u.is_empty()).then(|| unescape(u)), Some(unescape(p))),
-            None => ((!c.is_empty()).then(|| unescape(c)), None),
+            Some((u, p)) => ((!u.is_empty()).then(|| percent_decode(u)), Some(percent_decode(p))),
+            None => ((!c.is_empty()).then(|| percent_decode(c)), None),
         },
     };
     Ok(Url { hp: host_port(hostport)?, user, password, tls })
@@ -194,8 +194,9 @@ pub fn host_port(text: &str) -> Result<HostPort, String> {
     Ok(HostPort { host: host.to_owned(), port })
 }
 
-/// `%XX` in the user or password of a URL.
-fn unescape(text: &str) -> String {
+/// `text` with each `%XX` decoded (a URL's user or password, a key's
+/// encoded part); anything else, a lone `%` too, as it is.
+pub fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -69,7 +69,8 @@ fn inspect_shows_leases_turns_and_runs_read_only() {
     }
     let dump = |v: &Valkey| v.cmd(&["DUMP", "tollgate:{api:t1}:lease"]);
     let before = dump(&valkey);
-    let (code, text, err) = tollgate(&["inspect", &file_s, "--rule", "api", "--key", "x-tenant=t1", "--store", &store], &[]);
+    let (code, text, err) =
+        tollgate(&["inspect", &file_s, "--rule", "api", "--key", "x-tenant=t1", "--store", &store], &[]);
     println!("{text}");
     assert_eq!(code, 0, "{err}");
     assert!(text.contains("leases in flight: 2 of 4"), "{text}");
@@ -110,7 +111,8 @@ fn inspect_shows_leases_turns_and_runs_read_only() {
     // A server the filter never loaded its library on: EVAL_RO of the script.
     let fresh = Valkey::start();
     let store = format!("redis://127.0.0.1:{}", fresh.port);
-    let (code, text, err) = tollgate(&["inspect", &file_s, "--rule", "api", "--key", "x-tenant=t1", "--store", &store], &[]);
+    let (code, text, err) =
+        tollgate(&["inspect", &file_s, "--rule", "api", "--key", "x-tenant=t1", "--store", &store], &[]);
     assert_eq!(code, 0, "{err}");
     assert!(text.contains("next request: admitted") && text.contains("leases in flight: 0 of 4"), "{text}");
     assert_eq!(fresh.cmd(&["FUNCTION", "LIST"]), Value::Array(vec![]), "the CLI loaded no code");
