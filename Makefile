@@ -11,7 +11,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER := $(TOOLS)/bin/wasm-bindgen-t
 export WASM_BINDGEN_TEST_TIMEOUT := 120
 ENVOY_CONFIGS := $(wildcard envoy/*.yaml envoy/compose/*.yaml)
 
-.PHONY: all tools redis7 prometheus image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens demo-shaping demo-concurrency test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-host bench-floor bench-instructions bench-script fuzz sim soak clean
+.PHONY: all tools redis7 prometheus image-tools docker-tools netns-tools build cli image run compose compose-registry compose-configs demo demo-tokens demo-shaping demo-concurrency demo-operate test unit lint wasm-test validate integration netns-load flood algorithms-report bench bench-host bench-floor bench-instructions bench-script fuzz sim soak clean
 
 all: build
 
@@ -97,6 +97,11 @@ demo-tokens: build
 # a client that leaves, Valkey's lease set printed along the way.
 demo-concurrency: build
 	cargo run --quiet --example demo_concurrency
+
+# Operating live keys (docs/cli.md): a user locked out, inspected and reset;
+# ten times the limits for one tenant by an override, listed and removed.
+demo-operate: build
+	cargo run --quiet --example demo_operate
 
 # docs/algorithms.md: memory, accuracy and the seed's scenario per algorithm,
 # measured against a Valkey the example starts itself.
