@@ -3,6 +3,7 @@
 
 use super::failure::Failure;
 use super::store::address::{self, Address, Flags};
+use crate::config::Config;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -187,6 +188,33 @@ impl Args {
     pub fn rule(&self) -> Result<&str, Failure> {
         self.rule.as_deref().ok_or_else(|| Failure::usage("missing --rule NAME"))
     }
+}
+
+/// The configuration of FILE (the `--config`th when it holds several),
+/// validated as the filter validates it; exit 2 when it is invalid.
+pub fn config(args: &Args) -> Result<Config, Failure> {
+    let path = args.file.as_deref().ok_or_else(|| Failure::usage("missing FILE"))?;
+    let found = super::load(path).map_err(Failure::usage)?;
+    let embedded = match (args.config, found.configs.as_slice()) {
+        (None, [one]) => one,
+        (None, many) => {
+            let origins: Vec<String> =
+                many.iter().enumerate().map(|(i, e)| format!("{}: {}", i + 1, e.origin)).collect();
+            return Err(Failure::usage(format!(
+                "{} holds {} configurations; pick one with --config N ({})",
+                path.display(),
+                many.len(),
+                origins.join("; ")
+            )));
+        }
+        (Some(n), all) => all.get(n - 1).ok_or_else(|| {
+            Failure::usage(format!("--config {n}: {} holds {} configuration(s)", path.display(), all.len()))
+        })?,
+    };
+    super::parse(embedded).map_err(|errors| {
+        let first = errors.first().map(ToString::to_string).unwrap_or_default();
+        Failure::usage(format!("{}: invalid configuration: {first} (see `tollgate check`)", embedded.origin))
+    })
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! line for a person, and the exit status (docs/cli.md, "Exit codes").
 
 use super::store::StoreError;
+use std::io::Write;
 
 /// Exit status: a usage error (flags, an unreadable or invalid FILE).
 pub const USAGE: i32 = 2;
@@ -28,4 +29,9 @@ impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Failure {
         Failure { code: e.exit_code(), message: e.message().to_owned() }
     }
+}
+
+/// Writes `text` to `out`.
+pub fn emit(out: &mut dyn Write, text: &str) -> Result<(), Failure> {
+    out.write_all(text.as_bytes()).map_err(|e| Failure { code: 1, message: e.to_string() })
 }

@@ -4,9 +4,8 @@
 //! the CLI's own client ([`super::store`]). Errors are one line on stderr,
 //! with the exit status of [`Failure`].
 
-use super::args::{self, Args};
+use super::args;
 use super::failure::Failure;
-use crate::config::Config;
 use std::io::Write;
 
 /// Runs `tollgate <command> <args>`; the exit status.
@@ -30,36 +29,4 @@ pub fn run(command: &[&str], rest: &[&str], out: &mut dyn Write, err: &mut dyn W
             f.code
         }
     }
-}
-
-/// The configuration of FILE (the `--config`th when it holds several),
-/// validated as the filter validates it; exit 2 when it is invalid.
-pub fn config(args: &Args) -> Result<Config, Failure> {
-    let path = args.file.as_deref().ok_or_else(|| Failure::usage("missing FILE"))?;
-    let found = super::load(path).map_err(Failure::usage)?;
-    let embedded = match (args.config, found.configs.as_slice()) {
-        (None, [one]) => one,
-        (None, many) => {
-            let origins: Vec<String> =
-                many.iter().enumerate().map(|(i, e)| format!("{}: {}", i + 1, e.origin)).collect();
-            return Err(Failure::usage(format!(
-                "{} holds {} configurations; pick one with --config N ({})",
-                path.display(),
-                many.len(),
-                origins.join("; ")
-            )));
-        }
-        (Some(n), all) => all.get(n - 1).ok_or_else(|| {
-            Failure::usage(format!("--config {n}: {} holds {} configuration(s)", path.display(), all.len()))
-        })?,
-    };
-    super::parse(embedded).map_err(|errors| {
-        let first = errors.first().map(ToString::to_string).unwrap_or_default();
-        Failure::usage(format!("{}: invalid configuration: {first} (see `tollgate check`)", embedded.origin))
-    })
-}
-
-/// Writes `text` to `out`.
-pub fn emit(out: &mut dyn Write, text: &str) -> Result<(), Failure> {
-    out.write_all(text.as_bytes()).map_err(|e| Failure { code: 1, message: e.to_string() })
 }

@@ -4,10 +4,11 @@
 //! of the rule whose parts match (SCAN on every master, one `DEL` per
 //! bucket). The override stays; the lease set too unless `--leases`.
 
+use super::args::config;
 use super::args::Args;
 use super::bucket::{self, decode, display_part, part_label, pattern, Constraint};
+use super::failure::emit;
 use super::failure::Failure;
-use super::ops::{config, emit};
 use super::store::{Client, StoreError};
 use crate::config::{Config, Rule};
 use crate::key::SYNCERS_SUFFIX;

@@ -118,3 +118,26 @@ pub fn render(columns: &[String], rows: &[Row]) -> String {
     }
     out
 }
+
+/// An aligned table: `head`, a rule, then `rows`.
+pub fn columns<const N: usize>(head: &[&str; N], rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
+        .map(|c| {
+            let cell = |r: &[String; N]| r.get(c).map_or(0, |s| s.chars().count());
+            rows.iter().map(cell).chain(head.get(c).map(|h| h.len())).max().unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (cell, w) in cells.iter().zip(&widths) {
+            s.push_str(&format!("{cell:<w$}  "));
+        }
+        format!("{}\n", s.trim_end())
+    };
+    let mut out = line(head.to_vec());
+    out.push_str(&line(widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().iter().map(String::as_str).collect()));
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}

@@ -10,10 +10,11 @@
 
 pub mod show;
 
+use super::args::config;
 use super::args::Args;
 use super::bucket::{self, Bucket};
+use super::failure::emit;
 use super::failure::Failure;
-use super::ops::{config, emit};
 use super::overrides::rule_allows_overrides;
 use super::store::{check, Client};
 use crate::key::syncers_key;

@@ -1,7 +1,7 @@
 //! What `inspect` prints: a table like the other commands', or JSON.
 
 use super::super::clock::rfc3339;
-use super::super::overrides::list::columns;
+use super::super::table::columns;
 use super::{Bucket, Raw};
 use crate::answer::response;
 use crate::config::Config;

@@ -3,12 +3,14 @@
 //! `<prefix>:*:ovr` on every master), read back into its rule, key parts
 //! and limits.
 
+use super::super::args::config;
 use super::super::args::Args;
 use super::super::bucket::{self, decode, display_part, part_label};
 use super::super::clock;
+use super::super::failure::emit;
 use super::super::failure::Failure;
-use super::super::ops::{config, emit};
 use super::super::store::Client;
+use super::super::table::columns;
 use crate::config::{Config, Period, Rule};
 use crate::key::OVERRIDE_SUFFIX;
 use crate::resp::Value;
@@ -108,29 +110,6 @@ fn table(config: &Config, found: &[Found], now: u64) -> String {
         if found.len() == 1 { "" } else { "s" },
         config.valkey.key_prefix
     ));
-    out
-}
-
-/// An aligned table: `head`, a rule, then `rows`.
-pub fn columns<const N: usize>(head: &[&str; N], rows: &[[String; N]]) -> String {
-    let widths: Vec<usize> = (0..N)
-        .map(|c| {
-            let cell = |r: &[String; N]| r.get(c).map_or(0, |s| s.chars().count());
-            rows.iter().map(cell).chain(head.get(c).map(|h| h.len())).max().unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (cell, w) in cells.iter().zip(&widths) {
-            s.push_str(&format!("{cell:<w$}  "));
-        }
-        format!("{}\n", s.trim_end())
-    };
-    let mut out = line(head.to_vec());
-    out.push_str(&line(widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().iter().map(String::as_str).collect()));
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
     out
 }
 

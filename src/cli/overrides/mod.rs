@@ -7,11 +7,12 @@
 pub mod list;
 pub use list::list;
 
+use super::args::config;
 use super::args::{duration_ms, Args};
 use super::bucket;
 use super::clock;
+use super::failure::emit;
 use super::failure::Failure;
-use super::ops::{config, emit};
 use super::store::Client;
 use crate::config::Rule;
 use crate::limiter::EXACT_PRODUCT_MAX;
