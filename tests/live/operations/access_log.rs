@@ -4,8 +4,9 @@
 //! `failure_mode`, overload), what the request got, its rule, the window
 //! that denied it, what remains and the store's round trip, from the filter
 //! state tollgate sets; its 429 and 503 carry response code details naming
-//! tollgate and the reason. The decision is set when `response.filter_state`
-//! asks for it; by default it is not.
+//! tollgate and the reason; a per-key override that applied is named. The
+//! decision is set when `response.filter_state` asks for it; by default it
+//! is not.
 
 use crate::support;
 
@@ -128,4 +129,29 @@ fn by_default_the_log_shows_no_decision() {
     assert!(allowed.ends_with("tollgate: -"), "no decision: {allowed}");
     let denied = line(&log, "erin", &[" 429 tollgate_quota_exceeded "]);
     assert!(denied.ends_with("tollgate: -"), "no decision: {denied}");
+}
+
+/// A key whose override applied is named in its record (`override=<rule>`),
+/// its 429's problem body marks the window `"override":true` with the
+/// limit in force; a key without one logs as before.
+#[test]
+fn an_override_is_named_in_the_log() {
+    let valkey = Valkey::start();
+    let config = plugin()
+        .with(rule("api.calls").header("x-user-id").limit(2, "10s").field(r#""overrides": true"#))
+        .top(r#""response": { "filter_state": true }"#);
+    let (envoy, log) = envoy(&config, valkey.port, 1);
+    valkey.cmd(&["HSET", "tollgate:{api.calls:carol}:ovr", "w10000", "4"]);
+    let get = |user: &str| envoy.request("GET", "/", &[("x-user-id", user)]);
+    let statuses: Vec<u16> = (0..5).map(|_| get("carol").status).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 429], "4 per 10 s for carol");
+    let refused = get("carol");
+    let body = String::from_utf8_lossy(&refused.body).into_owned();
+    assert!(body.contains(r#""limit":4"#) && body.contains(r#""override":true"#), "{body}");
+    assert_eq!(get("dave").status, 200);
+    let carol = line(&log, "carol", &[" 200 via_upstream ", "decider=store answer=allowed"]);
+    assert!(carol.ends_with(" override=api.calls"), "{carol}");
+    line(&log, "carol", &[" 429 tollgate_quota_exceeded ", "denied_by=api.calls/10s", " override=api.calls"]);
+    let dave = line(&log, "dave", &[" 200 via_upstream "]);
+    assert!(!dave.contains("override="), "{dave}");
 }
