@@ -237,7 +237,12 @@ impl ModelStore {
             }
             let decision = self.model.decide(&checks, now);
             let answer = reply(&decision, &checks);
-            self.note(|| Ran::Decide { now_ms: now, checks, allowed: decision.allowed, delay_ms: 0 });
+            self.note(|| Ran::Decide {
+                now_ms: now,
+                checks: in_force(checks, &decision),
+                allowed: decision.allowed,
+                delay_ms: 0,
+            });
             return Some(answer);
         };
         let decision = if dry {
@@ -249,7 +254,7 @@ impl ModelStore {
         items.push(Value::Integer(i64::try_from(decision.delay_ms).unwrap_or(i64::MAX)));
         if !dry {
             let (allowed, delay_ms) = (decision.allowed, decision.delay_ms);
-            self.note(|| Ran::Decide { now_ms: now, checks, allowed, delay_ms });
+            self.note(|| Ran::Decide { now_ms: now, checks: in_force(checks, &decision), allowed, delay_ms });
         }
         Some(Value::Array(items))
     }
@@ -282,7 +287,11 @@ impl ModelStore {
         self.adjusted.extend(adjustments.iter().map(|a| (at, a.from, a.to)));
         let decision = self.model.adjust(&adjustments, at, now);
         let checks: Vec<Check> = adjustments.iter().map(|a| a.check.clone()).collect();
-        self.note(|| Ran::Adjust { now_ms: now, at_ms: at, adjustments });
+        let journaled = |adjustments: Vec<Adjustment>| {
+            let checks = in_force(adjustments.iter().map(|a| a.check.clone()).collect(), &decision);
+            adjustments.into_iter().zip(checks).map(|(a, check)| Adjustment { check, ..a }).collect()
+        };
+        self.note(|| Ran::Adjust { now_ms: now, at_ms: at, adjustments: journaled(adjustments) });
         Some(reply(&decision, &checks))
     }
 
@@ -331,7 +340,7 @@ impl ModelStore {
 
 mod lease;
 mod overrides;
-use overrides::with_keys;
+use overrides::{in_force, with_keys};
 
 /// Which entry point of the limiter a call runs.
 enum Entry {

@@ -13,6 +13,9 @@
 //!   recorded turn belongs to a request released or given back (beyond
 //!   those whose reply or give-back was lost, or whose proxy died); and a
 //!   worker never has more than `max_waiting` turns recorded ahead;
+//! * per-key overrides: the key's admissions by its raised limits while the
+//!   override lasts the run, else each held to the limits it was decided
+//!   by (the store's records, for the log and fixed windows);
 //! * concurrency limits: in flight at most N per bucket but for the
 //!   leases the bound excuses, and leases gone when they should be
 //!   ([`super::concurrent`]).
@@ -22,6 +25,7 @@ use super::ledger::{admissions, records_ledger, Records};
 use super::synced::Excess;
 use super::trace::{Mode, Trace};
 use super::world::Run;
+use crate::key::bucket_key;
 use crate::limiter::Algorithm;
 use crate::model::store::Ran;
 use crate::worker::{Decider, ShapeStat, Stat};
@@ -39,7 +43,11 @@ pub fn check(trace: &Trace, run: &Run) -> Vec<String> {
                 Mode::Synced => Excess::new(trace, run, key, &admitted),
                 _ => Excess::exact(trace, run, key),
             };
-            for &w in &rule.windows {
+            // An override's key: by its limits while it holds the whole run;
+            // one that ends mid-run changes the limits, and each admission
+            // is held to the limits it was decided by (within_records).
+            let Some(windows) = windows_of(trace, key) else { continue };
+            for w in windows {
                 if let Some(over) = first_over(rule.algorithm, w, ledger, &|from, to| excess.of(from, to, w.0)) {
                     out.push(format!("{key} {}/{}ms: {over:?} {}", w.0, w.1, excess.describe()));
                 }
@@ -61,6 +69,19 @@ pub fn check(trace: &Trace, run: &Run) -> Vec<String> {
         waiting_bounded(run, max_waiting, &mut out);
     }
     out
+}
+
+/// The windows bucket `key` is held to: the rule's, or for the key of an
+/// override that lasts the whole run, its raised limits; `None` for the
+/// key of an override that ends within the run.
+fn windows_of(trace: &Trace, key: &str) -> Option<Vec<(u64, u64)>> {
+    let rule = &trace.rule;
+    let Some(o) = rule.overrides else { return Some(rule.windows.clone()) };
+    let user = format!("u{}", o.key);
+    if key != bucket_key("tollgate", "api", &[user.as_bytes()], rule.algorithm.id()) {
+        return Some(rule.windows.clone());
+    }
+    o.until_ms.is_none().then(|| rule.windows.iter().map(|&(l, p)| (l * o.times, p)).collect())
 }
 
 fn answered(run: &Run, out: &mut Vec<String>) {

@@ -23,6 +23,7 @@
 use super::leases::{first_loss, live_at, Loss};
 use super::trace::{Mode, Trace, EPOCH_MS};
 use super::world::Run;
+use crate::key::bucket_key;
 use crate::limiter::Algorithm;
 use crate::worker::{Answer, Decider};
 use std::collections::BTreeMap;
@@ -96,8 +97,17 @@ pub fn check(trace: &Trace, run: &Run, out: &mut Vec<String>) {
             )),
         }
     }
-    in_flight(&held, limit, &excused, out);
+    // The key of an override: its raised limit bounds it (after an
+    // override's end, admissions need fewer live leases still).
+    let limit_of = |key: &str| match trace.rule.overrides {
+        Some(o) if key == bucket_key("tollgate", "api", &[format!("u{}", o.key).as_bytes()], "lease") => {
+            limit * o.times
+        }
+        _ => limit,
+    };
+    in_flight(&held, &limit_of, &excused, out);
     for (key, &(most, at)) in &run.leases.most_live {
+        let limit = limit_of(key);
         if most as u64 > limit {
             out.push(format!("store held more live leases than the limit: {key} {most} at {} (limit {limit})", ms(at)));
         }
@@ -161,12 +171,13 @@ fn explained(run: &Run, h: &Held<'_>, loss: Loss, ttl: u64) -> Result<(), String
 
 /// Per lease set, at every release: the requests in flight, at most the
 /// limit plus those excused then.
-fn in_flight(held: &[Held<'_>], limit: u64, excused: &BTreeMap<u32, u64>, out: &mut Vec<String>) {
+fn in_flight(held: &[Held<'_>], limit_of: &dyn Fn(&str) -> u64, excused: &BTreeMap<u32, u64>, out: &mut Vec<String>) {
     let mut by_key: BTreeMap<&str, Vec<&Held<'_>>> = BTreeMap::new();
     for h in held {
         by_key.entry(h.key.as_str()).or_default().push(h);
     }
     for (key, mut hs) in by_key {
+        let limit = limit_of(key);
         hs.sort_by_key(|h| (h.released, h.id));
         let mut active: Vec<&Held<'_>> = Vec::new();
         let mut i = 0;

@@ -54,6 +54,10 @@ pub struct Tally {
     pub leases_renewed: u64,
     pub leases_expired: u64,
     pub leases_failed: u64,
+    /// Runs with an override (`"overrides": true`, user u0's limits
+    /// raised), and the store's decisions made by an override's limits.
+    pub override_runs: u64,
+    pub overridden: u64,
     pub violations: u64,
 }
 
@@ -74,6 +78,8 @@ impl Tally {
         self.leases_renewed += other.leases_renewed;
         self.leases_expired += other.leases_expired;
         self.leases_failed += other.leases_failed;
+        self.override_runs += other.override_runs;
+        self.overridden += other.overridden;
         self.violations += other.violations;
     }
 }
@@ -104,9 +110,23 @@ pub fn check(trace: &Trace) -> (Vec<String>, Tally) {
         leases_renewed: count(Stat::Lease(LeaseStat::Renewed)),
         leases_expired: count(Stat::Lease(LeaseStat::Expired)),
         leases_failed: count(Stat::Lease(LeaseStat::Failed)),
+        override_runs: u64::from(trace.rule.overrides.is_some()),
+        overridden: overridden(trace, &run),
         violations: violations.len() as u64,
     };
     (violations, tally)
+}
+
+/// The store's decisions of `run` (its journal) made by limits other than
+/// the configured ones: an override's.
+fn overridden(trace: &Trace, run: &outcome::Run) -> u64 {
+    let configured: Vec<u64> = trace.rule.windows.iter().map(|w| w.0).collect();
+    let by_override = |c: &crate::limiter::Check| {
+        c.algorithm != crate::limiter::Algorithm::Lease
+            && !c.windows.iter().map(|w| w.limit.get()).eq(configured.iter().copied())
+    };
+    let decided = |r: &&crate::model::store::Ran| matches!(r, crate::model::store::Ran::Decide { checks, .. } if checks.iter().any(by_override));
+    run.store.ran.iter().filter(decided).count() as u64
 }
 
 /// Runs the random trace of `seed`: `Err` with its violations and the

@@ -5,7 +5,7 @@
 //! quiet and come back), clients that leave at any moment, and faults
 //! (store pauses and restarts, silent streams, workers killed and started).
 
-use super::trace::{Input, Leave, Mode, Net, Proxy, Rule, Trace};
+use super::trace::{Input, Leave, Mode, Net, Override, Proxy, Rule, Trace};
 use crate::limiter::Algorithm;
 
 /// A seeded xorshift generator: the same seed gives the same trace.
@@ -80,7 +80,7 @@ fn rule(rng: &mut Rng) -> Rule {
             rng.below(3).min(smallest)
         }
     });
-    Rule { algorithm, windows, mode, count, concurrency: None }
+    Rule { algorithm, windows, mode, count, concurrency: None, overrides: None }
 }
 
 /// A concurrency limit for 40% of the rules that allow one (not synced):
@@ -89,6 +89,19 @@ fn rule(rng: &mut Rng) -> Rule {
 /// stream: the traces without a concurrency limit stay as they were.
 fn concurrency(rng: &mut Rng, rule: &Rule) -> Option<(u64, u64)> {
     (rule.mode != Mode::Synced && rng.chance(40)).then(|| (rng.within(1, 4), rng.within(1_000, 3_000)))
+}
+
+/// An override of user u0's limits for 30% of the rules that allow one
+/// (not synced): 2 to 5 times the configured, until a time within the run
+/// for half of those of the log and fixed windows (then the limits fall
+/// back mid-run, and the store's records hold each admission to the limits
+/// it was decided by; gcra's state an override's end starts afresh:
+/// docs/configuration.md), else for the whole run. Drawn from `rng`, the overrides' own stream.
+fn overrides(rng: &mut Rng, rule: &Rule, until: u64) -> Option<Override> {
+    (rule.mode != Mode::Synced && rng.chance(30)).then(|| {
+        let ends = matches!(rule.algorithm, Algorithm::SlidingLog | Algorithm::FixedWindow) && rng.chance(50);
+        Override { key: 0, times: rng.within(2, 5), until_ms: ends.then(|| rng.within(1, until)) }
+    })
 }
 
 /// How long the upstream takes with a request of a rule with leases of
@@ -178,6 +191,7 @@ pub fn trace(seed: u64) -> Trace {
         faults(&mut leases, &workers, until, &mut inputs);
     }
     inputs.sort_by_key(|(at, _)| *at);
+    t.rule.overrides = overrides(&mut Rng::new(seed ^ 0x0e11_de55_0000_0002), &t.rule, until);
     t.inputs = inputs;
     t.until_ms = until;
     t

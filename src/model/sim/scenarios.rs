@@ -22,7 +22,14 @@ fn trace(seed: u64, rule: Rule, intervals: &[Option<u64>], mut inputs: Vec<(u64,
 
 /// A synced rule of one window.
 fn synced(algorithm: Algorithm, limit: u64, period_ms: u64) -> Rule {
-    Rule { algorithm, windows: vec![(limit, period_ms)], mode: Mode::Synced, count: None, concurrency: None }
+    Rule {
+        algorithm,
+        windows: vec![(limit, period_ms)],
+        mode: Mode::Synced,
+        count: None,
+        concurrency: None,
+        overrides: None,
+    }
 }
 
 /// Six synced proxies (interval 100 ms), `fixed_window` 100 per
@@ -106,6 +113,7 @@ fn a_shaped_request_whose_client_leaves_while_its_call_is_with_the_store() {
         mode: shape,
         count: None,
         concurrency: None,
+        overrides: None,
     };
     let trace = Trace { timeout_ms: 2_000, ..trace(3, rule, &[None], inputs, 3_000) };
     let r = run(&trace).unwrap();
@@ -153,6 +161,7 @@ fn long_beside_short(seed: u64, kill: Option<u64>) -> Trace {
         mode: Mode::Exact,
         count: None,
         concurrency: Some((2, 1_000)),
+        overrides: None,
     };
     let mut inputs = vec![lasting(100, 0, 5_000)];
     inputs.extend((0..120).flat_map(|i| [lasting(i * 50, 1, 30), lasting(i * 50, 1, 30)]));

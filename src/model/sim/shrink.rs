@@ -45,13 +45,14 @@ pub fn kind(v: &str) -> String {
 /// The trace as lines a person can read (and turn into a test).
 pub fn describe(trace: &Trace) -> String {
     let mut out = format!(
-        "seed {}: {:?} {:?} {:?} count {:?} concurrency {:?}; proxies {:?}; net {:?}; until {} ms\n",
+        "seed {}: {:?} {:?} {:?} count {:?} concurrency {:?} overrides {:?}; proxies {:?}; net {:?}; until {} ms\n",
         trace.seed,
         trace.rule.algorithm,
         trace.rule.windows,
         trace.rule.mode,
         trace.rule.count,
         trace.rule.concurrency,
+        trace.rule.overrides,
         trace.proxies.iter().map(|p| (p.workers, p.interval_ms, p.max_keys)).collect::<Vec<_>>(),
         (trace.net.min_ms, trace.net.max_ms),
         trace.until_ms,

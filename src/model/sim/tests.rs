@@ -24,4 +24,7 @@ fn random_traces_keep_every_stated_bound() {
     }
     println!("{tally:?}");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    if tally.runs >= 100 {
+        assert!(tally.override_runs > 0 && tally.overridden > 0, "the seeds decide by overrides: {tally:?}");
+    }
 }

@@ -34,6 +34,19 @@ pub struct Rule {
     /// A concurrency limit: `(limit, lease_ttl_ms)` (never with
     /// [`Mode::Synced`], which the configuration refuses).
     pub concurrency: Option<(u64, u64)>,
+    /// `"overrides": true`, and the override an operator wrote before the
+    /// run (never with [`Mode::Synced`], which the configuration refuses).
+    pub overrides: Option<Override>,
+}
+
+/// A per-key override (`tollgate override set`): user `key`'s limits,
+/// every window's and the concurrency limit, `times` the configured, until
+/// `until_ms` after the run's start (`None`: no expiry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Override {
+    pub key: u8,
+    pub times: u64,
+    pub until_ms: Option<u64>,
 }
 
 impl Rule {
@@ -142,6 +155,9 @@ impl Trace {
         }
         if let Some((limit, ttl)) = rule.concurrency {
             fields.push(format!(r#""concurrency": {{ "limit": {limit}, "lease_ttl": "{ttl}ms" }}"#));
+        }
+        if rule.overrides.is_some() {
+            fields.push(r#""overrides": true"#.to_string());
         }
         if let Some(units) = rule.count {
             let reserve = if units > 0 { format!(r#""reserve": {{ "units": {units} }}, "#) } else { String::new() };

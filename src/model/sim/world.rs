@@ -11,10 +11,12 @@
 use super::node::{flushes_in, Asked, Node};
 pub use super::outcome::{Request, Run};
 use super::random::Rng;
-use super::trace::{Input, Leave, Trace, EPOCH_MS};
+use super::trace::{Input, Leave, Override, Trace, EPOCH_MS};
 use crate::config::Config;
+use crate::key::{bucket_key, override_key};
 use crate::limiter::model::Model;
 use crate::model::host::{FakeRequest, FakeResponse, RecordingHost};
+use crate::resp::encode_command;
 use crate::worker::{Flow, ResponseFlow, ResponseHeaders, Worker};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -111,6 +113,9 @@ impl<'t> World<'t> {
             next_id: 0,
             run,
         };
+        if let Some(o) = trace.rule.overrides {
+            w.write_override(o);
+        }
         for (proxy, worker) in trace.workers() {
             w.start(proxy, worker);
         }
@@ -118,6 +123,25 @@ impl<'t> World<'t> {
             w.at_time(EPOCH_MS + at, Ev::Input(i));
         }
         Ok(w)
+    }
+
+    /// Writes override `o` into the store, as `tollgate override set` does
+    /// (before the run: its `HSET` of the limits in force and `until`).
+    fn write_override(&mut self, o: Override) {
+        let user = format!("u{}", o.key);
+        let key = override_key(&bucket_key("tollgate", "api", &[user.as_bytes()], "log"));
+        let rule = &self.trace.rule;
+        let mut fields: Vec<(String, u64)> = rule.windows.iter().map(|(l, p)| (format!("w{p}"), l * o.times)).collect();
+        fields.extend(rule.concurrency.map(|(c, _)| ("c".to_string(), c * o.times)));
+        fields.extend(o.until_ms.map(|u| ("until".to_string(), EPOCH_MS + u)));
+        let mut args: Vec<Vec<u8>> = vec![b"HSET".to_vec(), key.into_bytes()];
+        for (f, v) in fields {
+            args.extend([f.into_bytes(), v.to_string().into_bytes()]);
+        }
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let mut bytes = Vec::new();
+        encode_command(&mut bytes, &args);
+        self.run.store.answer(&bytes, self.now);
     }
 
     fn at_time(&mut self, t: u64, ev: Ev) {

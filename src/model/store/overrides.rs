@@ -3,8 +3,9 @@
 //! (on the model's hashes; `DEL` also forgets a bucket).
 
 use super::{error, text, ModelStore};
-use crate::limiter::Check;
+use crate::limiter::{Check, Decision, Window};
 use crate::resp::Value;
+use std::num::NonZeroU64;
 
 /// `checks` (each with whether it is marked `@`) given their KEYS: one
 /// bucket per check, then one override key per marked check, in order;
@@ -61,6 +62,29 @@ impl ModelStore {
             _ => error(&format!("ERR wrong number of arguments for '{}' command", verb.to_ascii_lowercase())),
         }
     }
+}
+
+/// `checks` with the limits in force that `decision` reports (an override's,
+/// where one applied): what the journal records, so that the simulator's
+/// checks hold each admission to the limits it was decided by.
+pub(super) fn in_force(checks: Vec<Check>, decision: &Decision) -> Vec<Check> {
+    checks
+        .into_iter()
+        .enumerate()
+        .map(|(i, check)| {
+            let outcomes = decision.windows.iter().filter(|w| w.check == i);
+            if !outcomes.clone().any(|w| w.overridden) {
+                return check;
+            }
+            let windows: Vec<Window> = check
+                .windows
+                .iter()
+                .zip(outcomes)
+                .map(|(w, o)| Window { limit: NonZeroU64::new(o.limit).unwrap_or(w.limit), ..*w })
+                .collect();
+            Check { windows: windows.into(), ..check }
+        })
+        .collect()
 }
 
 #[cfg(test)]
