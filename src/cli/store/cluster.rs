@@ -52,6 +52,26 @@ impl ClusterClient {
             .map
             .owner(slot)
             .ok_or_else(|| StoreError::Unreachable(format!("no master serves slot {slot} of {key:?}")))?;
+        for _ in 0..TRYAGAIN_ATTEMPTS {
+            match self.redirected(owner, commands, what)? {
+                Sent::Answered(replies) => return Ok(replies),
+                Sent::Redirected => {
+                    return Err(StoreError::Unreachable(format!(
+                        "slot {slot} of {key:?} is moving: redirected twice, try again"
+                    )))
+                }
+                Sent::TryAgain => std::thread::sleep(TRYAGAIN_PAUSE),
+            }
+        }
+        Err(StoreError::Unreachable(format!(
+            "slot {slot} of {key:?} is being migrated, its keys split between two masters (TRYAGAIN for {} s): \
+             try again when the migration ends",
+            (TRYAGAIN_PAUSE * TRYAGAIN_ATTEMPTS).as_secs()
+        )))
+    }
+
+    /// `commands` sent to `owner`, one `MOVED` or `ASK` followed.
+    fn redirected(&mut self, owner: SocketAddr, commands: &[Vec<Vec<u8>>], what: &str) -> Result<Sent, StoreError> {
         let mut target = owner;
         let mut asking = false;
         for _ in 0..2 {
@@ -62,7 +82,7 @@ impl ClusterClient {
                 sent.insert(0, vec![b"ASKING".to_vec()]);
             }
             let mut replies = conn.pipeline(&sent)?;
-            if asking {
+            if asking && !replies.is_empty() {
                 replies.remove(0);
             }
             for reply in &replies {
@@ -70,9 +90,12 @@ impl ClusterClient {
                     return Err(e);
                 }
             }
+            if replies.iter().any(|r| r.error_kind() == Some("TRYAGAIN")) {
+                return Ok(Sent::TryAgain);
+            }
             let redirect = replies.iter().find_map(|r| parse_redirect(r, Some(target.ip())));
             match redirect {
-                None => return Ok(replies),
+                None => return Ok(Sent::Answered(replies)),
                 Some(Err(e)) => return Err(StoreError::Reply(format!("{name}: {e}"))),
                 Some(Ok(Redirect::Moved { slot, addr })) => {
                     self.map.set_owner(slot, addr);
@@ -81,6 +104,22 @@ impl ClusterClient {
                 Some(Ok(Redirect::Ask { addr, .. })) => (target, asking) = (addr, true),
             }
         }
-        Err(StoreError::Unreachable(format!("slot {slot} of {key:?} is moving: redirected twice, try again")))
+        Ok(Sent::Redirected)
     }
 }
+
+/// What became of commands sent to a slot's master.
+enum Sent {
+    Answered(Vec<Value>),
+    /// Redirected twice.
+    Redirected,
+    /// A command of several keys while the slot migrates and its keys are
+    /// split between the two masters (`TRYAGAIN`).
+    TryAgain,
+}
+
+/// How often, and how far apart, commands answered `TRYAGAIN` are sent
+/// again (a slot whose keys are being moved: moments, unless a migration
+/// stalls).
+const TRYAGAIN_ATTEMPTS: u32 = 20;
+const TRYAGAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);

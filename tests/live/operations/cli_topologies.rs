@@ -94,3 +94,48 @@ fn tls_with_a_client_certificate() {
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("TLS handshake failed") && err.contains("UnknownIssuer"), "{err}");
 }
+
+/// A slot on the move: while it migrates from one master to another (the
+/// map still naming the source), `override set` on a key of it is answered
+/// `ASK` by the source and carried out on the target (`ASKING`, then the
+/// `MULTI` the write is); `inspect`'s dry run, whose keys are then split
+/// between the two (`TRYAGAIN`), is tried again for 2 s and then refused in
+/// one line (exit 4); once the slot has moved, the commands reach its new
+/// master.
+#[test]
+fn cluster_commands_follow_a_slot_while_it_moves() {
+    let cluster = ValkeyCluster::start(3, 5_000);
+    let file = config_file("migrating");
+    let file = file.to_str().unwrap();
+    let (a, b, c) = (&cluster.masters[0], &cluster.masters[1], &cluster.masters[2]);
+    let user = (0..)
+        .map(|i| format!("m{i}"))
+        .find(|u| cluster.owner_port(key_slot(format!("tollgate:{{login:{u}}}:log").as_bytes())) == a.port)
+        .unwrap();
+    let slot = key_slot(format!("tollgate:{{login:{user}}}:log").as_bytes());
+    let ovr = format!("tollgate:{{login:{user}}}:ovr");
+    cluster.begin_migration(slot, a, b);
+    let seed = format!("127.0.0.1:{}", c.port);
+    let key = format!("x-user-id={user}");
+    let set = ["override", "set", file, "--rule", "login", "--key", &key, "--times", "3", "--cluster", &seed];
+    let (code, out, err) = tollgate(&set, &[]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    let keys_in = |node: &support::Valkey| node.int(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
+    assert_eq!((keys_in(a), keys_in(b)), (0, 1), "written on the target");
+    // The dry run names the window key (on neither master) and the
+    // override (on the target): split keys, TRYAGAIN until the slot moved.
+    let inspect = ["inspect", file, "--rule", "login", "--key", &key, "--cluster", &seed, "--json"];
+    let (code, _, err) = tollgate(&inspect, &[]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("is being migrated") && err.lines().count() == 1, "{err}");
+    cluster.end_migration(slot, a, b);
+    let (code, out, err) = tollgate(&inspect, &[]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["windows"][1]["limit"], 15, "the dry run on the new master read the override: {doc:#}");
+    assert_eq!(doc["override"]["w3000"], "15");
+    let rm = ["override", "rm", file, "--rule", "login", "--key", &key, "--cluster", &seed];
+    let (code, out, err) = tollgate(&rm, &[]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert_eq!(b.int(&["EXISTS", &ovr]), 0, "removed on the slot's new master");
+}
