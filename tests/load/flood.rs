@@ -2,7 +2,10 @@
 //! user (so a store decision) on every request. A busy proxy is not an
 //! outage: the store decides (at least 99 %), anything beyond the worker's
 //! bounds is refused explicitly and counted, and nothing is admitted
-//! unchecked by `failure_mode`.
+//! unchecked by `failure_mode`. The healthy flood runs the seed's rule,
+//! then the same open to per-key overrides (each decision also reads the
+//! key's override, no denial cached); the killed store's rule is open to
+//! them too.
 //!
 //! `TOLLGATE_FLOOD_SECONDS` sets each flood's length (default 5 s in
 //! `make test`; `make flood` runs 20 s).
@@ -24,13 +27,16 @@ fn stat(envoy: &Envoy, name: &str) -> u64 {
     envoy.stat(&format!("wasmcustom.tollgate.{name}")).unwrap_or(0)
 }
 
-fn config() -> String {
-    r#"{
-  "valkey": { "cluster": "tollgate_valkey", "timeout": "100ms" },
+/// The seed's rule; `overrides`: open to per-key overrides (every decision
+/// also reads the key's override hash, and no denial is cached).
+fn config(overrides: bool) -> String {
+    format!(
+        r#"{{
+  "valkey": {{ "cluster": "tollgate_valkey", "timeout": "100ms" }},
   "failure_mode": "allow",
-  "rules": [ { "name": "api", "key": [ { "header": "x-user-id" } ], "limits": [ { "limit": 20, "period": "60s" }, { "limit": 5, "period": "3s" } ] } ]
-}"#
-    .to_string()
+  "rules": [ {{ "name": "api", "key": [ {{ "header": "x-user-id" }} ], "overrides": {overrides}, "limits": [ {{ "limit": 20, "period": "60s" }}, {{ "limit": 5, "period": "3s" }} ] }} ]
+}}"#
+    )
 }
 
 /// Floods `envoy` with a new user per request for `seconds`.
@@ -49,14 +55,14 @@ fn a_flood_on_a_healthy_store_is_decided_by_the_store_and_never_admitted_uncheck
     let _alone = support::alone();
     raise_fd_limit();
     let seconds = seconds();
-    for workers in [1, 2] {
+    for (workers, overrides) in [(1, false), (2, false), (2, true)] {
         let valkey = Valkey::start();
-        let envoy =
-            Envoy::start(&EnvoyOptions { plugin_config: config(), valkey_port: valkey.port, concurrency: workers });
+        let plugin_config = config(overrides);
+        let envoy = Envoy::start(&EnvoyOptions { plugin_config, valkey_port: valkey.port, concurrency: workers });
         let tally = flood(&envoy, "f", seconds);
         let total = tally.total();
         println!(
-            "flood, {CONNECTIONS} connections, {workers} worker(s), {seconds} s: {}; store.requests {}, overloaded {}, \
+            "flood, {CONNECTIONS} connections, {workers} worker(s), overrides {overrides}, {seconds} s: {}; store.requests {}, overloaded {}, \
              failure_mode {}, resets {}",
             tally.summary(),
             stat(&envoy, "store.requests"),
@@ -86,7 +92,7 @@ fn local_config() -> String {
   "valkey": {{ "cluster": "tollgate_valkey", "timeout": "100ms" }},
   "failure_mode": "local",
   "local_limiter": {{ "share": 0.1 }},
-  "rules": [ {{ "name": "api", "key": [ {{ "header": "x-user-id" }} ], "limits": [ {{ "limit": {LIMIT}, "period": "1h" }} ] }} ]
+  "rules": [ {{ "name": "api", "key": [ {{ "header": "x-user-id" }} ], "overrides": true, "limits": [ {{ "limit": {LIMIT}, "period": "1h" }} ] }} ]
 }}"#
     )
 }

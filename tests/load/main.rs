@@ -12,6 +12,7 @@ mod support;
 mod bounds_sync;
 mod flood;
 mod netns;
+mod overrides;
 mod reload;
 mod shaping;
 mod soak;

@@ -2,7 +2,9 @@
 //! the test, removed even when it fails), so the store stream crosses a real
 //! link: TCP there reuses no TIME_WAIT port (as on loopback), and the link
 //! can be cut silently (`iptables DROP` in Valkey's namespace: no reset, no
-//! FIN). `envoy/envoy.yaml` runs with only Valkey's address changed.
+//! FIN). `envoy/envoy.yaml` runs with only Valkey's address changed. The
+//! silent cut's rules are open to per-key overrides (their replies carry the
+//! limits in force, which tell each rule's reply from another's).
 //!
 //! `TOLLGATE_NETNS_SECONDS` sets the steady load's length (default 12 s in
 //! `make test`; `make netns-load` runs it for 60 s). The steady load prints
@@ -121,7 +123,7 @@ fn per_thread_rules(threads: usize) -> String {
         .map(|t| {
             format!(
                 r#"{{ "name": "t{t}", "match": {{ "headers": [ {{ "name": "x-thread", "exact": "{t}" }} ] }},
-                     "limits": [ {{ "limit": {}, "period": "1h" }} ] }}"#,
+                     "overrides": true, "limits": [ {{ "limit": {}, "period": "1h" }} ] }}"#,
                 limit(t)
             )
         })

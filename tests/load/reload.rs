@@ -4,7 +4,8 @@
 //! nothing passes unchecked), each reload applies (its limit shows in the
 //! `RateLimit-Policy` of new requests), and once the old listeners have
 //! drained Valkey sees at most one connection per worker again, not one per
-//! configuration that ever ran. (A worker opens its stream on its first
+//! configuration that ever ran. The rule is open to per-key overrides
+//! (every decision reads its key's override too). (A worker opens its stream on its first
 //! request, so a worker that got none since the last reload has none.)
 
 use crate::support;
@@ -19,7 +20,8 @@ const WORKERS: u32 = 2;
 const RELOADS: u64 = 20;
 
 fn config(limit: u64) -> String {
-    plugin().timeout("1s").failure_mode("deny").with(rule("api").header("x-user-id").limit(limit, "1h")).json()
+    let api = rule("api").header("x-user-id").limit(limit, "1h").field(r#""overrides": true"#);
+    plugin().timeout("1s").failure_mode("deny").with(api).json()
 }
 
 /// Clients connected to Valkey, by `CLIENT LIST` (minus the one asking).
