@@ -149,20 +149,13 @@ fn pair(flag: &str, value: &str) -> Result<(String, String), Failure> {
 }
 
 /// `<digits><unit>` (`ms`, `s`, `m`, `h`, `d`) or bare seconds, in ms: the
-/// configuration's duration syntax.
+/// configuration's duration syntax (its own reader), and its whole seconds.
 pub fn duration_ms(text: &str) -> Option<u64> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at_checked(split)?;
-    let n: u64 = digits.parse().ok()?;
-    let scale = match unit {
-        "ms" => 1,
-        "s" | "" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return None,
-    };
-    n.checked_mul(scale)
+    use crate::config::duration::{from_seconds, parse_str};
+    match text.parse::<u64>() {
+        Ok(seconds) if text.bytes().all(|b| b.is_ascii_digit()) => from_seconds(seconds).ok(),
+        _ => parse_str(text).ok(),
+    }
 }
 
 impl Args {

@@ -73,7 +73,7 @@ mod access;
 mod binding;
 mod concurrency;
 mod count;
-mod duration;
+pub(crate) mod duration;
 mod error;
 mod keys;
 mod limits;
